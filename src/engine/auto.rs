@@ -1,0 +1,90 @@
+//! `auto`: pick an engine from the model's shape and the number of rows, as the Fast TreeSHAP
+//! paper suggests: v2 pays `Σ_leaves 2^d·d` once to cut each row's leaf work from O(d²) to O(d),
+//! so it wins once enough rows share the tables, and only if the tables fit the memory bound.
+
+use std::fmt;
+
+use super::fast_v2::table_bytes;
+use super::prepared::PreparedModel;
+use super::{Algorithm, EngineOptions};
+
+/// Rows assumed when the caller cannot say how many will be explained.
+const DEFAULT_ROWS: usize = 100_000;
+
+/// What `auto` picked and why.
+#[derive(Debug, Clone)]
+pub struct AutoChoice {
+    /// The engine.
+    pub algorithm: Algorithm,
+    /// A sentence for the log.
+    pub reason: String,
+}
+
+impl fmt::Display for AutoChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.algorithm, self.reason)
+    }
+}
+
+/// Operation-count estimates per row (v1, v2) and once (v2 tables).
+struct Costs {
+    v1_per_row: f64,
+    v2_per_row: f64,
+    v2_setup: f64,
+}
+
+fn costs(p: &PreparedModel) -> Costs {
+    let mut c = Costs { v1_per_row: 0.0, v2_per_row: 0.0, v2_setup: 0.0 };
+    for tree in &p.model.trees {
+        let mut stack: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new())];
+        while let Some((n, feats)) = stack.pop() {
+            let node = &tree.nodes[n];
+            let d = feats.len() as f64;
+            // Both walk every node; v1 copies its path state (O(d)) at each.
+            c.v1_per_row += d + 1.0;
+            c.v2_per_row += 1.0;
+            if node.is_leaf() {
+                c.v1_per_row += d * d;
+                c.v2_per_row += 2.0 * d;
+                c.v2_setup += 2f64.powf(d) * (d + 1.0);
+                continue;
+            }
+            let mut next = feats;
+            if !next.contains(&node.feature) {
+                next.push(node.feature);
+            }
+            stack.push((node.right as usize, next.clone()));
+            stack.push((node.left as usize, next));
+        }
+    }
+    c
+}
+
+/// Chooses between `fast-v1` and `fast-v2` (the reference `treeshap` is never faster).
+pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, options: &EngineOptions) -> AutoChoice {
+    let rows = rows_hint.unwrap_or(DEFAULT_ROWS) as f64;
+    let bytes = match table_bytes(p) {
+        None => return AutoChoice { algorithm: Algorithm::FastV1, reason: "paths too long for fast-v2 tables".into() },
+        Some(b) => b,
+    };
+    if bytes > options.v2_memory_bytes {
+        return AutoChoice {
+            algorithm: Algorithm::FastV1,
+            reason: format!("fast-v2 tables would need {} MiB, over the {} MiB bound", bytes >> 20, options.v2_memory_bytes >> 20),
+        };
+    }
+    let c = costs(p);
+    let v1 = rows * c.v1_per_row;
+    let v2 = c.v2_setup + rows * c.v2_per_row;
+    if v2 < v1 {
+        AutoChoice {
+            algorithm: Algorithm::FastV2,
+            reason: format!("{:.1} MiB of tables, estimated {:.1}x less work than fast-v1 for {rows} rows", bytes as f64 / 1048576.0, v1 / v2),
+        }
+    } else {
+        AutoChoice {
+            algorithm: Algorithm::FastV1,
+            reason: format!("too few rows ({rows}) to amortise fast-v2's tables"),
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! SHAP interaction values (Lundberg et al. 2020): for each feature j, the difference between
+//! TreeSHAP with j "on" and with j "off", halved, gives row j of the matrix; the diagonal is
+//! the SHAP value minus the row's off-diagonal sum. Same layout as XGBoost's
+//! `pred_interactions`: `(F+1) × (F+1)` per group, bias last.
+//!
+//! Only features a tree splits on are conditioned on, and each conditioned walk skips every
+//! subtree where "on" and "off" cannot differ (the feature is neither above nor below it), so
+//! the work follows the paths that hold the feature rather than all features × all leaves.
+
+use super::path::PathElem;
+use super::prepared::PreparedModel;
+use super::treeshap::{path_scratch, shap_row, Condition, Walk};
+use super::{check_block, par_rows, FeatureBlock, Interactions};
+use crate::error::{Error, Result};
+
+/// Largest interaction output we will allocate for one block, in f64 values.
+const MAX_BLOCK_VALUES: usize = 1 << 31;
+
+struct Scratch {
+    path: Vec<PathElem>,
+    shap: Vec<f64>,
+    diff: Vec<f64>,
+}
+
+pub(crate) fn interactions_for_rows(p: &PreparedModel, block: &FeatureBlock) -> Result<Interactions> {
+    check_block(&p.model, block)?;
+    let f = p.model.num_features();
+    let g = p.model.num_groups;
+    let w = f + 1;
+    let width = g * w * w;
+    if block.rows().saturating_mul(width) > MAX_BLOCK_VALUES {
+        return Err(Error::Input(format!(
+            "{} rows × {width} interaction values is too large for one batch; use smaller batches (--batch-rows)",
+            block.rows()
+        )));
+    }
+    let init = || Scratch { path: path_scratch(p.max_depth), shap: vec![0.0; g * w], diff: vec![0.0; w] };
+    let values = par_rows(block, width, init, |x, out, s| interaction_row(p, x, out, s));
+    Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
+}
+
+fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratch) {
+    let f = p.model.num_features();
+    let w = f + 1;
+    s.shap.iter_mut().for_each(|v| *v = 0.0);
+    shap_row(p, x, &mut s.shap, &mut s.path);
+
+    for (tree, prep) in p.model.trees.iter().zip(&p.trees) {
+        let group_base = tree.group * w * w;
+        for (j, splits) in &prep.splits_by_feature {
+            for (condition, scale) in [(Condition::On(*j), 0.5), (Condition::Off(*j), -0.5)] {
+                Walk { tree, prep, x, phi: &mut s.diff, condition, scale, cond_splits: Some(splits) }.run(&mut s.path);
+            }
+            let row = group_base + *j as usize * w;
+            for (i, _) in &prep.splits_by_feature {
+                let i = *i as usize;
+                out[row + i] += s.diff[i];
+                s.diff[i] = 0.0;
+            }
+        }
+    }
+
+    for g in 0..p.model.num_groups {
+        let base = g * w * w;
+        for i in 0..f {
+            let row = base + i * w;
+            let off_diagonal: f64 = (0..f).filter(|&k| k != i).map(|k| out[row + k]).sum();
+            out[row + i] = s.shap[g * w + i] - off_diagonal;
+        }
+        out[base + f * w + f] = s.shap[g * w + f];
+    }
+}

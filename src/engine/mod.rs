@@ -1,0 +1,236 @@
+//! SHAP engines: exact path-dependent (cover-weighted) TreeSHAP in margin space, f64 arithmetic.
+//!
+//! Every engine implements [`Explainer`]; callers pick one by [`Algorithm`] name through
+//! [`build_explainer`]. Rows are explained independently in fixed-size blocks on the rayon pool
+//! the caller installs, so results are bit-for-bit the same for any thread count.
+//!
+//! Engines know nothing of Arrow: they read a dense [`FeatureBlock`] and return plain arrays.
+
+mod auto;
+mod block;
+mod fast_v1;
+mod fast_v2;
+mod interactions;
+mod path;
+mod prepared;
+mod treeshap;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+pub use auto::AutoChoice;
+use auto::choose_algorithm;
+pub use block::FeatureBlock;
+pub use fast_v2::DEFAULT_V2_MEMORY_BYTES;
+pub(crate) use prepared::PreparedModel;
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// Rows per unit of parallel work. Fixed (not derived from the thread count) so that the
+/// split of work never changes what is computed.
+pub const ROWS_PER_TASK: usize = 64;
+
+/// The engines callers can ask for by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Algorithm {
+    /// Pick per model and row count (see [`auto_choice`]).
+    #[default]
+    Auto,
+    /// The original recursive TreeSHAP (Lundberg et al. 2018, algorithm 2): the reference.
+    TreeShap,
+    /// Fast TreeSHAP v1: hot/cold split of the path, same memory as TreeSHAP.
+    FastV1,
+    /// Fast TreeSHAP v2: per-leaf tables over the satisfied-feature patterns, bounded memory.
+    FastV2,
+}
+
+impl Algorithm {
+    /// The name used on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Auto => "auto",
+            Algorithm::TreeShap => "treeshap",
+            Algorithm::FastV1 => "fast-v1",
+            Algorithm::FastV2 => "fast-v2",
+        }
+    }
+
+    /// All names, for help texts.
+    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2"];
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "auto" => Algorithm::Auto,
+            "treeshap" => Algorithm::TreeShap,
+            "fast-v1" | "fast_v1" => Algorithm::FastV1,
+            "fast-v2" | "fast_v2" => Algorithm::FastV2,
+            other => {
+                return Err(Error::Input(format!(
+                    "unknown algorithm {other:?}; expected one of {}",
+                    Algorithm::NAMES.join(", ")
+                )))
+            }
+        })
+    }
+}
+
+/// Knobs shared by all engines.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Most memory the fast-v2 tables may take, in bytes.
+    pub v2_memory_bytes: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES }
+    }
+}
+
+/// SHAP values: per row and output group, one value per feature then the bias.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attributions {
+    /// Rows explained.
+    pub rows: usize,
+    /// Output groups (G).
+    pub groups: usize,
+    /// Model features (F).
+    pub features: usize,
+    /// `rows × G × (F + 1)` values, row-major; the bias is last in each group.
+    pub values: Vec<f64>,
+}
+
+impl Attributions {
+    /// Values of one row and group: F attributions then the bias.
+    pub fn row(&self, row: usize, group: usize) -> &[f64] {
+        let w = self.features + 1;
+        let start = (row * self.groups + group) * w;
+        &self.values[start..start + w]
+    }
+}
+
+/// SHAP interaction values in XGBoost's `pred_interactions` layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interactions {
+    /// Rows explained.
+    pub rows: usize,
+    /// Output groups (G).
+    pub groups: usize,
+    /// Model features (F).
+    pub features: usize,
+    /// `rows × G × (F+1) × (F+1)`; entry `[i][j]` is the interaction of features i and j, the
+    /// diagonal the main effect, and the last row/column the bias (only `[F][F]` is non-zero).
+    pub values: Vec<f64>,
+}
+
+/// Margin (raw score) predictions, `rows × G`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Predictions {
+    /// Rows predicted.
+    pub rows: usize,
+    /// Output groups (G).
+    pub groups: usize,
+    /// `rows × G` margins.
+    pub values: Vec<f64>,
+}
+
+/// An engine bound to one model. Cheap to share across threads.
+pub trait Explainer: Send + Sync {
+    /// The algorithm name (`treeshap`, `fast-v1`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The model being explained.
+    fn model(&self) -> &Model;
+
+    /// SHAP values of every row of `block`.
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions>;
+
+    /// SHAP interaction values of every row of `block`.
+    fn interactions(&self, block: &FeatureBlock) -> Result<Interactions>;
+
+    /// Margin predictions of every row of `block`.
+    fn predict(&self, block: &FeatureBlock) -> Result<Predictions> {
+        let model = self.model();
+        check_block(model, block)?;
+        let g = model.num_groups;
+        let values = par_rows(block, g, || (), |x, out, _| model.predict_row(x, out));
+        Ok(Predictions { rows: block.rows(), groups: g, values })
+    }
+}
+
+/// Builds the engine named by `algorithm` for `model`; `rows_hint` (expected rows per run, if
+/// known) lets `auto` weigh table set-up against per-row savings.
+pub fn build_explainer(
+    model: Arc<Model>,
+    algorithm: Algorithm,
+    rows_hint: Option<usize>,
+    options: &EngineOptions,
+) -> Result<Arc<dyn Explainer>> {
+    let prepared = Arc::new(PreparedModel::new(model)?);
+    let algorithm = match algorithm {
+        Algorithm::Auto => {
+            let choice = choose_algorithm(&prepared, rows_hint, options);
+            tracing::info!(algorithm = %choice.algorithm, reason = %choice.reason, "auto picked an engine");
+            choice.algorithm
+        }
+        a => a,
+    };
+    Ok(match algorithm {
+        Algorithm::TreeShap => Arc::new(treeshap::TreeShap::new(prepared)),
+        Algorithm::FastV1 => Arc::new(fast_v1::FastV1::new(prepared)),
+        Algorithm::FastV2 => Arc::new(fast_v2::FastV2::new(prepared, options.v2_memory_bytes)?),
+        Algorithm::Auto => unreachable!("auto resolved above"),
+    })
+}
+
+/// What `auto` would pick for `model` and `rows_hint` rows, and why.
+pub fn auto_choice(model: Arc<Model>, rows_hint: Option<usize>, options: &EngineOptions) -> Result<AutoChoice> {
+    let prepared = PreparedModel::new(model)?;
+    Ok(choose_algorithm(&prepared, rows_hint, options))
+}
+
+/// Errors unless the block has one column per model feature.
+pub(crate) fn check_block(model: &Model, block: &FeatureBlock) -> Result<()> {
+    if block.cols() != model.num_features() {
+        return Err(Error::Input(format!(
+            "feature block has {} columns but the model has {} features",
+            block.cols(),
+            model.num_features()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `row_fn(x, out, scratch)` for every row, `width` outputs per row, in parallel blocks of
+/// [`ROWS_PER_TASK`] rows on the current rayon pool. `out` arrives zeroed.
+pub(crate) fn par_rows<S, I, F>(block: &FeatureBlock, width: usize, init: I, row_fn: F) -> Vec<f64>
+where
+    I: Fn() -> S + Sync + Send,
+    F: Fn(&[f64], &mut [f64], &mut S) + Sync + Send,
+{
+    let rows = block.rows();
+    let mut out = vec![0.0; rows * width];
+    if width == 0 {
+        return out;
+    }
+    out.par_chunks_mut(width * ROWS_PER_TASK).enumerate().for_each_init(init, |scratch, (task, chunk)| {
+        let first = task * ROWS_PER_TASK;
+        for (i, row_out) in chunk.chunks_mut(width).enumerate() {
+            row_fn(block.row(first + i), row_out, scratch);
+        }
+    });
+    out
+}

@@ -1,0 +1,130 @@
+//! Per-model data every CPU engine needs, computed once: cover ratios, weighted leaf values,
+//! expected values (the bias), and where each feature splits inside each subtree.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::model::{Model, Tree};
+
+/// One tree's engine-side data. Indexed by the model's node numbering.
+#[derive(Debug)]
+pub(crate) struct PreparedTree {
+    /// `cover(left)/cover(n)` and `cover(right)/cover(n)` of internal node `n`.
+    pub ratios: Vec<[f64; 2]>,
+    /// Leaf value times the tree weight.
+    pub value: Vec<f64>,
+    /// Expected value of the tree under the cover distribution (path-product form).
+    pub expected: f64,
+    /// Depth of the tree.
+    pub depth: usize,
+    /// Preorder position of each node, and one past the last position of its subtree.
+    pub span: Vec<(u32, u32)>,
+    /// For each feature the tree splits on: the sorted preorder positions of those splits.
+    pub splits_by_feature: Vec<(u32, Vec<u32>)>,
+}
+
+impl PreparedTree {
+    fn new(tree: &Tree) -> PreparedTree {
+        let n = tree.nodes.len();
+        let mut ratios = vec![[0.0; 2]; n];
+        let mut value = vec![0.0; n];
+        let mut span = vec![(0u32, 0u32); n];
+        let mut positions: Vec<(u32, u32)> = Vec::new(); // (feature, preorder)
+        // Iterative preorder walk; `exit` frames close a node's span.
+        let mut stack = vec![(0usize, false)];
+        let mut next = 0u32;
+        let mut depth_of = vec![0usize; n];
+        let mut depth = 0;
+        while let Some((i, exit)) = stack.pop() {
+            if exit {
+                span[i].1 = next;
+                continue;
+            }
+            let node = &tree.nodes[i];
+            span[i].0 = next;
+            next += 1;
+            depth = depth.max(depth_of[i]);
+            stack.push((i, true));
+            if node.is_leaf() {
+                value[i] = node.value * tree.weight;
+            } else {
+                ratios[i] = [
+                    tree.nodes[node.left as usize].cover / node.cover,
+                    tree.nodes[node.right as usize].cover / node.cover,
+                ];
+                positions.push((node.feature, span[i].0));
+                depth_of[node.left as usize] = depth_of[i] + 1;
+                depth_of[node.right as usize] = depth_of[i] + 1;
+                stack.push((node.right as usize, false));
+                stack.push((node.left as usize, false));
+            }
+        }
+        positions.sort_unstable();
+        let mut splits_by_feature: Vec<(u32, Vec<u32>)> = Vec::new();
+        for (f, p) in positions {
+            match splits_by_feature.last_mut() {
+                Some((lf, v)) if *lf == f => v.push(p),
+                _ => splits_by_feature.push((f, vec![p])),
+            }
+        }
+        let expected = expected_value(tree, &ratios, &value);
+        PreparedTree { ratios, value, expected, depth, span, splits_by_feature }
+    }
+
+    /// Whether the subtree under `node` splits on the feature whose split positions are given.
+    #[inline]
+    pub fn subtree_splits_on(&self, node: usize, positions: &[u32]) -> bool {
+        let (start, end) = self.span[node];
+        let i = positions.partition_point(|&p| p < start);
+        i < positions.len() && positions[i] < end
+    }
+}
+
+/// Σ over leaves of value × product of cover ratios on the way down. This is exactly the
+/// quantity TreeSHAP's attributions are measured from, so attributions + bias = prediction
+/// holds to rounding even when child covers do not add up to the parent's.
+fn expected_value(tree: &Tree, ratios: &[[f64; 2]], value: &[f64]) -> f64 {
+    let mut total = 0.0;
+    let mut stack = vec![(0usize, 1.0f64)];
+    while let Some((i, p)) = stack.pop() {
+        let node = &tree.nodes[i];
+        if node.is_leaf() {
+            total += p * value[i];
+        } else {
+            stack.push((node.right as usize, p * ratios[i][1]));
+            stack.push((node.left as usize, p * ratios[i][0]));
+        }
+    }
+    total
+}
+
+/// A model plus its prepared trees; shared by all CPU engines.
+#[derive(Debug)]
+pub(crate) struct PreparedModel {
+    pub model: Arc<Model>,
+    pub trees: Vec<PreparedTree>,
+    /// Bias per group: base margin plus every tree's expected value.
+    pub bias: Vec<f64>,
+    /// Deepest tree.
+    pub max_depth: usize,
+}
+
+impl PreparedModel {
+    pub fn new(model: Arc<Model>) -> Result<PreparedModel> {
+        let trees: Vec<PreparedTree> = model.trees.iter().map(PreparedTree::new).collect();
+        let mut bias = model.base_margin.clone();
+        for (t, p) in model.trees.iter().zip(&trees) {
+            bias[t.group] += p.expected;
+        }
+        if bias.iter().any(|b| !b.is_finite()) {
+            return Err(Error::Input("model's expected value is not finite (check covers and leaf values)".into()));
+        }
+        let max_depth = trees.iter().map(|t| t.depth).max().unwrap_or(0);
+        Ok(PreparedModel { model, trees, bias, max_depth })
+    }
+
+    /// Width of one row of attributions: G × (F + 1).
+    pub fn shap_width(&self) -> usize {
+        self.model.num_groups * (self.model.num_features() + 1)
+    }
+}

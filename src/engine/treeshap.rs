@@ -1,0 +1,196 @@
+//! `treeshap`: the original recursive algorithm (Lundberg, Erion & Lee 2018, algorithm 2),
+//! kept simple as the reference every other engine is tested against.
+//!
+//! The recursion also supports conditioning on one feature ("on": the row's value is known,
+//! "off": it is averaged out), which the interaction values are built from.
+
+use std::sync::Arc;
+
+use super::interactions::interactions_for_rows;
+use super::path::{extend, unwind, unwound_sum, PathElem, NO_FEATURE};
+use super::prepared::{PreparedModel, PreparedTree};
+use super::{check_block, par_rows, Attributions, Explainer, FeatureBlock, Interactions};
+use crate::error::Result;
+use crate::model::{Model, Tree};
+
+/// The reference engine.
+pub(crate) struct TreeShap {
+    prepared: Arc<PreparedModel>,
+}
+
+impl TreeShap {
+    pub fn new(prepared: Arc<PreparedModel>) -> Self {
+        TreeShap { prepared }
+    }
+}
+
+/// Conditioning of a recursive TreeSHAP walk on one feature.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Condition {
+    /// Plain SHAP values.
+    None,
+    /// The feature is "on": only the branch the row takes counts.
+    On(u32),
+    /// The feature is "off": both branches count, weighted by cover.
+    Off(u32),
+}
+
+impl Condition {
+    fn feature(self) -> Option<u32> {
+        match self {
+            Condition::None => None,
+            Condition::On(f) | Condition::Off(f) => Some(f),
+        }
+    }
+}
+
+/// Scratch space for one walk: the triangular stack of unique paths.
+pub(crate) fn path_scratch(max_depth: usize) -> Vec<PathElem> {
+    let d = max_depth + 2;
+    vec![PathElem::default(); d * (d + 1) / 2 + d]
+}
+
+/// One recursive walk of one tree for one row.
+pub(crate) struct Walk<'a> {
+    pub tree: &'a Tree,
+    pub prep: &'a PreparedTree,
+    pub x: &'a [f64],
+    /// Attribution output for this tree's group (indexed by feature).
+    pub phi: &'a mut [f64],
+    pub condition: Condition,
+    /// Multiplies every contribution (±½ for the interaction halves).
+    pub scale: f64,
+    /// With a condition: preorder positions of the conditioned feature's splits, so subtrees
+    /// where "on" and "off" cannot differ are skipped.
+    pub cond_splits: Option<&'a [u32]>,
+}
+
+impl Walk<'_> {
+    /// Runs the walk from the root.
+    pub fn run(&mut self, scratch: &mut [PathElem]) {
+        self.visit(0, &[], scratch, 1.0, 1.0, NO_FEATURE, 1.0, false);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn visit(
+        &mut self,
+        node: usize,
+        parent: &[PathElem],
+        scratch: &mut [PathElem],
+        parent_zero: f64,
+        parent_one: f64,
+        parent_feature: u32,
+        cond_fraction: f64,
+        cond_seen: bool,
+    ) {
+        if cond_fraction == 0.0 {
+            return;
+        }
+        let n = parent.len();
+        let (mine, rest) = scratch.split_at_mut(n + 1);
+        mine[..n].copy_from_slice(parent);
+        let mut len = n;
+        // A conditioned feature never enters the path: its effect is in `cond_fraction`.
+        if self.condition.feature() != Some(parent_feature) {
+            extend(mine, len, parent_zero, parent_one, parent_feature);
+            len += 1;
+        }
+
+        let tree_node = &self.tree.nodes[node];
+        if tree_node.is_leaf() {
+            let v = self.prep.value[node] * cond_fraction * self.scale;
+            for i in 1..len {
+                let el = mine[i];
+                let w = unwound_sum(mine, len, i);
+                self.phi[el.feature as usize] += w * (el.one - el.zero) * v;
+            }
+            return;
+        }
+
+        let feature = tree_node.feature;
+        let goes_left = self.tree.goes_left(tree_node, self.x[feature as usize]);
+        let (hot, cold, hot_ratio, cold_ratio) = {
+            let [rl, rr] = self.prep.ratios[node];
+            if goes_left {
+                (tree_node.left, tree_node.right, rl, rr)
+            } else {
+                (tree_node.right, tree_node.left, rr, rl)
+            }
+        };
+
+        // A feature already on the path is unwound and re-added with the fractions combined.
+        let mut incoming_zero = 1.0;
+        let mut incoming_one = 1.0;
+        if let Some(k) = (1..len).find(|&k| mine[k].feature == feature) {
+            incoming_zero = mine[k].zero;
+            incoming_one = mine[k].one;
+            unwind(mine, len, k);
+            len -= 1;
+        }
+
+        let mut hot_fraction = cond_fraction;
+        let mut cold_fraction = cond_fraction;
+        let is_cond = self.condition.feature() == Some(feature);
+        match self.condition {
+            Condition::On(f) if f == feature => cold_fraction = 0.0,
+            Condition::Off(f) if f == feature => {
+                hot_fraction *= hot_ratio;
+                cold_fraction *= cold_ratio;
+            }
+            _ => {}
+        }
+        let seen = cond_seen || is_cond;
+        let path = &mine[..len];
+        for (child, ratio, one, fraction) in
+            [(hot, hot_ratio, incoming_one, hot_fraction), (cold, cold_ratio, 0.0, cold_fraction)]
+        {
+            let zero = ratio * incoming_zero;
+            // A branch no training cover reaches and the row does not take adds nothing.
+            if zero == 0.0 && one == 0.0 {
+                continue;
+            }
+            // Below here "on" and "off" walks are identical unless the conditioned feature is
+            // above (seen) or below: skipping keeps interactions to the paths that hold it.
+            if let Some(splits) = self.cond_splits {
+                if !seen && !self.prep.subtree_splits_on(child as usize, splits) {
+                    continue;
+                }
+            }
+            self.visit(child as usize, path, rest, zero, one, feature, fraction, seen);
+        }
+    }
+}
+
+/// Plain SHAP values of one row into `out` (G × (F+1)), bias included.
+pub(crate) fn shap_row(prepared: &PreparedModel, x: &[f64], out: &mut [f64], scratch: &mut [PathElem]) {
+    let model = &prepared.model;
+    let width = model.num_features() + 1;
+    for (tree, prep) in model.trees.iter().zip(&prepared.trees) {
+        let phi = &mut out[tree.group * width..(tree.group + 1) * width];
+        Walk { tree, prep, x, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
+    }
+    for (g, b) in prepared.bias.iter().enumerate() {
+        out[g * width + width - 1] = *b;
+    }
+}
+
+impl Explainer for TreeShap {
+    fn name(&self) -> &'static str {
+        "treeshap"
+    }
+
+    fn model(&self) -> &Model {
+        &self.prepared.model
+    }
+
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let p = &*self.prepared;
+        check_block(&p.model, block)?;
+        let values = par_rows(block, p.shap_width(), || path_scratch(p.max_depth), |x, out, s| shap_row(p, x, out, s));
+        Ok(Attributions { rows: block.rows(), groups: p.model.num_groups, features: p.model.num_features(), values })
+    }
+
+    fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        interactions_for_rows(&self.prepared, block)
+    }
+}

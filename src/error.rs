@@ -1,0 +1,119 @@
+//! Typed errors for the library. Each variant names what went wrong and where (file, tree,
+//! node, column), so the CLI (and later SQL/Flight) can render them once at the edge.
+
+use std::path::PathBuf;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while loading a model, reading rows or explaining them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file concerned.
+        path: PathBuf,
+        /// The underlying OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A model file is not valid JSON / UBJSON / LightGBM text, or lacks a required field.
+    #[error("{path}: not a valid {format} model: {detail}")]
+    ModelFormat {
+        /// The model file (or `<memory>` for bytes).
+        path: String,
+        /// The format we tried to read.
+        format: &'static str,
+        /// What was wrong, with the location inside the file where known.
+        detail: String,
+    },
+
+    /// A model parsed, but a tree is structurally wrong (bad child index, cycle, ...).
+    #[error("{path}: tree {tree}, node {node}: {detail}")]
+    InvalidTree {
+        /// The model file.
+        path: String,
+        /// Index of the tree in the ensemble.
+        tree: usize,
+        /// Index of the node inside the tree (the library's own numbering).
+        node: usize,
+        /// What is wrong with it.
+        detail: String,
+    },
+
+    /// The model uses a feature we do not implement (linear trees, vector leaves, ...).
+    #[error("{path}: unsupported model: {detail}")]
+    UnsupportedModel {
+        /// The model file.
+        path: String,
+        /// Which feature, and what to do instead if anything.
+        detail: String,
+    },
+
+    /// A feature the model needs is not among the input columns.
+    #[error("input has no column named {name:?} (the model's feature {index}); input columns are: {available}")]
+    MissingColumn {
+        /// The model's feature name.
+        name: String,
+        /// Its position among the model's features.
+        index: usize,
+        /// The input's column names, comma separated.
+        available: String,
+    },
+
+    /// An input column has a type that cannot be used as a feature.
+    #[error("column {name:?} has type {data_type}, but the model needs a number (integer, float or boolean)")]
+    ColumnType {
+        /// The column.
+        name: String,
+        /// Its Arrow type, rendered.
+        data_type: String,
+    },
+
+    /// Bad input that is not about one column: unreadable file, wrong layout, bad option.
+    #[error("{0}")]
+    Input(String),
+
+    /// A requested engine or path is not available in this build or for this model.
+    #[error("{0}")]
+    Unavailable(String),
+
+    /// An Arrow error, with context.
+    #[error("{context}: {source}")]
+    Arrow {
+        /// What we were doing.
+        context: String,
+        /// The Arrow error.
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+
+    /// A Parquet error, with context.
+    #[error("{context}: {source}")]
+    Parquet {
+        /// What we were doing.
+        context: String,
+        /// The Parquet error.
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    /// Wraps an Arrow error with what we were doing.
+    pub fn arrow(context: impl Into<String>, source: arrow::error::ArrowError) -> Self {
+        Error::Arrow { context: context.into(), source }
+    }
+
+    /// Wraps a Parquet error with what we were doing.
+    pub fn parquet(context: impl Into<String>, source: parquet::errors::ParquetError) -> Self {
+        Error::Parquet { context: context.into(), source }
+    }
+}

@@ -1,0 +1,93 @@
+//! Arrow → engine input: pick the model's feature columns by name, cast them to numbers, turn
+//! nulls into missing values (NaN), and lay them out as a dense [`FeatureBlock`].
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, Schema};
+
+use crate::engine::FeatureBlock;
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// Where each model feature is found in the input: column indices in the model's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureColumns {
+    indices: Vec<usize>,
+}
+
+impl FeatureColumns {
+    /// Matches the model's feature names to `schema` (exact names) and checks the types.
+    /// Columns not named by the model are ignored.
+    pub fn resolve(schema: &Schema, model: &Model) -> Result<FeatureColumns> {
+        let mut indices = Vec::with_capacity(model.num_features());
+        for (i, name) in model.feature_names.iter().enumerate() {
+            let idx = schema.index_of(name).map_err(|_| Error::MissingColumn {
+                name: name.clone(),
+                index: i,
+                available: schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", "),
+            })?;
+            let field = schema.field(idx);
+            if !is_numeric(field.data_type()) {
+                return Err(Error::ColumnType { name: name.clone(), data_type: field.data_type().to_string() });
+            }
+            indices.push(idx);
+        }
+        Ok(FeatureColumns { indices })
+    }
+
+    /// Input column index of each model feature.
+    pub fn indices(&self) -> &[usize] {
+        &self.indices
+    }
+
+    /// Converts one batch into the engines' dense block.
+    pub fn block(&self, batch: &RecordBatch, model: &Model) -> Result<FeatureBlock> {
+        let columns: Vec<ArrayRef> = self.indices.iter().map(|&i| batch.column(i).clone()).collect();
+        block_from_columns(&columns, &model.feature_names, model)
+    }
+}
+
+/// Whether a column type can feed a feature (numbers, booleans, all-null).
+pub fn is_numeric(t: &DataType) -> bool {
+    t.is_numeric() || matches!(t, DataType::Boolean | DataType::Null)
+        || matches!(t, DataType::Dictionary(_, v) if is_numeric(v))
+}
+
+/// Builds a block from one array per model feature (already in the model's order); `names`
+/// label errors. Used by every front end (files, SQL arguments, Flight batches).
+pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model) -> Result<FeatureBlock> {
+    let f = model.num_features();
+    if columns.len() != f {
+        return Err(Error::Input(format!("{} feature columns given, the model has {f} features", columns.len())));
+    }
+    let rows = columns.first().map_or(0, |c| c.len());
+    let mut values = vec![f64::NAN; rows * f];
+    for (j, col) in columns.iter().enumerate() {
+        let name = names.get(j).map(String::as_str).unwrap_or("?");
+        if col.len() != rows {
+            return Err(Error::Input(format!("feature column {name:?} has {} rows, expected {rows}", col.len())));
+        }
+        if !is_numeric(col.data_type()) {
+            return Err(Error::ColumnType { name: name.to_string(), data_type: col.data_type().to_string() });
+        }
+        let as_f64 = cast(col, &DataType::Float64).map_err(|e| Error::arrow(format!("casting column {name:?} to float64"), e))?;
+        let prim = as_f64.as_primitive::<Float64Type>();
+        let raw = prim.values();
+        match prim.nulls() {
+            // Nulls are missing values; NaN already is.
+            Some(nulls) => {
+                for i in 0..rows {
+                    if nulls.is_valid(i) {
+                        values[i * f + j] = raw[i];
+                    }
+                }
+            }
+            None => {
+                for i in 0..rows {
+                    values[i * f + j] = raw[i];
+                }
+            }
+        }
+    }
+    Ok(FeatureBlock::new(rows, f, values, model.precision))
+}

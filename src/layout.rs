@@ -1,0 +1,105 @@
+//! Engine output → Arrow: the one definition of the output layout, used by every front end.
+//!
+//! * SHAP values: one `Float64` column per model feature, named after it, then `bias`. For
+//!   models with G > 1 outputs (multiclass), each column is `FixedSizeList<Float64>[G]`.
+//! * Interactions: one column `interactions` of `FixedSizeList<Float64>[G·(F+1)·(F+1)]`, in
+//!   XGBoost's `pred_interactions` order (group, then row i, then column j; bias last).
+//! * Predictions: one column `prediction` (margin), `Float64` or `FixedSizeList<Float64>[G]`.
+//!
+//! If a model feature is itself named `bias`, the bias column is named `bias_` instead.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, FixedSizeListArray, Float64Array};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields};
+
+use crate::engine::{Attributions, Interactions, Predictions};
+use crate::model::Model;
+
+/// Name of the interactions column.
+pub const INTERACTIONS_COLUMN: &str = "interactions";
+/// Name of the prediction column.
+pub const PREDICTION_COLUMN: &str = "prediction";
+
+/// Name of the bias column for `model`.
+pub fn bias_column(model: &Model) -> &'static str {
+    if model.feature_names.iter().any(|n| n == "bias") {
+        "bias_"
+    } else {
+        "bias"
+    }
+}
+
+/// Type of a value that has one number per output group.
+fn per_group_type(groups: usize) -> DataType {
+    if groups == 1 {
+        DataType::Float64
+    } else {
+        DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float64, false)), groups as i32)
+    }
+}
+
+/// Fields of the SHAP output: features then bias.
+pub fn shap_fields(model: &Model) -> Fields {
+    let t = per_group_type(model.num_groups);
+    model
+        .feature_names
+        .iter()
+        .map(String::as_str)
+        .chain([bias_column(model)])
+        .map(|n| Arc::new(Field::new(n, t.clone(), false)) as FieldRef)
+        .collect()
+}
+
+/// Field of the interactions output.
+pub fn interactions_field(model: &Model) -> FieldRef {
+    let w = model.num_features() + 1;
+    let n = model.num_groups * w * w;
+    let item = Arc::new(Field::new("item", DataType::Float64, false));
+    Arc::new(Field::new(INTERACTIONS_COLUMN, DataType::FixedSizeList(item, n as i32), false))
+}
+
+/// Field of the prediction output.
+pub fn prediction_field(model: &Model) -> FieldRef {
+    Arc::new(Field::new(PREDICTION_COLUMN, per_group_type(model.num_groups), false))
+}
+
+fn fixed_list(values: Vec<f64>, size: usize) -> ArrayRef {
+    let item = Arc::new(Field::new("item", DataType::Float64, false));
+    Arc::new(FixedSizeListArray::new(item, size as i32, Arc::new(Float64Array::from(values)), None))
+}
+
+/// SHAP columns (same order as [`shap_fields`]).
+pub fn shap_columns(a: &Attributions) -> Vec<ArrayRef> {
+    let w = a.features + 1;
+    (0..w)
+        .map(|j| {
+            let mut col = Vec::with_capacity(a.rows * a.groups);
+            for r in 0..a.rows {
+                for g in 0..a.groups {
+                    col.push(a.values[(r * a.groups + g) * w + j]);
+                }
+            }
+            if a.groups == 1 {
+                Arc::new(Float64Array::from(col)) as ArrayRef
+            } else {
+                fixed_list(col, a.groups)
+            }
+        })
+        .collect()
+}
+
+/// The interactions column.
+pub fn interactions_column(i: Interactions) -> ArrayRef {
+    let w = i.features + 1;
+    fixed_list(i.values, i.groups * w * w)
+}
+
+/// The prediction column.
+pub fn prediction_column(p: Predictions) -> ArrayRef {
+    if p.groups == 1 {
+        Arc::new(Float64Array::from(p.values))
+    } else {
+        fixed_list(p.values, p.groups)
+    }
+}

@@ -1,0 +1,33 @@
+//! # shapfusion
+//!
+//! Exact SHAP values and SHAP interaction values for XGBoost and LightGBM tree ensembles, the
+//! same numbers the libraries' own `pred_contribs` / `pred_contrib` give, on all cores.
+//!
+//! One path for every batch, shared by all front ends:
+//!
+//! ```text
+//! Arrow batch ──features──► FeatureBlock ──engine──► Attributions ──layout──► Arrow arrays
+//! ```
+//!
+//! * [`model`]: the tree ensemble and its readers (XGBoost JSON/UBJSON, LightGBM text).
+//! * [`engine`]: the [`engine::Explainer`] trait and the CPU engines (`treeshap`, `fast-v1`,
+//!   `fast-v2`, `auto`).
+//! * [`features`] and [`layout`]: the only code that converts between Arrow and the engines.
+//! * [`explain`]: the batch pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use shapfusion::{engine, model::Model};
+//! let model = Arc::new(Model::load("examples/models/fraud.json")?);
+//! let explainer = engine::build_explainer(model, engine::Algorithm::Auto, None, &Default::default())?;
+//! # Ok::<(), shapfusion::Error>(())
+//! ```
+
+pub mod engine;
+pub mod error;
+pub mod explain;
+pub mod features;
+pub mod layout;
+pub mod model;
+
+pub use error::{Error, Result};

@@ -1,0 +1,252 @@
+//! LightGBM text model reader (`Booster.save_model("model.txt")`, format `version=v2..v4`).
+//!
+//! Internal nodes are numbered `0..num_leaves-1` and leaves `~leaf` in the file; we store
+//! internal nodes first and leaves after them. Cover is the node's training row count
+//! (`internal_count` / `leaf_count`), which is what LightGBM's own `pred_contrib` weighs by.
+//! `leaf_value` already includes the tree's `shrinkage`. `average_output` (random forest mode)
+//! becomes a tree weight of 1/iterations, so attributions add up to the averaged prediction.
+//! Linear trees are refused: their leaves are linear models, which path-dependent TreeSHAP
+//! does not cover.
+
+use std::collections::HashMap;
+
+use super::{FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF};
+use crate::error::{Error, Result};
+
+pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::ModelFormat {
+        path: name.into(),
+        format: "LightGBM text",
+        detail: format!("not UTF-8 text ({e})"),
+    })?;
+    let err = |detail: String| Error::ModelFormat { path: name.into(), format: "LightGBM text", detail };
+
+    // Header: key=value lines (and bare flags such as `average_output`) up to the first tree.
+    let mut lines = text.lines().enumerate().peekable();
+    let mut header: HashMap<&str, &str> = HashMap::new();
+    while let Some((_, line)) = lines.peek() {
+        if line.starts_with("Tree=") || line.starts_with("end of trees") {
+            break;
+        }
+        let line = lines.next().unwrap().1.trim();
+        match line.split_once('=') {
+            Some((k, v)) => header.insert(k, v),
+            None => header.insert(line, ""),
+        };
+    }
+    let get = |k: &str| header.get(k).copied().ok_or_else(|| err(format!("header has no {k}= line")));
+    let parse_usize = |k: &str| -> Result<usize> {
+        get(k)?.trim().parse::<usize>().map_err(|_| err(format!("header {k}= is not a count")))
+    };
+    let num_class = parse_usize("num_class")?;
+    let per_iter = header
+        .get("num_tree_per_iteration")
+        .map(|v| v.trim().parse::<usize>())
+        .transpose()
+        .map_err(|_| err("num_tree_per_iteration= is not a count".into()))?
+        .unwrap_or(num_class)
+        .max(1);
+    let max_feature_idx: i64 = get("max_feature_idx")?.trim().parse().map_err(|_| err("max_feature_idx= is not a number".into()))?;
+    let num_features = (max_feature_idx + 1).max(0) as usize;
+    let feature_names: Vec<String> = match header.get("feature_names") {
+        Some(v) => v.split_whitespace().map(str::to_string).collect(),
+        None => (0..num_features).map(|i| format!("Column_{i}")).collect(),
+    };
+    if feature_names.len() != num_features {
+        return Err(err(format!("{} feature_names for max_feature_idx={max_feature_idx}", feature_names.len())));
+    }
+    let objective = header.get("objective").map(|s| s.trim().to_string()).unwrap_or_default();
+    let average_output = header.contains_key("average_output");
+    if header.get("linear_tree").map(|v| v.trim()) == Some("1") {
+        return Err(Error::UnsupportedModel {
+            path: name.into(),
+            detail: "linear_tree=1: linear-tree leaves are not supported by path-dependent TreeSHAP (LightGBM's own pred_contrib refuses them too)".into(),
+        });
+    }
+
+    let mut trees = Vec::new();
+    let mut feature_kinds = vec![FeatureKind::Numeric; num_features];
+    while let Some((lineno, line)) = lines.next() {
+        let line = line.trim();
+        if line.starts_with("end of trees") {
+            break;
+        }
+        let Some(idx) = line.strip_prefix("Tree=") else { continue };
+        let t: usize = idx.trim().parse().map_err(|_| err(format!("line {}: bad tree header {line:?}", lineno + 1)))?;
+        if t != trees.len() {
+            return Err(err(format!("line {}: tree {t} out of order (expected {})", lineno + 1, trees.len())));
+        }
+        let mut fields: HashMap<&str, &str> = HashMap::new();
+        for (_, l) in lines.by_ref() {
+            let l = l.trim();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once('=') {
+                fields.insert(k, v);
+            }
+        }
+        let tree = parse_tree(&fields, t, t % per_iter, name, num_features, &mut feature_kinds)?;
+        trees.push(tree);
+    }
+    if trees.is_empty() {
+        return Err(err("no Tree= sections (the file looks truncated)".into()));
+    }
+    if !text.contains("end of trees") {
+        return Err(err("no `end of trees` line (the file looks truncated)".into()));
+    }
+    if average_output {
+        let iterations = trees.len().div_ceil(per_iter) as f64;
+        for t in &mut trees {
+            t.weight = 1.0 / iterations;
+        }
+    }
+
+    Ok(Model {
+        format: ModelFormat::LightgbmText,
+        library_version: header.get("version").map(|v| v.to_string()),
+        objective,
+        feature_names,
+        feature_kinds,
+        num_groups: per_iter,
+        base_margin: vec![0.0; per_iter],
+        trees,
+        precision: Precision::F64,
+    })
+}
+
+fn parse_tree(
+    f: &HashMap<&str, &str>,
+    t: usize,
+    group: usize,
+    name: &str,
+    num_features: usize,
+    kinds: &mut [FeatureKind],
+) -> Result<Tree> {
+    let err = |detail: String| Error::ModelFormat { path: name.into(), format: "LightGBM text", detail: format!("Tree={t}: {detail}") };
+    let list = |k: &str| -> Result<Vec<f64>> {
+        match f.get(k) {
+            None => Err(err(format!("missing {k}="))),
+            Some(v) => v
+                .split_whitespace()
+                .map(|x| x.parse::<f64>().map_err(|_| err(format!("{k}= has a non-number {x:?}"))))
+                .collect(),
+        }
+    };
+    if f.get("is_linear").map(|v| v.trim()) == Some("1") {
+        return Err(Error::UnsupportedModel {
+            path: name.into(),
+            detail: format!("tree {t} is a linear tree (is_linear=1); path-dependent TreeSHAP does not cover linear leaves"),
+        });
+    }
+    let num_leaves: usize = f
+        .get("num_leaves")
+        .ok_or_else(|| err("missing num_leaves=".into()))?
+        .trim()
+        .parse()
+        .map_err(|_| err("num_leaves= is not a count".into()))?;
+    let leaf_value = list("leaf_value")?;
+    if leaf_value.len() != num_leaves {
+        return Err(err(format!("leaf_value has {} entries for num_leaves={num_leaves}", leaf_value.len())));
+    }
+    if num_leaves <= 1 {
+        // A constant tree (LightGBM writes these when no split has gain).
+        let v = leaf_value.first().copied().unwrap_or(0.0);
+        return Ok(Tree { nodes: vec![Node::leaf(v, 1.0)], category_words: vec![], group, weight: 1.0 });
+    }
+    let n_int = num_leaves - 1;
+    let split_feature = list("split_feature")?;
+    let threshold = list("threshold")?;
+    let decision_type = list("decision_type")?;
+    let left = list("left_child")?;
+    let right = list("right_child")?;
+    let internal_count = list("internal_count")?;
+    let leaf_count = list("leaf_count")?;
+    for (k, v) in [
+        ("split_feature", &split_feature),
+        ("threshold", &threshold),
+        ("decision_type", &decision_type),
+        ("left_child", &left),
+        ("right_child", &right),
+        ("internal_count", &internal_count),
+    ] {
+        if v.len() != n_int {
+            return Err(err(format!("{k} has {} entries, expected {n_int} (num_leaves - 1)", v.len())));
+        }
+    }
+    if leaf_count.len() != num_leaves {
+        return Err(err(format!("leaf_count has {} entries for num_leaves={num_leaves}", leaf_count.len())));
+    }
+    let (cat_boundaries, cat_threshold) = if f.contains_key("cat_boundaries") {
+        (list("cat_boundaries")?, list("cat_threshold")?)
+    } else {
+        (vec![], vec![])
+    };
+    let category_words: Vec<u32> = cat_threshold.iter().map(|&w| w as u32).collect();
+
+    let total = n_int + num_leaves;
+    let child = |c: f64, node: usize| -> Result<u32> {
+        // Non-negative: internal node; negative: ~leaf.
+        let idx = if c >= 0.0 { c } else { n_int as f64 + (-c - 1.0) };
+        if c.fract() != 0.0 || idx >= total as f64 {
+            return Err(Error::InvalidTree {
+                path: name.into(),
+                tree: t,
+                node,
+                detail: format!("child {c} is out of range ({n_int} internal nodes, {num_leaves} leaves)"),
+            });
+        }
+        Ok(idx as u32)
+    };
+
+    let mut nodes = Vec::with_capacity(total);
+    for i in 0..n_int {
+        let dt = decision_type[i] as u32;
+        let feat = split_feature[i];
+        if feat < 0.0 || feat as usize >= num_features {
+            return Err(Error::InvalidTree {
+                path: name.into(),
+                tree: t,
+                node: i,
+                detail: format!("splits on feature {feat} but the model has {num_features} features"),
+            });
+        }
+        let categorical = dt & 1 == 1;
+        let default_left = dt & 2 == 2;
+        let missing = match (dt >> 2) & 3 {
+            0 => MissingType::None,
+            1 => MissingType::Zero,
+            2 => MissingType::NaN,
+            m => return Err(Error::InvalidTree { path: name.into(), tree: t, node: i, detail: format!("unknown missing type {m} in decision_type {dt}") }),
+        };
+        let (rule, categories) = if categorical {
+            kinds[feat as usize] = FeatureKind::Categorical;
+            let ci = threshold[i] as usize;
+            if ci + 1 >= cat_boundaries.len() {
+                return Err(Error::InvalidTree { path: name.into(), tree: t, node: i, detail: format!("category set {ci} not in cat_boundaries") });
+            }
+            let (s, e) = (cat_boundaries[ci] as u32, cat_boundaries[ci + 1] as u32);
+            if e < s {
+                return Err(Error::InvalidTree { path: name.into(), tree: t, node: i, detail: "cat_boundaries decrease".into() });
+            }
+            (SplitRule::LgbCategories, (s, e - s))
+        } else {
+            (SplitRule::LgbLessEqual { threshold: threshold[i], missing }, (0, 0))
+        };
+        nodes.push(Node {
+            left: child(left[i], i)?,
+            right: child(right[i], i)?,
+            feature: feat as u32,
+            rule,
+            default_left,
+            categories,
+            cover: internal_count[i],
+            value: 0.0,
+        });
+    }
+    for l in 0..num_leaves {
+        nodes.push(Node::leaf(leaf_value[l], leaf_count[l]));
+    }
+    debug_assert!(nodes.iter().all(|n| n.is_leaf() == (n.left == LEAF)));
+    Ok(Tree { nodes, category_words, group, weight: 1.0 })
+}

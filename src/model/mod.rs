@@ -1,0 +1,538 @@
+//! Tree ensembles as plain arrays, and the readers that produce them.
+//!
+//! [`Model`] is format-neutral: XGBoost and LightGBM files both load into it, and the engines only
+//! ever see it. The split rule of every node ([`SplitRule`]) carries the owning library's exact
+//! semantics (XGBoost `x < t` on float32, LightGBM `x <= t` on float64, missing-value and
+//! category handling), so the engines need not know which library trained the model.
+
+mod lightgbm;
+mod ubjson;
+mod xgboost;
+
+use std::fmt;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Marker for "no child": the node is a leaf.
+pub const LEAF: u32 = u32::MAX;
+
+/// Which library and file format a model came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    /// XGBoost `save_model("*.json")`.
+    XgboostJson,
+    /// XGBoost `save_model("*.ubj")` (Universal Binary JSON).
+    XgboostUbjson,
+    /// LightGBM `save_model("*.txt")`.
+    LightgbmText,
+}
+
+impl fmt::Display for ModelFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModelFormat::XgboostJson => "XGBoost JSON",
+            ModelFormat::XgboostUbjson => "XGBoost UBJSON",
+            ModelFormat::LightgbmText => "LightGBM text",
+        })
+    }
+}
+
+/// How input values are rounded before they are compared with thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// XGBoost casts every feature value to float32 first.
+    F32,
+    /// LightGBM compares float64 values.
+    F64,
+}
+
+/// Whether a feature is numeric or holds integer category codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeatureKind {
+    /// Ordered values compared with thresholds.
+    Numeric,
+    /// Integer codes compared against category sets.
+    Categorical,
+}
+
+/// LightGBM's missing-value treatment for a numeric split (`decision_type` bits 2–3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingType {
+    /// NaN is treated as 0.0; no default direction.
+    None,
+    /// Zero (|x| ≤ 1e-35) and NaN take the default direction.
+    Zero,
+    /// NaN takes the default direction.
+    NaN,
+}
+
+/// The decision rule of an internal node, in the semantics of the library that wrote it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SplitRule {
+    /// XGBoost numeric: NaN → default; else left iff `x < threshold` (x already float32-rounded).
+    XgbLess {
+        /// The float32 threshold, widened exactly.
+        threshold: f64,
+    },
+    /// XGBoost categorical: NaN → default; a valid code in the set goes right, anything else left.
+    XgbCategories,
+    /// LightGBM numeric: left iff `x <= threshold`, after its missing-value rules.
+    LgbLessEqual {
+        /// The float64 threshold.
+        threshold: f64,
+        /// How NaN / zero are treated.
+        missing: MissingType,
+    },
+    /// LightGBM categorical: NaN or negative → right; a code in the set goes left.
+    LgbCategories,
+}
+
+/// One node of a tree. Leaves have `left == right == LEAF`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Left child index, or [`LEAF`].
+    pub left: u32,
+    /// Right child index, or [`LEAF`].
+    pub right: u32,
+    /// Feature tested by the split (unused for leaves).
+    pub feature: u32,
+    /// The split rule (unused for leaves).
+    pub rule: SplitRule,
+    /// Direction taken by a missing value, where the rule has one.
+    pub default_left: bool,
+    /// Category bitset of a categorical split: a range of words in [`Tree::category_words`].
+    pub categories: (u32, u32),
+    /// Cover: sum of hessians (XGBoost) or row count (LightGBM) of the training rows here.
+    pub cover: f64,
+    /// Leaf value in margin space, before the tree weight (unused for internal nodes).
+    pub value: f64,
+}
+
+impl Node {
+    /// A leaf node holding `value`.
+    pub fn leaf(value: f64, cover: f64) -> Self {
+        Node {
+            left: LEAF,
+            right: LEAF,
+            feature: 0,
+            rule: SplitRule::XgbLess { threshold: 0.0 },
+            default_left: true,
+            categories: (0, 0),
+            cover,
+            value,
+        }
+    }
+
+    /// Whether the node is a leaf.
+    #[inline]
+    pub fn is_leaf(&self) -> bool {
+        self.left == LEAF
+    }
+}
+
+/// One regression tree of the ensemble.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tree {
+    /// Nodes; node 0 is the root.
+    pub nodes: Vec<Node>,
+    /// Category bitsets of all categorical splits in this tree (32 categories per word).
+    pub category_words: Vec<u32>,
+    /// Output group (class) this tree adds to.
+    pub group: usize,
+    /// Multiplier of every leaf value (DART drop weights, LightGBM `average_output`); usually 1.
+    pub weight: f64,
+}
+
+impl Tree {
+    /// Whether a row with value `x` for this node's feature goes to the left child.
+    ///
+    /// `x` is NaN for a missing value. For XGBoost models it must already be rounded to float32
+    /// (the feature block does that), so comparing in f64 gives XGBoost's float32 answer.
+    #[inline]
+    pub fn goes_left(&self, node: &Node, x: f64) -> bool {
+        match node.rule {
+            SplitRule::XgbLess { threshold } => {
+                if x.is_nan() {
+                    node.default_left
+                } else {
+                    x < threshold
+                }
+            }
+            SplitRule::XgbCategories => {
+                if x.is_nan() {
+                    return node.default_left;
+                }
+                // XGBoost: negative or too-large codes are "invalid" and go left, like any
+                // category not in the set; codes in the set go right.
+                if !(0.0..16_777_216.0).contains(&x) {
+                    return true;
+                }
+                !self.in_category_set(node, x as u32)
+            }
+            SplitRule::LgbLessEqual { threshold, missing } => {
+                let mut x = x;
+                if x.is_nan() && missing != MissingType::NaN {
+                    x = 0.0;
+                }
+                let is_missing = match missing {
+                    MissingType::None => false,
+                    MissingType::Zero => (-1e-35..=1e-35).contains(&x),
+                    MissingType::NaN => x.is_nan(),
+                };
+                if is_missing {
+                    node.default_left
+                } else {
+                    x <= threshold
+                }
+            }
+            SplitRule::LgbCategories => {
+                // C++ `static_cast<int>` of NaN or out-of-range values is INT_MIN on x86-64,
+                // which LightGBM sends right, as it does negative codes.
+                if x.is_nan() || x >= 2_147_483_648.0 || x <= -2_147_483_649.0 {
+                    return false;
+                }
+                let code = x.trunc();
+                if code < 0.0 {
+                    return false;
+                }
+                self.in_category_set(node, code as u32)
+            }
+        }
+    }
+
+    /// Whether category `code` is in the node's bitset.
+    #[inline]
+    fn in_category_set(&self, node: &Node, code: u32) -> bool {
+        let (start, len) = node.categories;
+        let word = (code / 32) as usize;
+        if word >= len as usize {
+            return false;
+        }
+        (self.category_words[start as usize + word] >> (code % 32)) & 1 == 1
+    }
+
+    /// The leaf reached by a row (`x` indexed by feature).
+    pub fn leaf_of(&self, x: &[f64]) -> usize {
+        let mut n = 0usize;
+        loop {
+            let node = &self.nodes[n];
+            if node.is_leaf() {
+                return n;
+            }
+            n = if self.goes_left(node, x[node.feature as usize]) { node.left } else { node.right }
+                as usize;
+        }
+    }
+
+    /// Depth of the tree (a lone leaf has depth 0).
+    pub fn depth(&self) -> usize {
+        let mut stack = vec![(0usize, 0usize)];
+        let mut depth = 0;
+        while let Some((n, d)) = stack.pop() {
+            depth = depth.max(d);
+            let node = &self.nodes[n];
+            if !node.is_leaf() {
+                stack.push((node.left as usize, d + 1));
+                stack.push((node.right as usize, d + 1));
+            }
+        }
+        depth
+    }
+
+    /// Number of leaves reachable from the root.
+    pub fn num_leaves(&self) -> usize {
+        let mut stack = vec![0usize];
+        let mut leaves = 0;
+        while let Some(n) = stack.pop() {
+            let node = &self.nodes[n];
+            if node.is_leaf() {
+                leaves += 1;
+            } else {
+                stack.push(node.left as usize);
+                stack.push(node.right as usize);
+            }
+        }
+        leaves
+    }
+}
+
+/// A tree ensemble ready to explain: trees, features, output groups and base margin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    /// Format the model was read from.
+    pub format: ModelFormat,
+    /// Version of the library that wrote it, when the file says.
+    pub library_version: Option<String>,
+    /// Objective name as the library wrote it (`binary:logistic`, `multiclass`, ...).
+    pub objective: String,
+    /// Feature names, in the model's order (`f0..` for XGBoost models saved without names).
+    pub feature_names: Vec<String>,
+    /// Numeric or categorical, per feature.
+    pub feature_kinds: Vec<FeatureKind>,
+    /// Number of outputs (classes for multiclass models, else 1).
+    pub num_groups: usize,
+    /// Margin added to every prediction, per group (XGBoost's transformed `base_score`).
+    pub base_margin: Vec<f64>,
+    /// The trees, each adding to one group.
+    pub trees: Vec<Tree>,
+    /// Precision of threshold comparisons.
+    pub precision: Precision,
+}
+
+impl Model {
+    /// Loads a model file, detecting its format from its content.
+    pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Model::from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// Parses a model from bytes; `name` is used in error messages.
+    pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+        let model = match detect_format(bytes) {
+            Some(ModelFormat::XgboostJson) => xgboost::from_json_bytes(bytes, name)?,
+            Some(ModelFormat::XgboostUbjson) => xgboost::from_ubjson_bytes(bytes, name)?,
+            Some(ModelFormat::LightgbmText) => lightgbm::from_text(bytes, name)?,
+            None => {
+                return Err(Error::ModelFormat {
+                    path: name.to_string(),
+                    format: "XGBoost or LightGBM",
+                    detail: if bytes.is_empty() {
+                        "the file is empty".into()
+                    } else {
+                        "content is neither XGBoost JSON/UBJSON nor a LightGBM text model".into()
+                    },
+                })
+            }
+        };
+        model.validate(name)?;
+        Ok(model)
+    }
+
+    /// Number of features the model reads.
+    pub fn num_features(&self) -> usize {
+        self.feature_names.len()
+    }
+
+    /// Predicted margin (raw score) of one row, per group, in f64.
+    pub fn predict_row(&self, x: &[f64], out: &mut [f64]) {
+        out.copy_from_slice(&self.base_margin);
+        for tree in &self.trees {
+            let leaf = tree.leaf_of(x);
+            out[tree.group] += tree.nodes[leaf].value * tree.weight;
+        }
+    }
+
+    /// Checks the structure of every tree: children in range, no cycles or shared nodes,
+    /// features in range, finite thresholds, values and covers.
+    pub fn validate(&self, name: &str) -> Result<()> {
+        let nf = self.num_features();
+        if self.feature_kinds.len() != nf {
+            return Err(Error::ModelFormat {
+                path: name.into(),
+                format: "tree ensemble",
+                detail: format!("{} feature names but {} feature types", nf, self.feature_kinds.len()),
+            });
+        }
+        if self.base_margin.len() != self.num_groups || self.base_margin.iter().any(|b| !b.is_finite()) {
+            return Err(Error::ModelFormat {
+                path: name.into(),
+                format: "tree ensemble",
+                detail: format!("base margin {:?} does not fit {} output groups", self.base_margin, self.num_groups),
+            });
+        }
+        for (t, tree) in self.trees.iter().enumerate() {
+            let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
+            if tree.nodes.is_empty() {
+                return Err(bad(0, "tree has no nodes".into()));
+            }
+            if tree.group >= self.num_groups {
+                return Err(bad(0, format!("output group {} but the model has {}", tree.group, self.num_groups)));
+            }
+            if !tree.weight.is_finite() {
+                return Err(bad(0, format!("tree weight {} is not finite", tree.weight)));
+            }
+            let mut seen = vec![false; tree.nodes.len()];
+            let mut stack = vec![0usize];
+            seen[0] = true;
+            while let Some(n) = stack.pop() {
+                let node = &tree.nodes[n];
+                if !(node.cover.is_finite() && node.cover >= 0.0) {
+                    return Err(bad(n, format!("cover {} is not a finite non-negative number", node.cover)));
+                }
+                if node.is_leaf() {
+                    if node.right != LEAF {
+                        return Err(bad(n, "node has a right child but no left child".into()));
+                    }
+                    if !node.value.is_finite() {
+                        return Err(bad(n, format!("leaf value {} is not finite", node.value)));
+                    }
+                    continue;
+                }
+                if node.right == LEAF {
+                    return Err(bad(n, "node has a left child but no right child".into()));
+                }
+                if node.feature as usize >= nf {
+                    return Err(bad(n, format!("splits on feature {} but the model has {} features", node.feature, nf)));
+                }
+                if node.cover <= 0.0 {
+                    return Err(bad(n, "internal node has zero cover; TreeSHAP needs positive covers".into()));
+                }
+                match node.rule {
+                    SplitRule::XgbLess { threshold } | SplitRule::LgbLessEqual { threshold, .. } => {
+                        if !threshold.is_finite() {
+                            return Err(bad(n, format!("threshold {threshold} is not finite")));
+                        }
+                    }
+                    SplitRule::XgbCategories | SplitRule::LgbCategories => {
+                        let (start, len) = node.categories;
+                        if start as usize + len as usize > tree.category_words.len() {
+                            return Err(bad(n, "category set points outside the tree's category list".into()));
+                        }
+                    }
+                }
+                for child in [node.left, node.right] {
+                    let c = child as usize;
+                    if c >= tree.nodes.len() {
+                        return Err(bad(n, format!("child index {} is out of range (tree has {} nodes)", child, tree.nodes.len())));
+                    }
+                    if seen[c] {
+                        return Err(bad(n, format!("child {c} is reached twice: the tree has a cycle or shared node")));
+                    }
+                    seen[c] = true;
+                    stack.push(c);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A one-screen description, for `shapfusion models inspect`.
+    pub fn summary(&self) -> ModelSummary {
+        ModelSummary {
+            format: self.format.to_string(),
+            library_version: self.library_version.clone(),
+            objective: self.objective.clone(),
+            trees: self.trees.len(),
+            max_depth: self.trees.iter().map(Tree::depth).max().unwrap_or(0),
+            leaves: self.trees.iter().map(Tree::num_leaves).sum(),
+            features: self.feature_names.clone(),
+            categorical: self
+                .feature_names
+                .iter()
+                .zip(&self.feature_kinds)
+                .filter(|(_, k)| **k == FeatureKind::Categorical)
+                .map(|(n, _)| n.clone())
+                .collect(),
+            output_groups: self.num_groups,
+            base_margin: self.base_margin.clone(),
+        }
+    }
+}
+
+/// What `models inspect` prints.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelSummary {
+    /// File format.
+    pub format: String,
+    /// Library version that wrote it.
+    pub library_version: Option<String>,
+    /// Objective.
+    pub objective: String,
+    /// Number of trees.
+    pub trees: usize,
+    /// Deepest tree.
+    pub max_depth: usize,
+    /// Total leaves.
+    pub leaves: usize,
+    /// Feature names in order.
+    pub features: Vec<String>,
+    /// Names of categorical features.
+    pub categorical: Vec<String>,
+    /// Output groups.
+    pub output_groups: usize,
+    /// Base margin per group.
+    pub base_margin: Vec<f64>,
+}
+
+/// Guesses the format from the first bytes of the content (not the file extension).
+pub fn detect_format(bytes: &[u8]) -> Option<ModelFormat> {
+    let start = bytes.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &bytes[start..];
+    if rest[0] == b'{' {
+        // JSON continues with whitespace, a quote or '}'; UBJSON with a type/length marker.
+        return match rest.get(1) {
+            Some(b'i' | b'U' | b'I' | b'l' | b'L' | b'$' | b'#') => Some(ModelFormat::XgboostUbjson),
+            _ => Some(ModelFormat::XgboostJson),
+        };
+    }
+    if rest.starts_with(b"tree") {
+        return Some(ModelFormat::LightgbmText);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_formats_from_content() {
+        assert_eq!(detect_format(b"  {\"learner\": {}}"), Some(ModelFormat::XgboostJson));
+        assert_eq!(detect_format(b"{L\x00\x00\x00\x00\x00\x00\x00\x07learner"), Some(ModelFormat::XgboostUbjson));
+        assert_eq!(detect_format(b"{i\x07learner"), Some(ModelFormat::XgboostUbjson));
+        assert_eq!(detect_format(b"tree\nversion=v4\n"), Some(ModelFormat::LightgbmText));
+        assert_eq!(detect_format(b"hello"), None);
+        assert_eq!(detect_format(b""), None);
+    }
+
+    fn stump(rule: SplitRule, words: Vec<u32>) -> Tree {
+        let mut root = Node::leaf(0.0, 2.0);
+        root.left = 1;
+        root.right = 2;
+        root.rule = rule;
+        root.default_left = false;
+        root.categories = (0, words.len() as u32);
+        Tree { nodes: vec![root, Node::leaf(-1.0, 1.0), Node::leaf(1.0, 1.0)], category_words: words, group: 0, weight: 1.0 }
+    }
+
+    #[test]
+    fn xgboost_numeric_rule_is_strict_less() {
+        let t = stump(SplitRule::XgbLess { threshold: 0.5 }, vec![]);
+        assert!(t.goes_left(&t.nodes[0], 0.25));
+        assert!(!t.goes_left(&t.nodes[0], 0.5));
+        assert!(!t.goes_left(&t.nodes[0], f64::NAN), "NaN takes the default (right here)");
+    }
+
+    #[test]
+    fn lightgbm_numeric_rules_follow_missing_type() {
+        let t = stump(SplitRule::LgbLessEqual { threshold: 0.5, missing: MissingType::None }, vec![]);
+        assert!(t.goes_left(&t.nodes[0], 0.5));
+        assert!(t.goes_left(&t.nodes[0], f64::NAN), "NaN is read as 0.0 <= 0.5");
+        let t = stump(SplitRule::LgbLessEqual { threshold: 0.5, missing: MissingType::Zero }, vec![]);
+        assert!(!t.goes_left(&t.nodes[0], 0.0), "zero is missing -> default right");
+        assert!(!t.goes_left(&t.nodes[0], f64::NAN));
+        let t = stump(SplitRule::LgbLessEqual { threshold: 0.5, missing: MissingType::NaN }, vec![]);
+        assert!(t.goes_left(&t.nodes[0], 0.0));
+        assert!(!t.goes_left(&t.nodes[0], f64::NAN));
+    }
+
+    #[test]
+    fn category_rules_point_opposite_ways() {
+        // categories {1, 33}
+        let words = vec![1 << 1, 1 << 1];
+        let x = stump(SplitRule::XgbCategories, words.clone());
+        assert!(!x.goes_left(&x.nodes[0], 1.0), "XGBoost: in the set goes right");
+        assert!(!x.goes_left(&x.nodes[0], 33.0));
+        assert!(x.goes_left(&x.nodes[0], 2.0));
+        assert!(x.goes_left(&x.nodes[0], 1000.0), "beyond the bitset: not in the set");
+        assert!(x.goes_left(&x.nodes[0], -1.0), "invalid code goes left");
+        let l = stump(SplitRule::LgbCategories, words);
+        assert!(l.goes_left(&l.nodes[0], 1.0), "LightGBM: in the set goes left");
+        assert!(l.goes_left(&l.nodes[0], 1.7), "codes truncate");
+        assert!(!l.goes_left(&l.nodes[0], 2.0));
+        assert!(!l.goes_left(&l.nodes[0], -1.0));
+        assert!(!l.goes_left(&l.nodes[0], f64::NAN));
+    }
+}

@@ -1,0 +1,380 @@
+//! XGBoost model reader: the JSON schema of `Booster.save_model` (XGBoost 1.x–3.x), from JSON
+//! or UBJSON bytes.
+//!
+//! What is honoured: `gbtree` and `dart` boosters (DART `weight_drop` becomes the tree weight),
+//! `tree_info` output groups (multiclass, `num_parallel_tree` forests, one tree per target),
+//! `base_score` in the objective's user space transformed to a margin the way the objective's
+//! `ProbToMargin` does, `default_left`, categorical splits (`categories*` arrays), and
+//! `feature_names` / `feature_types`. Not supported, with a clear error: `gblinear`, and vector
+//! leaves (`multi_strategy="multi_output_tree"`).
+
+use serde_json::Value;
+
+use super::{FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF};
+use crate::error::{Error, Result};
+
+pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| Error::ModelFormat {
+        path: name.into(),
+        format: "XGBoost JSON",
+        detail: if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() },
+    })?;
+    Reader { name, format: ModelFormat::XgboostJson }.model(&value)
+}
+
+pub(super) fn from_ubjson_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+    let value = super::ubjson::decode(bytes).map_err(|detail| Error::ModelFormat {
+        path: name.into(),
+        format: "XGBoost UBJSON",
+        detail,
+    })?;
+    Reader { name, format: ModelFormat::XgboostUbjson }.model(&value)
+}
+
+struct Reader<'a> {
+    name: &'a str,
+    format: ModelFormat,
+}
+
+impl Reader<'_> {
+    fn err(&self, detail: impl Into<String>) -> Error {
+        Error::ModelFormat {
+            path: self.name.into(),
+            format: match self.format {
+                ModelFormat::XgboostUbjson => "XGBoost UBJSON",
+                _ => "XGBoost JSON",
+            },
+            detail: detail.into(),
+        }
+    }
+
+    fn field<'v>(&self, v: &'v Value, path: &str, key: &str) -> Result<&'v Value> {
+        v.get(key).ok_or_else(|| self.err(format!("missing field {path}.{key}")))
+    }
+
+    /// XGBoost writes most scalars in `*_param` objects as strings ("8", "5E-1").
+    fn number(&self, v: &Value, what: &str) -> Result<f64> {
+        match v {
+            Value::Number(n) => n.as_f64().ok_or_else(|| self.err(format!("{what} is not a number"))),
+            Value::String(s) => s.trim().parse::<f64>().map_err(|_| self.err(format!("{what} = {s:?} is not a number"))),
+            _ => Err(self.err(format!("{what} is not a number: {v}"))),
+        }
+    }
+
+    fn count(&self, v: &Value, what: &str) -> Result<usize> {
+        let x = self.number(v, what)?;
+        if x < 0.0 || x.fract() != 0.0 || x > u32::MAX as f64 {
+            return Err(self.err(format!("{what} = {x} is not a count")));
+        }
+        Ok(x as usize)
+    }
+
+    fn model(&self, root: &Value) -> Result<Model> {
+        let learner = self.field(root, "", "learner")?;
+        let version = root.get("version").and_then(Value::as_array).map(|v| {
+            v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(".")
+        });
+        let lmp = self.field(learner, "learner", "learner_model_param")?;
+        let num_feature = self.count(self.field(lmp, "learner_model_param", "num_feature")?, "num_feature")?;
+        let num_class = match lmp.get("num_class") {
+            Some(v) => self.count(v, "num_class")?,
+            None => 0,
+        };
+        let num_target = match lmp.get("num_target") {
+            Some(v) => self.count(v, "num_target")?,
+            None => 1,
+        };
+        let num_groups = num_class.max(num_target).max(1);
+
+        let objective = learner
+            .get("objective")
+            .and_then(|o| o.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("reg:squarederror")
+            .to_string();
+
+        let base_margin = self.base_margin(lmp, &objective, num_groups)?;
+        let (feature_names, feature_kinds) = self.features(learner, num_feature)?;
+
+        let booster = self.field(learner, "learner", "gradient_booster")?;
+        let booster_name = booster.get("name").and_then(Value::as_str).unwrap_or("gbtree");
+        let (model, weights) = match booster_name {
+            "gbtree" => (self.field(booster, "gradient_booster", "model")?, None),
+            "dart" => {
+                let inner = self.field(booster, "gradient_booster", "gbtree")?;
+                let w = self.field(booster, "gradient_booster", "weight_drop")?;
+                let w = self.f64_array(w, "gradient_booster.weight_drop")?;
+                (self.field(inner, "gradient_booster.gbtree", "model")?, Some(w))
+            }
+            "gblinear" => {
+                return Err(Error::UnsupportedModel {
+                    path: self.name.into(),
+                    detail: "booster gblinear is a linear model, not trees; its SHAP values are coef * (x - mean(x)) and need the training means".into(),
+                })
+            }
+            other => return Err(self.err(format!("unknown booster {other:?}"))),
+        };
+
+        let trees_json = self
+            .field(model, "model", "trees")?
+            .as_array()
+            .ok_or_else(|| self.err("model.trees is not an array"))?;
+        let tree_info = match model.get("tree_info") {
+            Some(v) => self.f64_array(v, "model.tree_info")?,
+            None => vec![0.0; trees_json.len()],
+        };
+        if tree_info.len() != trees_json.len() {
+            return Err(self.err(format!(
+                "model.tree_info has {} entries for {} trees",
+                tree_info.len(),
+                trees_json.len()
+            )));
+        }
+        if let Some(w) = &weights {
+            if w.len() != trees_json.len() {
+                return Err(self.err(format!("dart weight_drop has {} entries for {} trees", w.len(), trees_json.len())));
+            }
+        }
+
+        let mut trees = Vec::with_capacity(trees_json.len());
+        for (t, tj) in trees_json.iter().enumerate() {
+            let group = tree_info[t] as usize;
+            let weight = weights.as_ref().map_or(1.0, |w| w[t]);
+            trees.push(self.tree(tj, t, group, weight, &feature_kinds)?);
+        }
+
+        Ok(Model {
+            format: self.format,
+            library_version: version,
+            objective,
+            feature_names,
+            feature_kinds,
+            num_groups,
+            base_margin,
+            trees,
+            precision: Precision::F32,
+        })
+    }
+
+    /// `base_score` is stored in the objective's output space (a probability for logistic
+    /// objectives, a mean for log-link ones); XGBoost turns it into a margin with the
+    /// objective's `ProbToMargin`, in float32. 3.x stores a vector (one per target/class).
+    fn base_margin(&self, lmp: &Value, objective: &str, groups: usize) -> Result<Vec<f64>> {
+        let raw = match lmp.get("base_score") {
+            None => vec![0.5],
+            Some(Value::String(s)) if s.trim_start().starts_with('[') => {
+                let inner = s.trim().trim_start_matches('[').trim_end_matches(']');
+                inner
+                    .split(',')
+                    .map(|p| p.trim().parse::<f64>().map_err(|_| self.err(format!("base_score {s:?} is not a list of numbers"))))
+                    .collect::<Result<Vec<_>>>()?
+            }
+            Some(Value::Array(a)) => a.iter().map(|v| self.number(v, "base_score")).collect::<Result<Vec<_>>>()?,
+            Some(v) => vec![self.number(v, "base_score")?],
+        };
+        let raw = match raw.len() {
+            1 => vec![raw[0]; groups],
+            n if n == groups => raw,
+            n => return Err(self.err(format!("base_score has {n} values for {groups} output groups"))),
+        };
+        raw.into_iter().map(|b| self.prob_to_margin(objective, b)).collect()
+    }
+
+    fn prob_to_margin(&self, objective: &str, b: f64) -> Result<f64> {
+        let b32 = b as f32;
+        let logit = ["binary:logistic", "reg:logistic", "binary:logitraw"];
+        let log = ["count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"];
+        let m = if logit.contains(&objective) {
+            if !(b32 > 0.0 && b32 < 1.0) {
+                return Err(self.err(format!("base_score {b} must be in (0, 1) for {objective}")));
+            }
+            -(1.0f32 / b32 - 1.0).ln()
+        } else if log.contains(&objective) {
+            if b32 <= 0.0 {
+                return Err(self.err(format!("base_score {b} must be positive for {objective}")));
+            }
+            b32.ln()
+        } else {
+            b32
+        };
+        Ok(m as f64)
+    }
+
+    fn features(&self, learner: &Value, n: usize) -> Result<(Vec<String>, Vec<FeatureKind>)> {
+        let names: Vec<String> = match learner.get("feature_names").and_then(Value::as_array) {
+            Some(a) if !a.is_empty() => a.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect(),
+            _ => (0..n).map(|i| format!("f{i}")).collect(),
+        };
+        if names.len() != n {
+            return Err(self.err(format!("{} feature_names for num_feature = {n}", names.len())));
+        }
+        let kinds = match learner.get("feature_types").and_then(Value::as_array) {
+            Some(a) if !a.is_empty() => {
+                if a.len() != n {
+                    return Err(self.err(format!("{} feature_types for num_feature = {n}", a.len())));
+                }
+                a.iter()
+                    .map(|v| match v.as_str() {
+                        Some("c") => FeatureKind::Categorical,
+                        _ => FeatureKind::Numeric,
+                    })
+                    .collect()
+            }
+            _ => vec![FeatureKind::Numeric; n],
+        };
+        Ok((names, kinds))
+    }
+
+    fn f64_array(&self, v: &Value, what: &str) -> Result<Vec<f64>> {
+        let a = v.as_array().ok_or_else(|| self.err(format!("{what} is not an array")))?;
+        a.iter()
+            .enumerate()
+            .map(|(i, x)| match x {
+                Value::Number(n) => Ok(n.as_f64().unwrap_or(f64::NAN)),
+                Value::Bool(b) => Ok(*b as u8 as f64),
+                Value::Null => Err(self.err(format!("{what}[{i}] is null or not a finite number"))),
+                _ => Err(self.err(format!("{what}[{i}] is not a number"))),
+            })
+            .collect()
+    }
+
+    fn tree(&self, tj: &Value, t: usize, group: usize, weight: f64, kinds: &[FeatureKind]) -> Result<Tree> {
+        let at = |key: &str| format!("trees[{t}].{key}");
+        let arr = |key: &str| -> Result<Vec<f64>> {
+            let v = tj.get(key).ok_or_else(|| self.err(format!("missing field {}", at(key))))?;
+            self.f64_array(v, &at(key))
+        };
+        let opt_arr = |key: &str| -> Result<Vec<f64>> {
+            match tj.get(key) {
+                Some(v) => self.f64_array(v, &at(key)),
+                None => Ok(vec![]),
+            }
+        };
+        if let Some(tp) = tj.get("tree_param") {
+            if let Some(s) = tp.get("size_leaf_vector") {
+                if self.count(s, &at("tree_param.size_leaf_vector"))? > 1 {
+                    return Err(Error::UnsupportedModel {
+                        path: self.name.into(),
+                        detail: format!("tree {t} has vector leaves (multi_strategy=\"multi_output_tree\"); train with the default one_output_per_tree"),
+                    });
+                }
+            }
+        }
+        let left = arr("left_children")?;
+        let right = arr("right_children")?;
+        let feature = arr("split_indices")?;
+        let cond = arr("split_conditions")?;
+        let default_left = arr("default_left")?;
+        let cover = arr("sum_hessian")?;
+        let split_type = opt_arr("split_type")?;
+        let n = left.len();
+        for (key, len) in [
+            ("right_children", right.len()),
+            ("split_indices", feature.len()),
+            ("split_conditions", cond.len()),
+            ("default_left", default_left.len()),
+            ("sum_hessian", cover.len()),
+        ] {
+            if len != n {
+                return Err(self.err(format!("{} has {len} entries but left_children has {n}", at(key))));
+            }
+        }
+        if !split_type.is_empty() && split_type.len() != n {
+            return Err(self.err(format!("{} has {} entries for {n} nodes", at("split_type"), split_type.len())));
+        }
+
+        // Categorical splits: categories_nodes[k] owns categories[segments[k] .. + sizes[k]].
+        let cat_nodes = opt_arr("categories_nodes")?;
+        let cat_segments = opt_arr("categories_segments")?;
+        let cat_sizes = opt_arr("categories_sizes")?;
+        let categories = opt_arr("categories")?;
+        if cat_segments.len() != cat_nodes.len() || cat_sizes.len() != cat_nodes.len() {
+            return Err(self.err(format!("{}: categories_nodes/segments/sizes differ in length", at("categories"))));
+        }
+        let mut words = Vec::new();
+        let mut node_cats = vec![None; n];
+        for k in 0..cat_nodes.len() {
+            let node = cat_nodes[k] as usize;
+            let (seg, size) = (cat_segments[k] as usize, cat_sizes[k] as usize);
+            if node >= n || seg + size > categories.len() {
+                return Err(Error::InvalidTree {
+                    path: self.name.into(),
+                    tree: t,
+                    node,
+                    detail: "category list points outside the tree's categories array".into(),
+                });
+            }
+            let codes = &categories[seg..seg + size];
+            let max = codes.iter().fold(0.0f64, |m, &c| m.max(c));
+            if codes.iter().any(|&c| c < 0.0 || c.fract() != 0.0 || c >= 16_777_216.0) {
+                return Err(Error::InvalidTree { path: self.name.into(), tree: t, node, detail: "category codes must be integers in [0, 2^24)".into() });
+            }
+            let nwords = if size == 0 { 0 } else { max as usize / 32 + 1 };
+            let start = words.len();
+            words.resize(start + nwords, 0u32);
+            for &c in codes {
+                let c = c as usize;
+                words[start + c / 32] |= 1 << (c % 32);
+            }
+            node_cats[node] = Some((start as u32, nwords as u32));
+        }
+
+        let child = |c: f64, node: usize| -> Result<u32> {
+            if c == -1.0 {
+                Ok(LEAF)
+            } else if c < 0.0 || c.fract() != 0.0 || c >= n as f64 {
+                Err(Error::InvalidTree {
+                    path: self.name.into(),
+                    tree: t,
+                    node,
+                    detail: format!("child index {c} is out of range (tree has {n} nodes)"),
+                })
+            } else {
+                Ok(c as u32)
+            }
+        };
+
+        let mut nodes = Vec::with_capacity(n);
+        for i in 0..n {
+            let l = child(left[i], i)?;
+            let r = child(right[i], i)?;
+            if l == LEAF {
+                nodes.push(Node::leaf(cond[i], cover[i]));
+                continue;
+            }
+            let f = feature[i];
+            if f < 0.0 || f.fract() != 0.0 || f >= kinds.len() as f64 {
+                return Err(Error::InvalidTree {
+                    path: self.name.into(),
+                    tree: t,
+                    node: i,
+                    detail: format!("splits on feature {f} but the model has {} features", kinds.len()),
+                });
+            }
+            let is_cat = split_type.get(i).copied().unwrap_or(0.0) == 1.0;
+            let (rule, categories) = if is_cat {
+                let cats = node_cats[i].ok_or_else(|| Error::InvalidTree {
+                    path: self.name.into(),
+                    tree: t,
+                    node: i,
+                    detail: "categorical split without a category list".into(),
+                })?;
+                (SplitRule::XgbCategories, cats)
+            } else {
+                // Thresholds are float32 in XGBoost; widen exactly.
+                (SplitRule::XgbLess { threshold: cond[i] as f32 as f64 }, (0, 0))
+            };
+            nodes.push(Node {
+                left: l,
+                right: r,
+                feature: f as u32,
+                rule,
+                default_left: default_left[i] != 0.0,
+                categories,
+                cover: cover[i],
+                value: 0.0,
+            });
+        }
+        Ok(Tree { nodes, category_words: words, group, weight })
+    }
+}

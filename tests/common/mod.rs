@@ -1,0 +1,82 @@
+//! Helpers shared by the integration tests: fixture discovery and loading.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use shapfusion::engine::FeatureBlock;
+use shapfusion::features::FeatureColumns;
+use shapfusion::model::Model;
+
+/// Directory of the committed fixtures.
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// One fixture: model, input rows and the library's reference outputs.
+pub struct Fixture {
+    pub name: String,
+    pub dir: PathBuf,
+    pub model_path: PathBuf,
+    pub model: Arc<Model>,
+    pub batch: RecordBatch,
+    pub expected: serde_json::Value,
+}
+
+impl Fixture {
+    pub fn block(&self) -> FeatureBlock {
+        let cols = FeatureColumns::resolve(&self.batch.schema(), &self.model).unwrap();
+        cols.block(&self.batch, &self.model).unwrap()
+    }
+
+    pub fn expected_f64(&self, key: &str) -> Option<Vec<f64>> {
+        self.expected.get(key)?.as_array().map(|a| a.iter().map(|v| v.as_f64().unwrap()).collect())
+    }
+
+    pub fn input_path(&self) -> PathBuf {
+        self.dir.join("input.parquet")
+    }
+}
+
+pub fn read_parquet(path: &Path) -> RecordBatch {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap()).unwrap().build().unwrap();
+    let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+/// Every fixture directory (those with an expected.json).
+pub fn fixtures() -> Vec<Fixture> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("expected.json").exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 10, "fixtures missing: run tests/make_fixtures.py");
+    dirs.into_iter()
+        .map(|dir| {
+            let model_path = ["model.json", "model.ubj", "model.txt"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
+            let model = Arc::new(Model::load(&model_path).unwrap_or_else(|e| panic!("{}: {e}", dir.display())));
+            let batch = read_parquet(&dir.join("input.parquet"));
+            let expected = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+            Fixture { name: dir.file_name().unwrap().to_string_lossy().into(), dir: dir.clone(), model_path, model, batch, expected }
+        })
+        .collect()
+}
+
+/// Largest |a - b| over a row, relative to the largest |b| of that row (floored at 1e-12).
+pub fn max_row_rel_error(a: &[f64], b: &[f64], row_width: usize) -> (f64, usize) {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let mut worst = (0.0, 0);
+    for (r, (ra, rb)) in a.chunks(row_width).zip(b.chunks(row_width)).enumerate() {
+        let scale = rb.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
+        let err = ra.iter().zip(rb).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale;
+        if err > worst.0 || err.is_nan() {
+            worst = (err, r);
+        }
+    }
+    worst
+}
