@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::fast_v2::table_bytes;
-use super::prepared::PreparedModel;
+use super::prepared::{PreparedModel, UNREACHABLE};
 use super::{Algorithm, EngineOptions};
 
 /// Rows assumed when the caller cannot say how many will be explained.
@@ -35,11 +35,12 @@ struct Costs {
 
 fn costs(p: &PreparedModel) -> Costs {
     let mut c = Costs { v1_per_row: 0.0, v2_per_row: 0.0, v2_setup: 0.0 };
-    for tree in &p.model.trees {
-        let mut stack: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new())];
-        while let Some((n, feats)) = stack.pop() {
-            let node = &tree.nodes[n];
-            let d = feats.len() as f64;
+    for (tree, prep) in p.model.trees.iter().zip(&p.trees) {
+        for (node, &d) in tree.nodes.iter().zip(&prep.distinct) {
+            if d == UNREACHABLE {
+                continue;
+            }
+            let d = d as f64;
             // Both walk every node; v1 copies its path state (O(d)) at each.
             c.v1_per_row += d + 1.0;
             c.v2_per_row += 1.0;
@@ -47,14 +48,7 @@ fn costs(p: &PreparedModel) -> Costs {
                 c.v1_per_row += d * d;
                 c.v2_per_row += 2.0 * d;
                 c.v2_setup += 2f64.powf(d) * (d + 1.0);
-                continue;
             }
-            let mut next = feats;
-            if !next.contains(&node.feature) {
-                next.push(node.feature);
-            }
-            stack.push((node.right as usize, next.clone()));
-            stack.push((node.left as usize, next));
         }
     }
     c

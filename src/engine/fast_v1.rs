@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::interactions::interactions_for_rows;
 use super::path::{poly_div_linear, poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{check_block, par_rows, Attributions, Explainer, FeatureBlock, Interactions};
+use super::{shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
 use crate::error::Result;
 use crate::model::{Model, Tree};
 
@@ -145,24 +145,16 @@ impl Explainer for FastV1 {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let p = &*self.prepared;
-        check_block(&p.model, block)?;
-        let width = p.model.num_features() + 1;
         let init = || Scratch { levels: vec![Level::default(); p.max_depth + 2], tmp: Vec::new() };
-        let values = par_rows(block, p.shap_width(), init, |x, out, s| {
-            for (tree, prep) in p.model.trees.iter().zip(&p.trees) {
-                let root = &mut s.levels[0];
-                root.elems.clear();
-                root.poly.clear();
-                root.poly.push(1.0);
-                root.residual = 1.0;
-                let phi = &mut out[tree.group * width..(tree.group + 1) * width];
-                Walk { tree, prep, weights: &self.weights, x, phi }.visit(0, 0, s);
-            }
-            for (g, b) in p.bias.iter().enumerate() {
-                out[g * width + width - 1] = *b;
-            }
-        });
-        Ok(Attributions { rows: block.rows(), groups: p.model.num_groups, features: p.model.num_features(), values })
+        shap_by_tree(p, block, init, |t, x, phi, s| {
+            let root = &mut s.levels[0];
+            root.elems.clear();
+            root.poly.clear();
+            root.poly.push(1.0);
+            root.residual = 1.0;
+            let (tree, prep) = (&p.model.trees[t], &p.trees[t]);
+            Walk { tree, prep, weights: &self.weights, x, phi }.visit(0, 0, s);
+        })
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::interactions::interactions_for_rows;
 use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{check_block, par_rows, Attributions, Explainer, FeatureBlock, Interactions};
+use super::{shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -59,23 +59,12 @@ pub(crate) struct FastV2 {
 /// [`MAX_PATH_FEATURES`] distinct features.
 pub(crate) fn table_bytes(prepared: &PreparedModel) -> Option<usize> {
     let mut total = 0usize;
-    for tree in &prepared.model.trees {
-        let mut stack: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new())];
-        while let Some((n, feats)) = stack.pop() {
-            let node = &tree.nodes[n];
-            if node.is_leaf() {
-                if feats.len() > MAX_PATH_FEATURES {
-                    return None;
-                }
-                total = total.checked_add((1usize << feats.len()) * 8)?;
-                continue;
+    for (tree, prep) in prepared.model.trees.iter().zip(&prepared.trees) {
+        for d in prep.leaf_path_lengths(tree) {
+            if d > MAX_PATH_FEATURES {
+                return None;
             }
-            let mut next = feats;
-            if !next.contains(&node.feature) {
-                next.push(node.feature);
-            }
-            stack.push((node.right as usize, next.clone()));
-            stack.push((node.left as usize, next));
+            total = total.checked_add((1usize << d) * 8)?;
         }
     }
     Some(total)
@@ -228,18 +217,9 @@ impl Explainer for FastV2 {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let p = &*self.prepared;
-        check_block(&p.model, block)?;
-        let width = p.model.num_features() + 1;
-        let values = par_rows(block, p.shap_width(), Vec::new, |x, out, stack| {
-            for ((tree, prep), v2) in p.model.trees.iter().zip(&p.trees).zip(&self.trees) {
-                let phi = &mut out[tree.group * width..(tree.group + 1) * width];
-                shap_tree(tree, prep, v2, x, phi, stack);
-            }
-            for (g, b) in p.bias.iter().enumerate() {
-                out[g * width + width - 1] = *b;
-            }
-        });
-        Ok(Attributions { rows: block.rows(), groups: p.model.num_groups, features: p.model.num_features(), values })
+        shap_by_tree(p, block, Vec::new, |t, x, phi, stack| {
+            shap_tree(&p.model.trees[t], &p.trees[t], &self.trees[t], x, phi, stack)
+        })
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {

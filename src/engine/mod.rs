@@ -214,6 +214,30 @@ pub(crate) fn check_block(model: &Model, block: &FeatureBlock) -> Result<()> {
     Ok(())
 }
 
+/// One row's SHAP values: `tree_fn(tree_index, x, phi, scratch)` adds each tree's attributions
+/// to `phi` (that tree's group, F + 1 wide), then the bias is filled in. Shared by every CPU engine.
+#[inline]
+pub(crate) fn shap_row_by_tree<S>(p: &PreparedModel, x: &[f64], out: &mut [f64], scratch: &mut S, tree_fn: &impl Fn(usize, &[f64], &mut [f64], &mut S)) {
+    let width = p.model.num_features() + 1;
+    for (t, tree) in p.model.trees.iter().enumerate() {
+        tree_fn(t, x, &mut out[tree.group * width..(tree.group + 1) * width], scratch);
+    }
+    for (g, b) in p.bias.iter().enumerate() {
+        out[g * width + width - 1] = *b;
+    }
+}
+
+/// SHAP values of every row of `block`, in parallel, with [`shap_row_by_tree`].
+pub(crate) fn shap_by_tree<S, I, F>(p: &PreparedModel, block: &FeatureBlock, init: I, tree_fn: F) -> Result<Attributions>
+where
+    I: Fn() -> S + Sync + Send,
+    F: Fn(usize, &[f64], &mut [f64], &mut S) + Sync + Send,
+{
+    check_block(&p.model, block)?;
+    let values = par_rows(block, p.shap_width(), init, |x, out, s| shap_row_by_tree(p, x, out, s, &tree_fn));
+    Ok(Attributions { rows: block.rows(), groups: p.model.num_groups, features: p.model.num_features(), values })
+}
+
 /// Runs `row_fn(x, out, scratch)` for every row, `width` outputs per row, in parallel blocks of
 /// [`ROWS_PER_TASK`] rows on the current rayon pool. `out` arrives zeroed.
 pub(crate) fn par_rows<S, I, F>(block: &FeatureBlock, width: usize, init: I, row_fn: F) -> Vec<f64>

@@ -21,7 +21,13 @@ pub(crate) struct PreparedTree {
     pub span: Vec<(u32, u32)>,
     /// For each feature the tree splits on: the sorted preorder positions of those splits.
     pub splits_by_feature: Vec<(u32, Vec<u32>)>,
+    /// Number of distinct features on the path from the root to each node, counting the node's
+    /// own split for internal nodes' children only (`UNREACHABLE` for nodes no path reaches).
+    pub distinct: Vec<u16>,
 }
+
+/// `PreparedTree::distinct` of a node no path from the root reaches (deleted XGBoost nodes).
+pub(crate) const UNREACHABLE: u16 = u16::MAX;
 
 impl PreparedTree {
     fn new(tree: &Tree) -> PreparedTree {
@@ -68,7 +74,17 @@ impl PreparedTree {
             }
         }
         let expected = expected_value(tree, &ratios, &value);
-        PreparedTree { ratios, value, expected, depth, span, splits_by_feature }
+        let distinct = distinct_path_features(tree);
+        PreparedTree { ratios, value, expected, depth, span, splits_by_feature, distinct }
+    }
+
+    /// Reachable leaves with the number of distinct features on their paths.
+    pub fn leaf_path_lengths<'a>(&'a self, tree: &'a Tree) -> impl Iterator<Item = usize> + 'a {
+        tree.nodes
+            .iter()
+            .zip(&self.distinct)
+            .filter(|(n, d)| n.is_leaf() && **d != UNREACHABLE)
+            .map(|(_, d)| *d as usize)
     }
 
     /// Whether the subtree under `node` splits on the feature whose split positions are given.
@@ -78,6 +94,26 @@ impl PreparedTree {
         let i = positions.partition_point(|&p| p < start);
         i < positions.len() && positions[i] < end
     }
+}
+
+/// For every node, how many distinct features the path from the root to it has split on.
+fn distinct_path_features(tree: &Tree) -> Vec<u16> {
+    let mut out = vec![UNREACHABLE; tree.nodes.len()];
+    let mut stack: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new())];
+    while let Some((i, feats)) = stack.pop() {
+        out[i] = feats.len().min(UNREACHABLE as usize - 1) as u16;
+        let node = &tree.nodes[i];
+        if node.is_leaf() {
+            continue;
+        }
+        let mut next = feats;
+        if !next.contains(&node.feature) {
+            next.push(node.feature);
+        }
+        stack.push((node.right as usize, next.clone()));
+        stack.push((node.left as usize, next));
+    }
+    out
 }
 
 /// Σ over leaves of value × product of cover ratios on the way down. This is exactly the

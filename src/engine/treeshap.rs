@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::interactions::interactions_for_rows;
 use super::path::{extend, unwind, unwound_sum, PathElem, NO_FEATURE};
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{check_block, par_rows, Attributions, Explainer, FeatureBlock, Interactions};
+use super::{shap_by_tree, shap_row_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
 use crate::error::Result;
 use crate::model::{Model, Tree};
 
@@ -161,17 +161,15 @@ impl Walk<'_> {
     }
 }
 
+/// One tree's plain SHAP values for one row, added to `phi`.
+fn shap_tree(p: &PreparedModel, t: usize, x: &[f64], phi: &mut [f64], scratch: &mut Vec<PathElem>) {
+    let (tree, prep) = (&p.model.trees[t], &p.trees[t]);
+    Walk { tree, prep, x, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
+}
+
 /// Plain SHAP values of one row into `out` (G × (F+1)), bias included.
-pub(crate) fn shap_row(prepared: &PreparedModel, x: &[f64], out: &mut [f64], scratch: &mut [PathElem]) {
-    let model = &prepared.model;
-    let width = model.num_features() + 1;
-    for (tree, prep) in model.trees.iter().zip(&prepared.trees) {
-        let phi = &mut out[tree.group * width..(tree.group + 1) * width];
-        Walk { tree, prep, x, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
-    }
-    for (g, b) in prepared.bias.iter().enumerate() {
-        out[g * width + width - 1] = *b;
-    }
+pub(crate) fn shap_row(p: &PreparedModel, x: &[f64], out: &mut [f64], scratch: &mut Vec<PathElem>) {
+    shap_row_by_tree(p, x, out, scratch, &|t, x, phi, s| shap_tree(p, t, x, phi, s));
 }
 
 impl Explainer for TreeShap {
@@ -185,9 +183,7 @@ impl Explainer for TreeShap {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let p = &*self.prepared;
-        check_block(&p.model, block)?;
-        let values = par_rows(block, p.shap_width(), || path_scratch(p.max_depth), |x, out, s| shap_row(p, x, out, s));
-        Ok(Attributions { rows: block.rows(), groups: p.model.num_groups, features: p.model.num_features(), values })
+        shap_by_tree(p, block, || path_scratch(p.max_depth), |t, x, phi, s| shap_tree(p, t, x, phi, s))
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {

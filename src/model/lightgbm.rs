@@ -64,6 +64,10 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
         });
     }
 
+    // LightGBM always ends the tree list with this line; without it the file was cut short.
+    if !text.contains("end of trees") {
+        return Err(err("no `end of trees` line (the file looks truncated)".into()));
+    }
     let mut trees = Vec::new();
     let mut feature_kinds = vec![FeatureKind::Numeric; num_features];
     while let Some((lineno, line)) = lines.next() {
@@ -91,9 +95,6 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
     }
     if trees.is_empty() {
         return Err(err("no Tree= sections (the file looks truncated)".into()));
-    }
-    if !text.contains("end of trees") {
-        return Err(err("no `end of trees` line (the file looks truncated)".into()));
     }
     if average_output {
         let iterations = trees.len().div_ceil(per_iter) as f64;

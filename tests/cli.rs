@@ -1,0 +1,306 @@
+//! The `shapfusion` binary end to end: outputs, layout, and every kind of bad input giving a
+//! clear message and a non-zero exit (never a panic).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Float64Type, Schema};
+use common::{fixtures, read_parquet};
+use parquet::arrow::ArrowWriter;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shapfusion"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).env("RUST_LOG", "warn").output().expect("runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs a command that must fail cleanly; returns its message.
+fn fails(args: &[&str]) -> String {
+    let o = run(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "expected exit 1, got {:?}: {err}", o.status);
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    err
+}
+
+fn explain(model: &Path, input: &Path, output: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["explain", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn write_parquet(path: &Path, batch: &RecordBatch) {
+    let mut w = ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn fixture(name: &str) -> common::Fixture {
+    fixtures().into_iter().find(|f| f.name == name).unwrap()
+}
+
+#[test]
+fn explain_writes_the_library_numbers_in_the_documented_layout() {
+    let dir = tmp();
+    for f in fixtures() {
+        let out = dir.path().join(format!("{}.parquet", f.name));
+        let o = explain(&f.model_path, &f.input_path(), &out, &["--algorithm", "fast-v1"]);
+        assert!(o.status.success(), "{}: {}", f.name, stderr(&o));
+        let batch = read_parquet(&out);
+        let g = f.model.num_groups;
+        let names: Vec<String> = batch.schema().fields().iter().map(|x| x.name().clone()).collect();
+        let mut want = f.model.feature_names.clone();
+        want.push("bias".into());
+        assert_eq!(names, want, "{}", f.name);
+        assert_eq!(batch.num_rows(), f.batch.num_rows());
+        // Reassemble row-major values and compare with the library's reference.
+        let expected = f.expected_f64("contribs").unwrap();
+        let w = f.model.num_features() + 1;
+        let mut ours = vec![0.0; expected.len()];
+        for (j, col) in batch.columns().iter().enumerate() {
+            let vals: Vec<f64> = if g == 1 {
+                col.as_primitive::<Float64Type>().values().to_vec()
+            } else {
+                assert_eq!(col.data_type(), &DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float64, false)), g as i32));
+                col.as_fixed_size_list().values().as_primitive::<Float64Type>().values().to_vec()
+            };
+            for r in 0..batch.num_rows() {
+                for k in 0..g {
+                    ours[(r * g + k) * w + j] = vals[r * g + k];
+                }
+            }
+        }
+        let (err, _) = common::max_row_rel_error(&ours, &expected, w);
+        assert!(err <= 1e-5, "{}: {err}", f.name);
+    }
+}
+
+#[test]
+fn interactions_column_has_xgboost_layout() {
+    let f = fixture("xgb_multiclass");
+    let dir = tmp();
+    let out = dir.path().join("i.parquet");
+    let o = explain(&f.model_path, &f.input_path(), &out, &["--interactions"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let batch = read_parquet(&out);
+    assert_eq!(batch.num_columns(), 1);
+    assert_eq!(batch.schema().field(0).name(), "interactions");
+    let w = f.model.num_features() + 1;
+    let list = batch.column(0).as_fixed_size_list();
+    assert_eq!(list.value_length() as usize, 3 * w * w);
+    let ours = list.values().as_primitive::<Float64Type>().values().to_vec();
+    let (err, _) = common::max_row_rel_error(&ours, &f.expected_f64("interactions").unwrap(), w * w);
+    assert!(err <= 1e-5, "{err}");
+}
+
+#[test]
+fn thread_count_does_not_change_a_single_bit() {
+    let f = fixture("xgb_deep");
+    let dir = tmp();
+    let outs: Vec<PathBuf> = ["1", "2"]
+        .iter()
+        .map(|t| {
+            let out = dir.path().join(format!("t{t}.parquet"));
+            let o = explain(&f.model_path, &f.input_path(), &out, &["--threads", t, "--batch-rows", "7"]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            out
+        })
+        .collect();
+    let (a, b) = (read_parquet(&outs[0]), read_parquet(&outs[1]));
+    for (ca, cb) in a.columns().iter().zip(b.columns()) {
+        let (va, vb) = (ca.as_primitive::<Float64Type>(), cb.as_primitive::<Float64Type>());
+        assert!(va.values().iter().zip(vb.values()).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+}
+
+#[test]
+fn keep_copies_columns_and_csv_gives_the_same_numbers() {
+    let f = fixture("lgb_regression");
+    let dir = tmp();
+    // Build a CSV with an id column and the fixture's rows (missing values as empty fields).
+    let csv = dir.path().join("in.csv");
+    let mut text = String::from("id,");
+    text.push_str(&f.model.feature_names.join(","));
+    text.push('\n');
+    for r in 0..f.batch.num_rows() {
+        text.push_str(&format!("row{r}"));
+        for c in 0..f.batch.num_columns() {
+            let col = f.batch.column(c).as_primitive::<Float64Type>();
+            text.push(',');
+            if col.is_valid(r) && !col.value(r).is_nan() {
+                text.push_str(&format!("{:?}", col.value(r)));
+            }
+        }
+        text.push('\n');
+    }
+    std::fs::write(&csv, text).unwrap();
+    let out_csv = dir.path().join("csv.parquet");
+    let o = explain(&f.model_path, &csv, &out_csv, &["--keep", "id"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out_pq = dir.path().join("pq.parquet");
+    assert!(explain(&f.model_path, &f.input_path(), &out_pq, &[]).status.success());
+    let (a, b) = (read_parquet(&out_csv), read_parquet(&out_pq));
+    assert_eq!(a.schema().field(0).name(), "id");
+    assert_eq!(a.column(0).as_any().downcast_ref::<StringArray>().unwrap().value(3), "row3");
+    for j in 0..b.num_columns() {
+        assert_eq!(a.column(j + 1).as_primitive::<Float64Type>().values(), b.column(j).as_primitive::<Float64Type>().values());
+    }
+}
+
+#[test]
+fn empty_input_gives_an_empty_output_with_the_schema() {
+    let f = fixture("xgb_regression");
+    let dir = tmp();
+    let empty = dir.path().join("empty.parquet");
+    write_parquet(&empty, &f.batch.slice(0, 0));
+    let out = dir.path().join("out.parquet");
+    let o = explain(&f.model_path, &empty, &out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let file = std::fs::File::open(&out).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    assert_eq!(reader.metadata().file_metadata().num_rows(), 0);
+    assert_eq!(reader.schema().fields().len(), f.model.num_features() + 1);
+    assert_eq!(reader.schema().field(f.model.num_features()).name(), "bias");
+}
+
+#[test]
+fn missing_model_file() {
+    let err = fails(&["explain", "--model", "/nonexistent/model.json", "--input", "x.parquet", "--output", "y.parquet"]);
+    assert!(err.contains("/nonexistent/model.json"), "{err}");
+}
+
+#[test]
+fn truncated_and_corrupt_models() {
+    let dir = tmp();
+    let json = std::fs::read(common::fixtures_dir().join("xgb_regression/model.json")).unwrap();
+    let ubj = std::fs::read(common::fixtures_dir().join("xgb_binary_ubj/model.ubj")).unwrap();
+    let lgb = std::fs::read_to_string(common::fixtures_dir().join("lgb_regression/model.txt")).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("trunc.json", json[..json.len() / 2].to_vec(), "truncated"),
+        ("garbage.json", b"{\"learner\": 12}".to_vec(), "learner_model_param"),
+        ("trunc.ubj", ubj[..ubj.len() / 3].to_vec(), "truncated"),
+        ("trunc.txt", lgb[..lgb.len() / 2].as_bytes().to_vec(), "truncated"),
+        ("empty.json", vec![], "empty"),
+        ("noise.bin", b"\x00\x01\x02garbage".to_vec(), "neither"),
+    ];
+    let input = common::fixtures_dir().join("xgb_regression/input.parquet");
+    for (name, bytes, needle) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let err = fails(&["explain", "--model", path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap()]);
+        assert!(err.contains(name) && err.contains(needle), "{name}: {err}");
+        let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+        assert!(err.contains(needle), "{name}: {err}");
+    }
+}
+
+#[test]
+fn lightgbm_linear_tree_is_refused() {
+    let path = common::fixtures_dir().join("bad/linear_tree.txt");
+    let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+    assert!(err.contains("linear"), "{err}");
+}
+
+#[test]
+fn child_index_out_of_range_names_tree_and_node() {
+    let dir = tmp();
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(common::fixtures_dir().join("xgb_regression/model.json")).unwrap()).unwrap();
+    v["learner"]["gradient_booster"]["model"]["trees"][3]["left_children"][2] = serde_json::json!(999);
+    let path = dir.path().join("bad_child.json");
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+    assert!(err.contains("tree 3") && err.contains("node 2") && err.contains("999"), "{err}");
+
+    // A cycle: a child pointing back at the root.
+    v["learner"]["gradient_booster"]["model"]["trees"][3]["left_children"][2] = serde_json::json!(0);
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+    assert!(err.contains("tree 3") && err.contains("cycle"), "{err}");
+}
+
+#[test]
+fn input_missing_a_feature_column_names_it() {
+    let f = fixture("xgb_regression");
+    let dir = tmp();
+    let input = dir.path().join("in.parquet");
+    write_parquet(&input, &f.batch.project(&[0, 1, 2, 4, 5, 6, 7, 8, 9]).unwrap());
+    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap()]);
+    assert!(err.contains("\"f3\""), "{err}");
+}
+
+#[test]
+fn string_column_is_refused_by_name() {
+    let f = fixture("lgb_regression");
+    let dir = tmp();
+    let mut cols: Vec<Arc<dyn Array>> = f.batch.columns().to_vec();
+    let mut fields: Vec<Field> = f.batch.schema().fields().iter().map(|x| x.as_ref().clone()).collect();
+    cols[2] = Arc::new(StringArray::from(vec!["a"; f.batch.num_rows()]));
+    fields[2] = Field::new("x2", DataType::Utf8, true);
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+    let input = dir.path().join("in.parquet");
+    write_parquet(&input, &batch);
+    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap()]);
+    assert!(err.contains("\"x2\"") && err.contains("Utf8"), "{err}");
+}
+
+#[test]
+fn integer_columns_and_nulls_are_accepted() {
+    let f = fixture("lgb_regression");
+    let dir = tmp();
+    // Integer-typed feature columns (values truncated) with a null: same as the float input.
+    let n = f.batch.num_rows();
+    let mut cols: Vec<Arc<dyn Array>> = Vec::new();
+    let mut floats: Vec<Arc<dyn Array>> = Vec::new();
+    for c in 0..f.batch.num_columns() {
+        let col = f.batch.column(c).as_primitive::<Float64Type>();
+        let ints: Vec<Option<i64>> = (0..n).map(|r| if r == 0 { None } else { Some((col.value(r) * 1000.0) as i64) }).collect();
+        floats.push(Arc::new(Float64Array::from(ints.iter().map(|v| v.map(|x| x as f64)).collect::<Vec<_>>())));
+        cols.push(Arc::new(Int64Array::from(ints)));
+    }
+    let (int_in, float_in) = (dir.path().join("i.parquet"), dir.path().join("f.parquet"));
+    let int_fields: Vec<Field> = f.batch.schema().fields().iter().map(|x| Field::new(x.name(), DataType::Int64, true)).collect();
+    write_parquet(&int_in, &RecordBatch::try_new(Arc::new(Schema::new(int_fields)), cols).unwrap());
+    write_parquet(&float_in, &RecordBatch::try_new(f.batch.schema(), floats).unwrap());
+    let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+    assert!(explain(&f.model_path, &int_in, &a, &[]).status.success());
+    assert!(explain(&f.model_path, &float_in, &b, &[]).status.success());
+    assert_eq!(read_parquet(&a), read_parquet(&b));
+}
+
+#[test]
+fn unknown_algorithm_and_bad_keep() {
+    let f = fixture("xgb_regression");
+    let o = run(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", "x", "--output", "y", "--algorithm", "magic"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("fast-v2"), "{}", stderr(&o));
+    let dir = tmp();
+    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", f.input_path().to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap(), "--keep", "nope"]);
+    assert!(err.contains("nope"), "{err}");
+}
+
+#[test]
+fn models_inspect_describes_the_model() {
+    let f = fixture("xgb_categorical");
+    let o = run(&["models", "inspect", "--json", f.model_path.to_str().unwrap()]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["trees"], 15);
+    assert_eq!(v["output_groups"], 1);
+    assert_eq!(v["categorical"], serde_json::json!(["c1", "c3"]));
+    assert_eq!(v["format"], "XGBoost JSON");
+}

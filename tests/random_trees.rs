@@ -1,0 +1,214 @@
+//! Property tests on random trees: every engine against the definition of (path-dependent)
+//! SHAP values computed by brute force over all coalitions, and against the `treeshap` oracle.
+//! Trees are random in shape (depth up to 12), covers (children need not add up), repeated
+//! features on a path, thresholds, default directions and missing inputs.
+
+use std::sync::Arc;
+
+use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, FeatureBlock};
+use shapfusion::model::{FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree};
+
+/// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn random_tree(rng: &mut Rng, features: usize, max_depth: usize, group: usize) -> Tree {
+    let mut nodes = vec![Node::leaf(0.0, 100.0)];
+    let mut stack = vec![(0usize, 0usize)];
+    while let Some((i, depth)) = stack.pop() {
+        let split = depth < max_depth && (depth < 2 || rng.unit() < 0.8);
+        if !split {
+            nodes[i].value = rng.unit() * 4.0 - 2.0;
+            continue;
+        }
+        let cover = nodes[i].cover;
+        let frac = 0.05 + 0.9 * rng.unit();
+        // Covers roughly split, with some noise so children need not add up exactly.
+        let (cl, cr) = (cover * frac * (0.9 + 0.2 * rng.unit()), cover * (1.0 - frac));
+        let (l, r) = (nodes.len() as u32, nodes.len() as u32 + 1);
+        nodes.push(Node::leaf(0.0, cl.max(1e-3)));
+        nodes.push(Node::leaf(0.0, cr.max(1e-3)));
+        let n = &mut nodes[i];
+        n.left = l;
+        n.right = r;
+        n.feature = rng.below(features) as u32;
+        n.rule = SplitRule::XgbLess { threshold: rng.unit() };
+        n.default_left = rng.unit() < 0.5;
+        stack.push((l as usize, depth + 1));
+        stack.push((r as usize, depth + 1));
+    }
+    Tree { nodes, category_words: vec![], group, weight: 1.0 }
+}
+
+fn random_model(rng: &mut Rng, features: usize, trees: usize, max_depth: usize) -> Model {
+    Model {
+        format: ModelFormat::XgboostJson,
+        library_version: None,
+        objective: "reg:squarederror".into(),
+        feature_names: (0..features).map(|i| format!("f{i}")).collect(),
+        feature_kinds: vec![FeatureKind::Numeric; features],
+        num_groups: 1,
+        base_margin: vec![0.25],
+        trees: (0..trees).map(|_| random_tree(rng, features, max_depth, 0)).collect(),
+        precision: Precision::F64,
+    }
+}
+
+fn random_rows(rng: &mut Rng, rows: usize, features: usize) -> FeatureBlock {
+    let values = (0..rows * features).map(|_| if rng.unit() < 0.1 { f64::NAN } else { rng.unit() }).collect();
+    FeatureBlock::new(rows, features, values, Precision::F64)
+}
+
+/// E[f(x) | x_S] under the path-dependent (cover) distribution: follow x on features in S,
+/// average by cover elsewhere.
+fn conditional_expectation(tree: &Tree, x: &[f64], in_s: &[bool], node: usize) -> f64 {
+    let n = &tree.nodes[node];
+    if n.is_leaf() {
+        return n.value * tree.weight;
+    }
+    let (l, r) = (n.left as usize, n.right as usize);
+    if in_s[n.feature as usize] {
+        let next = if tree.goes_left(n, x[n.feature as usize]) { l } else { r };
+        conditional_expectation(tree, x, in_s, next)
+    } else {
+        let (cl, cr) = (tree.nodes[l].cover / n.cover, tree.nodes[r].cover / n.cover);
+        cl * conditional_expectation(tree, x, in_s, l) + cr * conditional_expectation(tree, x, in_s, r)
+    }
+}
+
+fn value_of(model: &Model, x: &[f64], mask: usize) -> f64 {
+    let in_s: Vec<bool> = (0..model.num_features()).map(|i| mask & (1 << i) != 0).collect();
+    model.trees.iter().map(|t| conditional_expectation(t, x, &in_s, 0)).sum()
+}
+
+fn factorial(n: usize) -> f64 {
+    (1..=n).map(|k| k as f64).product()
+}
+
+/// Shapley values by enumerating every coalition.
+fn brute_force_shap(model: &Model, x: &[f64]) -> Vec<f64> {
+    let m = model.num_features();
+    let v: Vec<f64> = (0..1usize << m).map(|s| value_of(model, x, s)).collect();
+    (0..m)
+        .map(|i| {
+            (0..1usize << m)
+                .filter(|s| s & (1 << i) == 0)
+                .map(|s| {
+                    let k = s.count_ones() as usize;
+                    factorial(k) * factorial(m - k - 1) / factorial(m) * (v[s | 1 << i] - v[s])
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// Shapley interaction index for i != j by enumeration.
+fn brute_force_interaction(model: &Model, x: &[f64], i: usize, j: usize) -> f64 {
+    let m = model.num_features();
+    let v = |s: usize| value_of(model, x, s);
+    (0..1usize << m)
+        .filter(|s| s & (1 << i) == 0 && s & (1 << j) == 0)
+        .map(|s| {
+            let k = s.count_ones() as usize;
+            let w = factorial(k) * factorial(m - k - 2) / (2.0 * factorial(m - 1));
+            w * (v(s | 1 << i | 1 << j) - v(s | 1 << i) - v(s | 1 << j) + v(s))
+        })
+        .sum()
+}
+
+const ENGINES: [Algorithm; 3] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2];
+
+#[test]
+fn engines_equal_brute_force_shapley_values() {
+    for seed in 1..=60u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let features = 2 + rng.below(5);
+        let (trees, depth) = (1 + rng.below(3), 1 + rng.below(7));
+        let model = Arc::new(random_model(&mut rng, features, trees, depth));
+        let block = random_rows(&mut rng, 6, features);
+        for a in ENGINES {
+            let e = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap();
+            let shap = e.shap(&block).unwrap();
+            for r in 0..block.rows() {
+                let want = brute_force_shap(&model, block.row(r));
+                let got = shap.row(r, 0);
+                let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
+                for k in 0..features {
+                    assert!((got[k] - want[k]).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} feature {k}: {} vs {}", got[k], want[k]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn interactions_equal_brute_force_shapley_interaction_index() {
+    for seed in 1..=30u64 {
+        let mut rng = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        let features = 3 + rng.below(3);
+        let (trees, depth) = (1 + rng.below(2), 2 + rng.below(5));
+        let model = Arc::new(random_model(&mut rng, features, trees, depth));
+        let block = random_rows(&mut rng, 4, features);
+        let e = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
+        let inter = e.interactions(&block).unwrap();
+        let w = features + 1;
+        for r in 0..block.rows() {
+            let m = &inter.values[r * w * w..(r + 1) * w * w];
+            let scale = m.iter().fold(1e-9f64, |a, v| a.max(v.abs()));
+            for i in 0..features {
+                for j in 0..features {
+                    if i != j {
+                        let want = brute_force_interaction(&model, block.row(r), i, j);
+                        assert!((m[i * w + j] - want).abs() <= 1e-9 * scale, "seed {seed} row {r} [{i}][{j}]: {} vs {want}", m[i * w + j]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn deep_random_ensembles_agree_with_the_oracle() {
+    for seed in 1..=12u64 {
+        let mut rng = Rng(seed.wrapping_mul(0xA076_1D64_78BD_642F));
+        let features = 3 + rng.below(20);
+        let depth = 8 + rng.below(5);
+        let model = Arc::new(random_model(&mut rng, features, 3, depth));
+        let block = random_rows(&mut rng, 20, features);
+        let oracle = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
+        let pred = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().predict(&block).unwrap();
+        for a in [Algorithm::FastV1, Algorithm::FastV2] {
+            let ours = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
+            for r in 0..block.rows() {
+                let (o, g) = (oracle.row(r, 0), ours.row(r, 0));
+                let scale = o.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+                for k in 0..=features {
+                    assert!((o[k] - g[k]).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} k {k}: {} vs {}", g[k], o[k]);
+                }
+                let sum: f64 = g.iter().sum();
+                assert!((sum - pred.values[r]).abs() <= 1e-9 * pred.values[r].abs().max(1.0), "additivity, seed {seed} {a}");
+            }
+        }
+    }
+}
+
+#[test]
+fn fast_v2_refuses_tables_over_its_memory_bound() {
+    let mut rng = Rng(7);
+    let model = Arc::new(random_model(&mut rng, 20, 4, 12));
+    let err = build_explainer(model, Algorithm::FastV2, None, &EngineOptions { v2_memory_bytes: 1024 }).err().unwrap();
+    assert!(err.to_string().contains("over the bound"), "{err}");
+}
