@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use shapfusion::engine::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
 use shapfusion::explain::{explain_file, ExplainOptions, OutputKind, DEFAULT_BATCH_ROWS};
 use shapfusion::model::Model;
+use shapfusion::sql::shell::{self, OutputFormat, ShellOptions};
 use shapfusion::Result;
 
 /// Exact SHAP values for XGBoost and LightGBM tree ensembles.
@@ -24,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Explain every row of a Parquet or CSV file; write attributions as Parquet.
     Explain(ExplainArgs),
+    /// SQL with the shap UDFs: an interactive shell, or a batch of statements (-c / -f).
+    Sql(SqlArgs),
     /// Work with model files.
     Models {
         #[command(subcommand)]
@@ -41,6 +44,31 @@ pub enum ModelsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct SqlArgs {
+    /// A statement to run (repeatable; run in order, stopping at the first error).
+    #[arg(short = 'c', long = "command")]
+    pub commands: Vec<String>,
+    /// A file of SQL statements to run (repeatable; run before -c).
+    #[arg(short = 'f', long = "file")]
+    pub files: Vec<PathBuf>,
+    /// A named model, NAME=URL (a path, file://, s3://, gs://, az:// …); repeatable.
+    #[arg(long = "model")]
+    pub models: Vec<String>,
+    /// Where `shap('name', …)` looks for name.json|.ubj|.txt (sets shap.model_dir).
+    #[arg(long)]
+    pub model_dir: Option<String>,
+    /// Output format: table, csv, json, ndjson, or parquet (with --output).
+    #[arg(long, default_value = "table")]
+    pub format: OutputFormat,
+    /// File for --format parquet: receives the result of the last statement.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Do not print timing lines.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Args)]
@@ -109,6 +137,21 @@ pub fn run(cli: Cli) -> Result<()> {
                 a.output.display()
             );
             Ok(())
+        }
+        Command::Sql(a) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| shapfusion::Error::Input(format!("cannot start the async runtime: {e}")))?;
+            runtime.block_on(shell::run(ShellOptions {
+                commands: a.commands,
+                files: a.files,
+                models: a.models,
+                model_dir: a.model_dir,
+                format: a.format,
+                output: a.output,
+                quiet: a.quiet,
+            }))
         }
         Command::Models { command: ModelsCommand::Inspect { path, json } } => {
             let model = Model::load(&path)?;

@@ -247,8 +247,9 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
         }
         b.build().map_err(|e| Error::Input(format!("cannot start {:?} threads: {e}", options.threads)))?
     };
-    let total_rows = reader.total_rows();
-    let explainer = pool.install(|| build_explainer(model.clone(), options.algorithm, total_rows, &options.engine))?;
+    // `auto` decides from the model alone (not the row count), so every front end (CLI, SQL,
+    // Flight) picks the same engine for a model and gives bit-identical numbers.
+    let explainer = pool.install(|| build_explainer(model.clone(), options.algorithm, None, &options.engine))?;
     tracing::info!(engine = explainer.name(), threads = pool.current_num_threads(), "explaining {}", input.display());
 
     let file = File::create(output).map_err(|e| Error::io(output, e))?;

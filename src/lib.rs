@@ -14,6 +14,8 @@
 //!   `fast-v2`, `auto`).
 //! * [`features`] and [`layout`]: the only code that converts between Arrow and the engines.
 //! * [`explain`]: the batch pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out).
+//! * [`registry`]: models by name or URL through `object_store`, cached by version.
+//! * [`sql`]: the `shap(...)` DataFusion UDFs, `shap.*` options and `shapfusion sql`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -29,5 +31,7 @@ pub mod explain;
 pub mod features;
 pub mod layout;
 pub mod model;
+pub mod registry;
+pub mod sql;
 
 pub use error::{Error, Result};

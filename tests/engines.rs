@@ -6,7 +6,7 @@ use common::{fixtures, max_row_rel_error};
 use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, Explainer, FeatureBlock};
 use std::sync::Arc;
 
-const ENGINES: [Algorithm; 3] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2];
+const ENGINES: [Algorithm; 4] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature];
 
 fn engine(f: &common::Fixture, a: Algorithm) -> Arc<dyn Explainer> {
     build_explainer(f.model.clone(), a, None, &EngineOptions::default()).unwrap()
@@ -33,7 +33,7 @@ fn engines_agree_with_the_reference_engine() {
     for f in fixtures() {
         let block = f.block();
         let reference = engine(&f, Algorithm::TreeShap).shap(&block).unwrap();
-        for a in [Algorithm::FastV1, Algorithm::FastV2] {
+        for a in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature] {
             let ours = engine(&f, a).shap(&block).unwrap();
             let (err, row) = max_row_rel_error(&ours.values, &reference.values, f.model.num_features() + 1);
             assert!(err <= 1e-9, "{} {a}: differs from treeshap by {err:.3e} (row/group {row})", f.name);
@@ -72,12 +72,26 @@ fn interaction_values_match_the_libraries() {
         let Some(expected) = f.expected_f64("interactions") else { continue };
         let block = f.block();
         let w = f.model.num_features() + 1;
-        let ours = engine(&f, Algorithm::Auto).interactions(&block).unwrap();
-        let (err, row) = max_row_rel_error(&ours.values, &expected, w * w);
-        assert!(err <= 1e-5, "{}: interaction error {err:.3e} (row/group {row})", f.name);
+        for a in [Algorithm::TreeShap, Algorithm::Quadrature] {
+            let ours = engine(&f, a).interactions(&block).unwrap();
+            let (err, row) = max_row_rel_error(&ours.values, &expected, w * w);
+            assert!(err <= 1e-5, "{} {a}: interaction error {err:.3e} (row/group {row})", f.name);
+        }
         checked += 1;
     }
     assert!(checked >= 9, "only {checked} fixtures had reference interactions");
+}
+
+#[test]
+fn interaction_engines_agree_with_the_reference() {
+    for f in fixtures() {
+        let block = f.block();
+        let w = f.model.num_features() + 1;
+        let reference = engine(&f, Algorithm::TreeShap).interactions(&block).unwrap();
+        let ours = engine(&f, Algorithm::Quadrature).interactions(&block).unwrap();
+        let (err, row) = max_row_rel_error(&ours.values, &reference.values, w * w);
+        assert!(err <= 1e-9, "{}: quadrature interactions differ by {err:.3e} (row/group {row})", f.name);
+    }
 }
 
 #[test]

@@ -129,7 +129,7 @@ fn brute_force_interaction(model: &Model, x: &[f64], i: usize, j: usize) -> f64 
         .sum()
 }
 
-const ENGINES: [Algorithm; 3] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2];
+const ENGINES: [Algorithm; 4] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature];
 
 #[test]
 fn engines_equal_brute_force_shapley_values() {
@@ -162,7 +162,8 @@ fn interactions_equal_brute_force_shapley_interaction_index() {
         let (trees, depth) = (1 + rng.below(2), 2 + rng.below(5));
         let model = Arc::new(random_model(&mut rng, features, trees, depth));
         let block = random_rows(&mut rng, 4, features);
-        let e = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
+        for a in [Algorithm::TreeShap, Algorithm::Quadrature] {
+        let e = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap();
         let inter = e.interactions(&block).unwrap();
         let w = features + 1;
         for r in 0..block.rows() {
@@ -172,26 +173,32 @@ fn interactions_equal_brute_force_shapley_interaction_index() {
                 for j in 0..features {
                     if i != j {
                         let want = brute_force_interaction(&model, block.row(r), i, j);
-                        assert!((m[i * w + j] - want).abs() <= 1e-9 * scale, "seed {seed} row {r} [{i}][{j}]: {} vs {want}", m[i * w + j]);
+                        assert!((m[i * w + j] - want).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} [{i}][{j}]: {} vs {want}", m[i * w + j]);
                     }
                 }
             }
+        }
         }
     }
 }
 
 #[test]
 fn deep_random_ensembles_agree_with_the_oracle() {
-    for seed in 1..=12u64 {
+    for seed in 1..=16u64 {
         let mut rng = Rng(seed.wrapping_mul(0xA076_1D64_78BD_642F));
-        let features = 3 + rng.below(20);
-        let depth = 8 + rng.below(5);
+        let features = 3 + rng.below(30);
+        let depth = 8 + rng.below(9); // up to 16
         let model = Arc::new(random_model(&mut rng, features, 3, depth));
         let block = random_rows(&mut rng, 20, features);
         let oracle = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
         let pred = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().predict(&block).unwrap();
-        for a in [Algorithm::FastV1, Algorithm::FastV2] {
-            let ours = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
+        for a in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature] {
+            let ours = match build_explainer(model.clone(), a, None, &EngineOptions::default()) {
+                Ok(e) => e.shap(&block).unwrap(),
+                // fast-v2 declines models whose tables exceed its memory bound
+                Err(shapfusion::Error::Unavailable(_)) if a == Algorithm::FastV2 => continue,
+                Err(e) => panic!("{a}: {e}"),
+            };
             for r in 0..block.rows() {
                 let (o, g) = (oracle.row(r, 0), ours.row(r, 0));
                 let scale = o.iter().fold(1e-12f64, |m, v| m.max(v.abs()));

@@ -28,12 +28,7 @@ pub(crate) fn interactions_for_rows(p: &PreparedModel, block: &FeatureBlock) -> 
     let g = p.model.num_groups;
     let w = f + 1;
     let width = g * w * w;
-    if block.rows().saturating_mul(width) > MAX_BLOCK_VALUES {
-        return Err(Error::Input(format!(
-            "{} rows × {width} interaction values is too large for one batch; use smaller batches (--batch-rows)",
-            block.rows()
-        )));
-    }
+    check_size(block.rows(), width)?;
     let init = || Scratch { path: path_scratch(p.max_depth), shap: vec![0.0; g * w], diff: vec![0.0; w] };
     let values = par_rows(block, width, init, |x, out, s| interaction_row(p, x, out, s));
     Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
@@ -60,13 +55,30 @@ fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratc
         }
     }
 
-    for g in 0..p.model.num_groups {
+    finish_row(out, &s.shap, f, p.model.num_groups);
+}
+
+/// Fills the diagonal (`φ_i − Σ_{k≠i} φ_ik`) and the bias entry of one row's matrices, given its
+/// off-diagonal entries in `out` and its SHAP values `shap` (G × (F+1)).
+pub(crate) fn finish_row(out: &mut [f64], shap: &[f64], f: usize, groups: usize) {
+    let w = f + 1;
+    for g in 0..groups {
         let base = g * w * w;
         for i in 0..f {
             let row = base + i * w;
             let off_diagonal: f64 = (0..f).filter(|&k| k != i).map(|k| out[row + k]).sum();
-            out[row + i] = s.shap[g * w + i] - off_diagonal;
+            out[row + i] = shap[g * w + i] - off_diagonal;
         }
-        out[base + f * w + f] = s.shap[g * w + f];
+        out[base + f * w + f] = shap[g * w + f];
     }
+}
+
+/// Checks the output size of an interaction request before allocating it.
+pub(crate) fn check_size(rows: usize, width: usize) -> Result<()> {
+    if rows.saturating_mul(width) > MAX_BLOCK_VALUES {
+        return Err(Error::Input(format!(
+            "{rows} rows × {width} interaction values is too large for one batch; use smaller batches (--batch-rows)"
+        )));
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ mod fast_v2;
 mod interactions;
 mod path;
 mod prepared;
+mod quadrature;
 mod treeshap;
 
 use std::fmt;
@@ -35,7 +36,7 @@ use crate::model::Model;
 pub const ROWS_PER_TASK: usize = 64;
 
 /// The engines callers can ask for by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
     /// Pick per model and row count (see [`auto_choice`]).
     #[default]
@@ -46,6 +47,8 @@ pub enum Algorithm {
     FastV1,
     /// Fast TreeSHAP v2: per-leaf tables over the satisfied-feature patterns, bounded memory.
     FastV2,
+    /// Gauss–Legendre quadrature of the Shapley weights: exact, O(⌈d/2⌉) per node, no tables.
+    Quadrature,
 }
 
 impl Algorithm {
@@ -56,11 +59,12 @@ impl Algorithm {
             Algorithm::TreeShap => "treeshap",
             Algorithm::FastV1 => "fast-v1",
             Algorithm::FastV2 => "fast-v2",
+            Algorithm::Quadrature => "quadrature",
         }
     }
 
     /// All names, for help texts.
-    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2"];
+    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2", "quadrature"];
 }
 
 impl fmt::Display for Algorithm {
@@ -77,6 +81,7 @@ impl FromStr for Algorithm {
             "treeshap" => Algorithm::TreeShap,
             "fast-v1" | "fast_v1" => Algorithm::FastV1,
             "fast-v2" | "fast_v2" => Algorithm::FastV2,
+            "quadrature" => Algorithm::Quadrature,
             other => {
                 return Err(Error::Input(format!(
                     "unknown algorithm {other:?}; expected one of {}",
@@ -192,6 +197,7 @@ pub fn build_explainer(
         Algorithm::TreeShap => Arc::new(treeshap::TreeShap::new(prepared)),
         Algorithm::FastV1 => Arc::new(fast_v1::FastV1::new(prepared)),
         Algorithm::FastV2 => Arc::new(fast_v2::FastV2::new(prepared, options.v2_memory_bytes)?),
+        Algorithm::Quadrature => Arc::new(quadrature::Quadrature::new(prepared)?),
         Algorithm::Auto => unreachable!("auto resolved above"),
     })
 }

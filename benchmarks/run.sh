@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One command for the benchmark suite: sets up the Python environments (3.11 for the classic
+# peers, 3.12 for XGBoost 3.4), builds the release benchmark binary, runs benchmarks/suite.py.
+#   bash benchmarks/run.sh            # full suite (tens of minutes on 2 cores)
+#   bash benchmarks/run.sh --quick    # smoke run on the small model
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then python3.11 -m venv .venv || python3 -m venv .venv; fi
+.venv/bin/pip install -q -r benchmarks/requirements.txt
+if [ ! -x .venv312/bin/python ]; then
+  PY312="$(command -v python3.12 || ls "$HOME"/.pyenv/versions/3.12*/bin/python3 2>/dev/null | head -1 || true)"
+  if [ -n "$PY312" ]; then "$PY312" -m venv .venv312; fi
+fi
+if [ -x .venv312/bin/python ]; then .venv312/bin/pip install -q -r benchmarks/requirements-xgb34.txt; fi
+cargo build --release --example bench
+.venv/bin/python benchmarks/suite.py "$@"

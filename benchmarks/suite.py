@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""The benchmark suite: builds the models, times every peer and every shapfusion engine on the
+same rows in the same run, checks every output against an exact f64 reference, and writes
+benchmarks/RESULTS.md (between the SUITE markers) and benchmarks/rows_per_second.png.
+
+Run it through benchmarks/run.sh, which sets up the environments and builds the release binary.
+
+    python benchmarks/suite.py [--quick] [--only MODEL,...] [--threads 2,1]
+
+Each measurement is a fresh process (so peak memory is per method, read with wait4); times
+cover the computation only (not loading), median of the repeats for shapfusion, one timed call
+for peers after a warm-up on a few rows. The reference is shapfusion's `treeshap` engine (the
+original recursive algorithm in f64, checked in the test suite against brute-force Shapley
+values and against XGBoost 3.2 / LightGBM).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "out"
+PY311 = ROOT / ".venv" / "bin" / "python"
+PY312 = ROOT / ".venv312" / "bin" / "python"
+BENCH = ROOT / "target" / "release" / "examples" / "bench"
+OURS = ["fast-v1", "fast-v2", "quadrature", "auto"]
+
+
+@dataclass
+class Spec:
+    name: str
+    library: str
+    features: int
+    trees: int
+    depth: int
+    rows: int          # rows explained
+    classes: int = 1
+    note: str = ""
+
+
+SPECS = [
+    Spec("small-8f", "xgboost", 8, 10, 3, 20000),
+    Spec("medium-8f", "xgboost", 8, 100, 8, 4000),
+    Spec("medium-54f", "xgboost", 54, 100, 8, 2000),
+    Spec("medium-128f", "xgboost", 128, 100, 8, 1000),
+    Spec("medium-multiclass", "xgboost", 20, 100, 6, 1000, classes=5, note="5 classes: 500 trees"),
+    Spec("medium-lightgbm", "lightgbm", 54, 100, 8, 2000, note="num_leaves 255, max_depth 8"),
+    Spec("large-54f", "xgboost", 54, 1000, 16, 100, note=""),
+]
+
+
+def make_data(spec: Spec, n: int, seed: int):
+    from sklearn.datasets import make_classification, make_regression
+    if spec.classes > 1:
+        X, y = make_classification(n_samples=n, n_features=spec.features, n_informative=min(spec.features, 12),
+                                   n_classes=spec.classes, n_clusters_per_class=2, random_state=seed)
+    else:
+        X, y = make_regression(n_samples=n, n_features=spec.features, n_informative=min(spec.features, 16),
+                               noise=10.0, random_state=seed)
+    rng = np.random.default_rng(seed)
+    X[rng.random(X.shape) < 0.02] = np.nan  # a few missing values, as real data has
+    return X, y
+
+
+def build_model(spec: Spec) -> tuple[Path, Path, str]:
+    """Trains (or reuses) the model and the rows to explain; returns paths and a training note."""
+    model_path = OUT / "models" / (spec.name + (".txt" if spec.library == "lightgbm" else ".json"))
+    rows_npy = OUT / "rows" / f"{spec.name}.npy"
+    rows_pq = OUT / "rows" / f"{spec.name}.parquet"
+    note_path = OUT / "models" / f"{spec.name}.note"
+    if model_path.exists() and rows_npy.exists() and rows_pq.exists():
+        return model_path, rows_npy, note_path.read_text() if note_path.exists() else ""
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    rows_npy.parent.mkdir(parents=True, exist_ok=True)
+    train_n = 20000 if spec.depth >= 16 else 10000
+    X, y = make_data(spec, train_n, 1)
+    Xr, _ = make_data(spec, spec.rows, 2)
+    start = time.time()
+    if spec.library == "xgboost":
+        import xgboost as xgb
+        params = {"max_depth": spec.depth, "eta": 0.01, "nthread": 2, "tree_method": "hist", "seed": 0,
+                  "objective": "multi:softprob" if spec.classes > 1 else "reg:squarederror"}
+        if spec.classes > 1:
+            params["num_class"] = spec.classes
+        booster = xgb.train(params, xgb.DMatrix(X, y, missing=np.nan), num_boost_round=spec.trees)
+        booster.save_model(str(model_path))
+    else:
+        import lightgbm as lgb
+        booster = lgb.train({"objective": "regression", "num_leaves": 255, "max_depth": spec.depth,
+                             "learning_rate": 0.01, "num_threads": 2, "verbose": -1, "min_data_in_leaf": 5},
+                            lgb.Dataset(X, y), num_boost_round=spec.trees)
+        booster.save_model(str(model_path))
+    note = f"trained in {time.time() - start:.0f}s on {train_n} rows"
+    note_path.write_text(note)
+    np.save(rows_npy, Xr)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    names = [f"f{i}" for i in range(spec.features)] if spec.library == "xgboost" else [f"Column_{i}" for i in range(spec.features)]
+    pq.write_table(pa.table({n: pa.array(Xr[:, i], from_pandas=False) for i, n in enumerate(names)}), rows_pq)
+    return model_path, rows_npy, note
+
+
+def run_with_rss(cmd: list[str]) -> tuple[dict | None, float, str]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    # Read pipes fully, then reap with wait4 to get this child's own peak RSS.
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    rss_mib = usage.ru_maxrss / 1024.0
+    if proc.returncode != 0:
+        return None, rss_mib, (err.strip().splitlines() or ["failed"])[-1][:200]
+    line = [l for l in out.splitlines() if l.startswith("{")]
+    return (json.loads(line[-1]) if line else None), rss_mib, ""
+
+
+def ours(model: Path, rows_pq: Path, algorithm: str, threads: int, kind: str, out: Path, repeats: int):
+    cmd = [str(BENCH), str(model), str(rows_pq), algorithm, str(threads), str(repeats), kind, str(out)]
+    res, rss, err = run_with_rss(cmd)
+    if res is None:
+        return None, rss, err
+    values = np.fromfile(out, dtype="<f8")
+    return (res, values), rss, ""
+
+
+def peer(method: str, model: Path, rows_npy: Path, threads: int, kind: str, out: Path, python: Path):
+    cmd = [str(python), str(ROOT / "benchmarks" / "peer.py"), method, str(model), str(rows_npy), str(threads), kind, str(out)]
+    res, rss, err = run_with_rss(cmd)
+    if res is None:
+        return None, rss, err
+    return (res, np.load(out).ravel()), rss, ""
+
+
+def rel_error(values: np.ndarray, ref: np.ndarray) -> float:
+    if values.shape != ref.shape:
+        return float("inf")
+    scale = max(np.nanmax(np.abs(ref)), 1e-12)
+    diff = np.abs(values - ref)
+    if np.isnan(diff).any():
+        return float("inf")
+    return float(diff.max() / scale)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small model only, few rows (smoke run)")
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--threads", default="2,1")
+    ap.add_argument("--no-interactions", action="store_true")
+    args = ap.parse_args()
+    specs = SPECS
+    if args.quick:
+        specs = [Spec("small-8f", "xgboost", 8, 10, 3, 2000)]
+    if args.only:
+        specs = [s for s in specs if s.name in args.only.split(",")]
+    threads_list = [int(t) for t in args.threads.split(",")]
+    results = []
+    tmp = OUT / "values"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        model, rows_npy, note = build_model(spec)
+        rows_pq = rows_npy.with_suffix(".parquet")
+        kinds = ["shap"] + ([] if args.no_interactions or spec.depth > 8 or spec.features > 60 else ["interactions"])
+        for kind in kinds:
+            ref_out = tmp / f"{spec.name}-{kind}-ref.f64"
+            got, _, err = ours(model, rows_pq, "treeshap", max(threads_list), kind, ref_out, 1)
+            if got is None:
+                print(f"{spec.name}: reference failed: {err}", file=sys.stderr)
+                continue
+            ref = got[1]
+            methods = [("shapfusion " + a, "ours", a) for a in OURS]
+            if spec.library == "xgboost":
+                methods += [("xgboost 3.4", PY312, "xgboost"), ("xgboost 3.2", PY311, "xgboost")]
+            else:
+                methods += [("lightgbm 4.7", PY311, "lightgbm")] if kind == "shap" else []
+            methods += [("shap TreeExplainer", PY311, "shap")]
+            if kind == "shap":
+                methods += [("fasttreeshap v1", PY311, "fasttreeshap-v1"), ("fasttreeshap v2", PY311, "fasttreeshap-v2")]
+            methods += [("woodelf", PY311, "woodelf")]
+            for label, python, method in methods:
+                for threads in threads_list:
+                    if method in ("shap", "woodelf") and threads != 1:
+                        continue  # single-threaded implementations: measured once, at 1 thread
+                    out = tmp / f"{spec.name}-{kind}-{method}-{threads}"
+                    print(f"{spec.name} {kind} {label} x{threads} ...", file=sys.stderr, flush=True)
+                    if python == "ours":
+                        got, rss, err = ours(model, rows_pq, method, threads, kind, out.with_suffix(".f64"), 3)
+                    else:
+                        got, rss, err = peer(method, model, rows_npy, threads, kind, out.with_suffix(".npy"), python)
+                    row = {"model": spec.name, "kind": kind, "method": label, "threads": threads, "rss_mib": rss,
+                           "rows": spec.rows, "ours": python == "ours"}
+                    if got is None:
+                        row.update(status="failed: " + err, rows_per_s=None, error=None)
+                    else:
+                        res, values = got
+                        seconds = res.get("median_seconds", res.get("seconds"))
+                        e = rel_error(values, ref)
+                        row.update(rows_per_s=spec.rows / seconds, error=e,
+                                   status="ok" if e <= 1e-6 else ("approximate" if e <= 1e-2 else "WRONG"),
+                                   engine=res.get("engine"))
+                    results.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+        results.append({"model": spec.name, "note": note, "spec": spec.__dict__})
+    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    write_report(results, args)
+
+
+def write_report(results, args):
+    lines = []
+    cmd = "bash benchmarks/run.sh" + (" --quick" if args.quick else "")
+    lines.append(f"Command: `{cmd}` (suite: `benchmarks/suite.py`). Machine: {platform.machine()}, "
+                 f"{os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}.")
+    lines.append("Times are the computation only; rows/s at the given threads; ratio = ours or peer rows/s over the "
+                 "fastest peer's at the same thread count; error = max|φ - ref| / max|ref| against shapfusion "
+                 "`treeshap` in f64; status `ok` ≤ 1e-6, `approximate` ≤ 1e-2, else `WRONG`. Peak RSS per process.")
+    lines.append("")
+    models = [r for r in results if "note" in r]
+    for m in models:
+        spec = m["spec"]
+        rows = [r for r in results if r.get("model") == m["model"] and "method" in r]
+        for kind in ("shap", "interactions"):
+            kr = [r for r in rows if r["kind"] == kind]
+            if not kr:
+                continue
+            lines.append(f"### {m['model']} — {kind} ({spec['library']}, {spec['trees']} trees × {spec['classes']} "
+                         f"class(es), depth {spec['depth']}, {spec['features']} features, {spec['rows']} rows; "
+                         f"{m['note']}{'; ' + spec['note'] if spec['note'] else ''})")
+            lines.append("")
+            lines.append("| method | threads | rows/s | ratio to fastest peer | max rel. error | status | peak RSS MiB |")
+            lines.append("|---|---|---|---|---|---|---|")
+            for r in kr:
+                peers = [p["rows_per_s"] for p in kr if not p["ours"] and p["rows_per_s"] and p["threads"] in (r["threads"], 1)
+                         and (p["threads"] == r["threads"] or p["method"] in ("shap TreeExplainer", "woodelf"))]
+                best = max(peers) if peers else None
+                rps = r["rows_per_s"]
+                ratio = f"{rps / best:.2f}" if rps and best else "–"
+                err = "–" if r["error"] is None else f"{r['error']:.1e}"
+                name = r["method"] + (f" ({r['engine']})" if r.get("engine") and r["method"].endswith("auto") else "")
+                lines.append(f"| {name} | {r['threads']} | {rps:,.0f} | {ratio} | {err} | {r['status']} | {r['rss_mib']:.0f} |"
+                             if rps else f"| {name} | {r['threads']} | – | – | – | {r['status']} | {r['rss_mib']:.0f} |")
+            lines.append("")
+    body = "\n".join(lines)
+    plot(results)
+    body += "\n![rows per second](rows_per_second.png)\n"
+    results_md = ROOT / "benchmarks" / "RESULTS.md"
+    text = results_md.read_text() if results_md.exists() else "# Results\n"
+    begin, end = "<!-- SUITE BEGIN -->", "<!-- SUITE END -->"
+    section = f"{begin}\n## Peer benchmark suite\n\n{body}\n{end}"
+    if begin in text:
+        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    results_md.write_text(text)
+    print(body)
+
+
+def plot(results):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = [r for r in results if r.get("kind") == "shap" and r.get("rows_per_s") and (r["threads"] == 2 or r["method"] in ("shap TreeExplainer", "woodelf"))]
+    models = sorted({r["model"] for r in rows}, key=[s.name for s in SPECS + [Spec('small-8f', '', 0, 0, 0, 0)]].index)
+    methods = sorted({r["method"] for r in rows})
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(models)), 5))
+    width = 0.8 / max(1, len(methods))
+    for i, m in enumerate(methods):
+        ys = [next((r["rows_per_s"] for r in rows if r["model"] == mod and r["method"] == m), 0) for mod in models]
+        ax.bar([j + i * width for j in range(len(models))], ys, width, label=m)
+    ax.set_yscale("log")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))])
+    ax.set_xticklabels(models, rotation=20)
+    ax.set_ylabel("rows / second (2 threads; shap, woodelf 1 thread)")
+    ax.set_title("SHAP values: rows per second")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(ROOT / "benchmarks" / "rows_per_second.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+//! Timing harness used by the benchmark suite (`benchmarks/suite.py`): explains the rows of a
+//! Parquet file with one engine, timing only the computation, and writes the values as raw
+//! little-endian f64 so the suite can check them against the reference.
+//!
+//! ```text
+//! cargo run --release --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64]
+//! ```
+//!
+//! Prints one JSON line: engine, rows, best and median seconds over the repeats, rows/s.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use shapfusion::engine::{build_explainer, Algorithm, EngineOptions};
+use shapfusion::features::FeatureColumns;
+use shapfusion::model::Model;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 6 {
+        eprintln!("usage: bench MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64]");
+        std::process::exit(2);
+    }
+    let model = Arc::new(Model::load(&args[1])?);
+    let algorithm: Algorithm = args[3].parse()?;
+    let threads: usize = args[4].parse()?;
+    let repeats: usize = args[5].parse()?;
+    let interactions = args.get(6).map(String::as_str) == Some("interactions");
+
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&args[2])?)?.with_batch_size(1 << 30).build()?;
+    let batches: Vec<_> = reader.collect::<Result<_, _>>()?;
+    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
+    let block = FeatureColumns::resolve(&batch.schema(), &model)?.block(&batch, &model)?;
+
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let setup = Instant::now();
+    let explainer = pool.install(|| build_explainer(model.clone(), algorithm, Some(block.rows()), &EngineOptions { v2_memory_bytes: 4 << 30 }))?;
+    let setup_seconds = setup.elapsed().as_secs_f64();
+    let mut times = Vec::new();
+    let mut values = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let start = Instant::now();
+        values = pool.install(|| -> shapfusion::Result<Vec<f64>> {
+            Ok(if interactions { explainer.interactions(&block)?.values } else { explainer.shap(&block)?.values })
+        })?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    if let Some(out) = args.get(7) {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(out)?);
+        for v in &values {
+            f.write_all(&v.to_le_bytes())?;
+        }
+    }
+    println!(
+        "{{\"engine\": \"{}\", \"rows\": {}, \"setup_seconds\": {setup_seconds}, \"best_seconds\": {}, \"median_seconds\": {median}, \"rows_per_second\": {}}}",
+        explainer.name(),
+        block.rows(),
+        times[0],
+        block.rows() as f64 / median
+    );
+    Ok(())
+}

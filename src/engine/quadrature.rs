@@ -1,0 +1,373 @@
+//! `quadrature`: exact TreeSHAP by Gauss–Legendre quadrature of the Shapley weights.
+//!
+//! With the notation of `fast_v1` (path features split into hot S and cold C, cover fractions
+//! `z_k`, d distinct features), the Shapley weights are Beta integrals,
+//! `c_d(u) = ∫₀¹ t^u (1-t)^(d-1-u) dt`, so the leaf's combination sums become integrals of
+//! products of per-feature factors:
+//!
+//! ```text
+//!   G(t)      = Π_{k∈S} (z_k (1-t) + t) · Π_{k∈C} (1-t)
+//!   Q(S)      = ∫ G(t) / (1-t) dt                      (shared by every cold feature)
+//!   Q(S\{i})  = ∫ G(t) / (z_i (1-t) + t) dt            (hot feature i)
+//! ```
+//!
+//! Both integrands are polynomials of degree d-1, so an n-point Gauss–Legendre rule with
+//! n ≥ ⌈d/2⌉ is exact. Every factor lies in (0, 1] on the open interval, so the products neither
+//! overflow nor cancel, and removing a repeated feature's factor is a division by a number no
+//! smaller than the quadrature node. The walk keeps G at the n nodes as a fixed-size array
+//! (n rounded up to a power of two per tree, a few SIMD lanes), costing O(n) per node and per hot
+//! feature at a leaf, O(1) per cold feature.
+
+use std::sync::Arc;
+
+use super::interactions::{check_size, finish_row};
+use super::prepared::{PreparedModel, PreparedTree};
+use super::{check_block, par_rows, shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
+use crate::error::{Error, Result};
+use crate::model::{Model, Tree};
+
+/// Most quadrature points per tree (paths with up to 2·MAX_POINTS distinct features).
+pub(crate) const MAX_POINTS: usize = 64;
+
+/// Gauss–Legendre nodes and weights on [0, 1], by Newton's method on the Legendre polynomial.
+pub(crate) fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut nodes = vec![0.0; n];
+    let mut weights = vec![0.0; n];
+    for i in 0..n {
+        // Initial guess (Tricomi), then Newton on P_n.
+        let mut x = (std::f64::consts::PI * (i as f64 + 0.75) / (n as f64 + 0.5)).cos();
+        let mut dp = 1.0;
+        for _ in 0..100 {
+            let (mut p0, mut p1) = (1.0, x);
+            for k in 2..=n {
+                let p2 = ((2 * k - 1) as f64 * x * p1 - (k - 1) as f64 * p0) / k as f64;
+                p0 = p1;
+                p1 = p2;
+            }
+            let pn = if n == 0 { 1.0 } else if n == 1 { x } else { p1 };
+            let pn1 = if n == 1 { 1.0 } else { p0 };
+            dp = n as f64 * (x * pn - pn1) / (x * x - 1.0);
+            let dx = pn / dp;
+            x -= dx;
+            if dx.abs() < 1e-16 {
+                break;
+            }
+        }
+        // Map [-1, 1] → [0, 1].
+        nodes[i] = (1.0 - x) / 2.0;
+        weights[i] = 1.0 / ((1.0 - x * x) * dp * dp);
+    }
+    (nodes, weights)
+}
+
+/// Quadrature data of one tree, for `N` points.
+#[derive(Debug, Clone)]
+struct Rule {
+    /// Number of points in use (a power of two).
+    points: usize,
+    t: [f64; MAX_POINTS],
+    one_minus_t: [f64; MAX_POINTS],
+    /// w_q / (1 - t_q): the cold sum's weights.
+    w_over_1mt: [f64; MAX_POINTS],
+    w: [f64; MAX_POINTS],
+}
+
+impl Rule {
+    fn new(distinct: usize) -> Option<Rule> {
+        let points = distinct.div_ceil(2).max(1).next_power_of_two();
+        if points > MAX_POINTS {
+            return None;
+        }
+        let (nodes, weights) = gauss_legendre(points);
+        let mut r = Rule { points, t: [0.0; MAX_POINTS], one_minus_t: [0.0; MAX_POINTS], w_over_1mt: [0.0; MAX_POINTS], w: [0.0; MAX_POINTS] };
+        for q in 0..points {
+            r.t[q] = nodes[q];
+            r.one_minus_t[q] = 1.0 - nodes[q];
+            r.w[q] = weights[q];
+            r.w_over_1mt[q] = weights[q] / (1.0 - nodes[q]);
+        }
+        Some(r)
+    }
+}
+
+pub(crate) struct Quadrature {
+    prepared: Arc<PreparedModel>,
+    rules: Vec<Rule>,
+}
+
+impl Quadrature {
+    pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
+        let mut rules = Vec::with_capacity(prepared.trees.len());
+        for (t, (tree, prep)) in prepared.model.trees.iter().zip(&prepared.trees).enumerate() {
+            let d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
+            rules.push(Rule::new(d).ok_or_else(|| {
+                Error::Unavailable(format!("quadrature: tree {t} has a path with {d} distinct features (limit {}); use fast-v1", 2 * MAX_POINTS))
+            })?);
+        }
+        Ok(Quadrature { prepared, rules })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Elem {
+    feature: u32,
+    zero: f64,
+    hot: bool,
+}
+
+/// Walk state at one depth.
+#[derive(Clone)]
+struct Level<const N: usize> {
+    elems: Vec<Elem>,
+    g: [f64; N],
+    residual: f64,
+}
+
+struct Walk<'a, const N: usize> {
+    tree: &'a Tree,
+    prep: &'a PreparedTree,
+    rule: &'a Rule,
+    x: &'a [f64],
+    phi: &'a mut [f64],
+    /// With interactions: this group's (F+1)×(F+1) matrix, off-diagonal entries accumulated.
+    pairs: Option<&'a mut [f64]>,
+    levels: &'a mut Vec<Level<N>>,
+}
+
+impl<const N: usize> Walk<'_, N> {
+    #[inline]
+    fn factor(&self, hot: bool, zero: f64, q: usize) -> f64 {
+        if hot {
+            zero * self.rule.one_minus_t[q] + self.rule.t[q]
+        } else {
+            self.rule.one_minus_t[q]
+        }
+    }
+
+    fn visit(&mut self, node: usize, level: usize) {
+        let tree_node = &self.tree.nodes[node];
+        if tree_node.is_leaf() {
+            self.leaf(node, level);
+            return;
+        }
+        let feature = tree_node.feature;
+        let goes_left = self.tree.goes_left(tree_node, self.x[feature as usize]);
+        let [rl, rr] = self.prep.ratios[node];
+        let children = if goes_left {
+            [(tree_node.left, rl, true), (tree_node.right, rr, false)]
+        } else {
+            [(tree_node.right, rr, true), (tree_node.left, rl, false)]
+        };
+        if self.levels.len() <= level + 1 {
+            self.levels.push(Level { elems: Vec::new(), g: [0.0; N], residual: 1.0 });
+        }
+        for (child, ratio, hot_branch) in children {
+            let (head, tail) = self.levels.split_at_mut(level + 1);
+            let (parent, next) = (&head[level], &mut tail[0]);
+            next.elems.clear();
+            next.elems.extend_from_slice(&parent.elems);
+            next.g = parent.g;
+            next.residual = parent.residual;
+            let mut zero = ratio;
+            let mut hot = hot_branch;
+            if let Some(k) = next.elems.iter().position(|e| e.feature == feature) {
+                let e = next.elems.swap_remove(k);
+                zero *= e.zero;
+                hot &= e.hot;
+                for q in 0..N {
+                    let f = if e.hot { e.zero * self.rule.one_minus_t[q] + self.rule.t[q] } else { self.rule.one_minus_t[q] };
+                    next.g[q] /= f;
+                }
+                if !e.hot {
+                    next.residual /= e.zero;
+                }
+            }
+            if !hot && zero == 0.0 {
+                continue; // unreachable by cover and not taken by the row: contributes nothing
+            }
+            next.elems.push(Elem { feature, zero, hot });
+            for q in 0..N {
+                let f = if hot { zero * self.rule.one_minus_t[q] + self.rule.t[q] } else { self.rule.one_minus_t[q] };
+                next.g[q] *= f;
+            }
+            if !hot {
+                next.residual *= zero;
+            }
+            self.visit(child as usize, level + 1);
+        }
+    }
+
+    fn leaf(&mut self, node: usize, level: usize) {
+        let state = &self.levels[level];
+        if state.elems.is_empty() {
+            return;
+        }
+        let v = self.prep.value[node] * state.residual;
+        let mut cold_sum = 0.0;
+        for q in 0..N {
+            cold_sum += self.rule.w_over_1mt[q] * state.g[q];
+        }
+        let cold_value = -v * cold_sum;
+        for e in &state.elems {
+            let contribution = if e.hot {
+                let mut s = 0.0;
+                for q in 0..N {
+                    s += self.rule.w[q] * state.g[q] / self.factor(true, e.zero, q);
+                }
+                v * (1.0 - e.zero) * s
+            } else {
+                cold_value
+            };
+            self.phi[e.feature as usize] += contribution;
+        }
+        if self.pairs.is_some() {
+            self.leaf_pairs(node, level);
+        }
+    }
+
+    /// Interaction halves at a leaf. Conditioning on feature j ("on" minus "off") scales the
+    /// leaf by `1[j hot] − z_j` and removes j from the players, so row j gets, for every other
+    /// path feature i, half of i's contribution over the path without j.
+    fn leaf_pairs(&mut self, node: usize, level: usize) {
+        let state = &self.levels[level];
+        let d = state.elems.len();
+        if d < 2 {
+            return;
+        }
+        let w1 = self.prep.value[node];
+        let width = self.phi.len();
+        let pairs = self.pairs.as_deref_mut().expect("checked by caller");
+        for j in &state.elems {
+            let mut g = [0.0; N];
+            for q in 0..N {
+                let f = if j.hot { j.zero * self.rule.one_minus_t[q] + self.rule.t[q] } else { self.rule.one_minus_t[q] };
+                g[q] = state.g[q] / f;
+            }
+            let residual = if j.hot { state.residual } else { state.residual / j.zero };
+            let scale = 0.5 * ((j.hot as u8 as f64) - j.zero) * w1 * residual;
+            let mut cold_sum = 0.0;
+            for q in 0..N {
+                cold_sum += self.rule.w_over_1mt[q] * g[q];
+            }
+            let row = j.feature as usize * width;
+            for i in &state.elems {
+                if i.feature == j.feature {
+                    continue;
+                }
+                let c = if i.hot {
+                    let mut s = 0.0;
+                    for q in 0..N {
+                        s += self.rule.w[q] * g[q] / (i.zero * self.rule.one_minus_t[q] + self.rule.t[q]);
+                    }
+                    (1.0 - i.zero) * s
+                } else {
+                    -cold_sum
+                };
+                pairs[row + i.feature as usize] += scale * c;
+            }
+        }
+    }
+}
+
+/// Per-thread scratch: walk levels for each supported point count.
+#[derive(Default)]
+struct Scratch {
+    l1: Vec<Level<1>>,
+    l2: Vec<Level<2>>,
+    l4: Vec<Level<4>>,
+    l8: Vec<Level<8>>,
+    l16: Vec<Level<16>>,
+    l32: Vec<Level<32>>,
+    l64: Vec<Level<64>>,
+}
+
+fn run<const N: usize>(
+    tree: &Tree,
+    prep: &PreparedTree,
+    rule: &Rule,
+    x: &[f64],
+    phi: &mut [f64],
+    pairs: Option<&mut [f64]>,
+    levels: &mut Vec<Level<N>>,
+) {
+    if levels.is_empty() {
+        levels.push(Level { elems: Vec::new(), g: [0.0; N], residual: 1.0 });
+    }
+    let root = &mut levels[0];
+    root.elems.clear();
+    root.g = [1.0; N];
+    root.residual = 1.0;
+    Walk { tree, prep, rule, x, phi, pairs, levels }.visit(0, 0);
+}
+
+impl Quadrature {
+    /// One tree's walk, dispatched on its number of quadrature points.
+    fn tree(&self, t: usize, x: &[f64], phi: &mut [f64], pairs: Option<&mut [f64]>, s: &mut Scratch) {
+        let p = &*self.prepared;
+        let (tree, prep, rule) = (&p.model.trees[t], &p.trees[t], &self.rules[t]);
+        match rule.points {
+            1 => run::<1>(tree, prep, rule, x, phi, pairs, &mut s.l1),
+            2 => run::<2>(tree, prep, rule, x, phi, pairs, &mut s.l2),
+            4 => run::<4>(tree, prep, rule, x, phi, pairs, &mut s.l4),
+            8 => run::<8>(tree, prep, rule, x, phi, pairs, &mut s.l8),
+            16 => run::<16>(tree, prep, rule, x, phi, pairs, &mut s.l16),
+            32 => run::<32>(tree, prep, rule, x, phi, pairs, &mut s.l32),
+            _ => run::<64>(tree, prep, rule, x, phi, pairs, &mut s.l64),
+        }
+    }
+}
+
+impl Explainer for Quadrature {
+    fn name(&self) -> &'static str {
+        "quadrature"
+    }
+
+    fn model(&self) -> &Model {
+        &self.prepared.model
+    }
+
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
+        shap_by_tree(&self.prepared, block, Scratch::default, |t, x, phi, s| self.tree(t, x, phi, None, s))
+    }
+
+    /// Interactions from the same walk: SHAP values and all pair terms in one pass per tree.
+    fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        let p = &*self.prepared;
+        check_block(&p.model, block)?;
+        let (f, g) = (p.model.num_features(), p.model.num_groups);
+        let w = f + 1;
+        check_size(block.rows(), g * w * w)?;
+        let init = || (Scratch::default(), vec![0.0; g * w]);
+        let values = par_rows(block, g * w * w, init, |x, out, (s, shap)| {
+            shap.iter_mut().for_each(|v| *v = 0.0);
+            for (t, tree) in p.model.trees.iter().enumerate() {
+                let k = tree.group;
+                let phi = &mut shap[k * w..(k + 1) * w];
+                let pairs = &mut out[k * w * w..(k + 1) * w * w];
+                self.tree(t, x, phi, Some(pairs), s);
+            }
+            for (k, b) in p.bias.iter().enumerate() {
+                shap[k * w + f] = *b;
+            }
+            finish_row(out, shap, f, g);
+        });
+        Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauss_legendre_integrates_polynomials_exactly() {
+        for n in [1usize, 2, 3, 4, 8, 16, 32, 64] {
+            let (t, w) = gauss_legendre(n);
+            for degree in 0..(2 * n) {
+                let got: f64 = t.iter().zip(&w).map(|(t, w)| w * t.powi(degree as i32)).sum();
+                let want = 1.0 / (degree as f64 + 1.0);
+                assert!((got - want).abs() < 1e-13, "n={n} degree={degree}: {got} vs {want}");
+            }
+        }
+    }
+}

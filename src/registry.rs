@@ -1,0 +1,268 @@
+//! Models by name or URL, loaded through `object_store` and cached by URL and version.
+//!
+//! A model reference is resolved in this order:
+//! 1. a name registered with [`ModelRegistry::register`] (`--model name=URL`);
+//! 2. a URL (`s3://bucket/key`, `gs://…`, `az://…`, `file:///…`, `memory:///…`) or a path
+//!    (`/abs/path`, `./rel/path`, anything ending in `.json`, `.ubj` or `.txt`);
+//! 3. `<model_dir>/<name>.json`, `.ubj`, then `.txt`, when a model directory is set.
+//!
+//! Each resolution asks the store for the object's version (ETag, or last-modified and size), so
+//! a model changed in place is reloaded by the next query; unchanged models come from the cache.
+//! Object stores registered on the DataFusion runtime for a URL's scheme and host are used first
+//! (so tests can put an in-memory store behind `s3://`); otherwise one is built from the URL with
+//! credentials from the environment, as `object_store` reads them (`AWS_*`, `GOOGLE_*`,
+//! `AZURE_*`).
+//!
+//! Object-store I/O runs on a small runtime of its own, so resolution can be called from sync
+//! code (DataFusion planning) inside or outside a tokio runtime without blocking it on itself.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use url::Url;
+
+use crate::engine::{build_explainer, Algorithm, EngineOptions, Explainer};
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// Extensions tried under a model directory, in order.
+pub const MODEL_EXTENSIONS: [&str; 3] = ["json", "ubj", "txt"];
+
+/// A loaded model and the engines built for it.
+pub struct LoadedModel {
+    /// Where it was loaded from.
+    pub url: String,
+    /// The store's version of the object when it was loaded.
+    pub version: String,
+    /// The model.
+    pub model: Arc<Model>,
+    explainers: Mutex<HashMap<Algorithm, Arc<dyn Explainer>>>,
+}
+
+impl LoadedModel {
+    /// The engine for `algorithm`, built once per model version.
+    pub fn explainer(&self, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Explainer>> {
+        if let Some(e) = self.explainers.lock().expect("explainer cache").get(&algorithm) {
+            return Ok(e.clone());
+        }
+        let e = build_explainer(self.model.clone(), algorithm, None, options)?;
+        self.explainers.lock().expect("explainer cache").insert(algorithm, e.clone());
+        Ok(e)
+    }
+}
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel").field("url", &self.url).field("version", &self.version).finish()
+    }
+}
+
+/// Named models, a model directory, and the cache of loaded models.
+#[derive(Default)]
+pub struct ModelRegistry {
+    names: RwLock<HashMap<String, String>>,
+    cache: Mutex<HashMap<String, Vec<Arc<LoadedModel>>>>,
+    stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+    runtime_env: Option<Arc<RuntimeEnv>>,
+}
+
+impl std::fmt::Debug for ModelRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelRegistry").field("names", &self.names).finish()
+    }
+}
+
+/// Versions of one URL kept in the cache (a query planned against the previous version can
+/// still finish while the next query loads the new one).
+const VERSIONS_KEPT: usize = 2;
+
+impl ModelRegistry {
+    /// An empty registry that looks up object stores on `runtime_env` first.
+    pub fn new(runtime_env: Option<Arc<RuntimeEnv>>) -> Self {
+        ModelRegistry { runtime_env, ..Default::default() }
+    }
+
+    /// Registers `name` for the model at `url` (a URL or a local path).
+    pub fn register(&self, name: &str, url: &str) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::Input(format!("model name for {url:?} is empty")));
+        }
+        let url = to_url(url)?;
+        self.names.write().expect("names").insert(name.to_string(), url.to_string());
+        Ok(())
+    }
+
+    /// Parses `name=URL` (the `--model` flag) and registers it.
+    pub fn register_arg(&self, arg: &str) -> Result<()> {
+        let (name, url) = arg
+            .split_once('=')
+            .ok_or_else(|| Error::Input(format!("--model {arg:?}: expected NAME=URL, e.g. fraud=s3://models/fraud.json")))?;
+        self.register(name.trim(), url.trim())
+    }
+
+    /// Registered names and URLs, sorted by name.
+    pub fn names(&self) -> Vec<(String, String)> {
+        let mut v: Vec<_> = self.names.read().expect("names").iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        v.sort();
+        v
+    }
+
+    /// Resolves `reference` to a loaded model (see the module docs for the order), reloading it
+    /// if the stored object changed. Blocking; safe to call from async code.
+    pub fn resolve(&self, reference: &str, model_dir: Option<&str>) -> Result<Arc<LoadedModel>> {
+        let mut searched = Vec::new();
+        let registered = self.names.read().expect("names").get(reference).cloned();
+        if let Some(url) = registered {
+            return self.load_url(&url);
+        }
+        searched.push(format!("registered models ({})", {
+            let names: Vec<String> = self.names().into_iter().map(|(n, _)| n).collect();
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        }));
+        if looks_like_location(reference) {
+            return self.load_url(to_url(reference)?.as_str());
+        }
+        searched.push("not a URL or path".into());
+        match model_dir.filter(|d| !d.is_empty()) {
+            Some(dir) => {
+                let base = to_url(dir)?;
+                for ext in MODEL_EXTENSIONS {
+                    let candidate = join_url(&base, &format!("{reference}.{ext}"))?;
+                    match self.head(&candidate) {
+                        Ok(version) => return self.load_versioned(candidate.as_str(), version),
+                        Err(_) => searched.push(candidate.to_string()),
+                    }
+                }
+            }
+            None => searched.push("no model directory set (shap.model_dir / --model-dir)".into()),
+        }
+        Err(Error::Input(format!("unknown model {reference:?}; searched: {}", searched.join("; "))))
+    }
+
+    /// Looks up a loaded model by exact URL and version (as recorded at planning time).
+    pub fn get_version(&self, url: &str, version: &str) -> Option<Arc<LoadedModel>> {
+        self.cache.lock().expect("cache").get(url)?.iter().find(|m| m.version == version).cloned()
+    }
+
+    fn load_url(&self, url: &str) -> Result<Arc<LoadedModel>> {
+        let parsed = Url::parse(url).map_err(|e| Error::Input(format!("bad model URL {url:?}: {e}")))?;
+        let version = self.head(&parsed)?;
+        self.load_versioned(url, version)
+    }
+
+    fn load_versioned(&self, url: &str, version: String) -> Result<Arc<LoadedModel>> {
+        if let Some(m) = self.get_version(url, &version) {
+            return Ok(m);
+        }
+        let parsed = Url::parse(url).map_err(|e| Error::Input(format!("bad model URL {url:?}: {e}")))?;
+        let (store, path) = self.store_for(&parsed)?;
+        let bytes = run_io(async move { store.get(&path).await?.bytes().await })
+            .map_err(|e| Error::Input(format!("cannot read model {url}: {e}")))?;
+        let model = Arc::new(Model::from_bytes(&bytes, url)?);
+        tracing::info!(url, version, trees = model.trees.len(), "loaded model");
+        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, model, explainers: Mutex::new(HashMap::new()) });
+        let mut cache = self.cache.lock().expect("cache");
+        let versions = cache.entry(url.to_string()).or_default();
+        versions.insert(0, loaded.clone());
+        versions.truncate(VERSIONS_KEPT);
+        Ok(loaded)
+    }
+
+    /// The object's version: its ETag, else last-modified and size.
+    fn head(&self, url: &Url) -> Result<String> {
+        let (store, path) = self.store_for(url)?;
+        let meta = run_io(async move { store.head(&path).await }).map_err(|e| match e {
+            object_store::Error::NotFound { .. } => Error::Input(format!("model not found: {url}")),
+            e => Error::Input(format!("cannot reach model {url}: {e}")),
+        })?;
+        Ok(meta.e_tag.unwrap_or_else(|| format!("{}-{}", meta.last_modified.timestamp_micros(), meta.size)))
+    }
+
+    /// The store serving `url`: one registered on the DataFusion runtime, else one built from the
+    /// URL and the environment (cached per scheme and host).
+    fn store_for(&self, url: &Url) -> Result<(Arc<dyn ObjectStore>, StorePath)> {
+        if let Some(env) = &self.runtime_env {
+            let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(|e| Error::Input(format!("{url}: {e}")))?;
+            if let Ok(store) = env.object_store(store_url) {
+                let path = StorePath::from_url_path(url.path()).map_err(|e| Error::Input(format!("{url}: {e}")))?;
+                return Ok((store, path));
+            }
+        }
+        let key = url[..url::Position::BeforePath].to_string();
+        let (built, path) = object_store::parse_url_opts(url, std::env::vars())
+            .map_err(|e| Error::Input(format!("no object store for {url}: {e}")))?;
+        let mut stores = self.stores.lock().expect("stores");
+        let store = stores.entry(key).or_insert_with(|| Arc::from(built)).clone();
+        Ok((store, path))
+    }
+}
+
+/// Whether a model reference is a URL or a path rather than a name.
+fn looks_like_location(s: &str) -> bool {
+    s.contains("://")
+        || s.starts_with('/')
+        || s.starts_with("./")
+        || s.starts_with("../")
+        || MODEL_EXTENSIONS.iter().any(|e| s.ends_with(&format!(".{e}")))
+}
+
+/// Turns a URL or a (relative or absolute) local path into a URL.
+pub fn to_url(s: &str) -> Result<Url> {
+    if s.contains("://") {
+        return Url::parse(s).map_err(|e| Error::Input(format!("bad URL {s:?}: {e}")));
+    }
+    let path = std::path::absolute(s).map_err(|e| Error::io(s, e))?;
+    Url::from_file_path(&path).map_err(|_| Error::Input(format!("cannot turn {s:?} into a file URL")))
+}
+
+fn join_url(base: &Url, file: &str) -> Result<Url> {
+    let mut s = base.to_string();
+    if !s.ends_with('/') {
+        s.push('/');
+    }
+    Url::parse(&s).and_then(|u| u.join(file)).map_err(|e| Error::Input(format!("bad model directory {base}: {e}")))
+}
+
+/// Runs object-store I/O on the registry's own runtime and waits for it.
+fn run_io<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
+    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let rt = IO.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("shapfusion-io")
+            .enable_all()
+            .build()
+            .expect("start the model I/O runtime")
+    });
+    let handle = rt.spawn(fut);
+    futures::executor::block_on(handle).expect("model I/O task panicked")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_urls_and_paths_are_told_apart() {
+        assert!(looks_like_location("s3://b/k.json"));
+        assert!(looks_like_location("/tmp/m"));
+        assert!(looks_like_location("models/fraud.json"));
+        assert!(!looks_like_location("fraud"));
+        assert_eq!(to_url("/tmp/x.json").unwrap().as_str(), "file:///tmp/x.json");
+    }
+
+    #[test]
+    fn unknown_model_error_lists_every_place_searched() {
+        let r = ModelRegistry::new(None);
+        r.register("a", "/nowhere/a.json").unwrap();
+        let e = r.resolve("fraud", Some("/no/such/dir")).unwrap_err().to_string();
+        for needle in ["\"fraud\"", "registered models (a)", "/no/such/dir/fraud.json", "/no/such/dir/fraud.ubj", "/no/such/dir/fraud.txt"] {
+            assert!(e.contains(needle), "{needle} not in {e}");
+        }
+    }
+}

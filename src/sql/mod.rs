@@ -1,0 +1,62 @@
+//! SQL: `shap(model, c1, …, cN)`, `shap_interactions(…)` and `predict(…)` as DataFusion scalar
+//! UDFs, the `shap.*` session options, and the session set-up used by `shapfusion sql`.
+//!
+//! ```sql
+//! SET shap.model_dir = 's3://models/';
+//! SELECT id, shap('fraud', amount, age)['amount'] AS why FROM payments;
+//! ```
+//!
+//! The UDFs compute through the same features → engine → layout path as `shapfusion explain`,
+//! so the numbers and the column layout are identical.
+
+mod options;
+pub mod shell;
+mod udf;
+
+use std::sync::Arc;
+
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::ScalarUDF;
+use datafusion::prelude::SessionConfig;
+
+pub use options::ShapOptions;
+pub use udf::ShapUdf;
+
+use crate::error::Result;
+use crate::explain::OutputKind;
+use crate::registry::ModelRegistry;
+
+/// Names of the UDFs, with what each returns.
+pub const FUNCTIONS: [(&str, OutputKind); 3] =
+    [("shap", OutputKind::Shap), ("shap_interactions", OutputKind::Interactions), ("predict", OutputKind::Predict)];
+
+/// A session config with the `shap.*` options available (so `SET shap.model_dir = …` works).
+pub fn session_config() -> SessionConfig {
+    SessionConfig::new().with_information_schema(true).with_option_extension(ShapOptions::default())
+}
+
+/// Registers the UDFs on `ctx` and returns the model registry they resolve names with (add
+/// named models to it with [`ModelRegistry::register`]). Adds the `shap.*` options to the
+/// session if its config lacks them.
+pub fn register(ctx: &SessionContext) -> Result<Arc<ModelRegistry>> {
+    let registry = Arc::new(ModelRegistry::new(Some(ctx.runtime_env())));
+    register_with(ctx, registry.clone())?;
+    Ok(registry)
+}
+
+/// [`register`] with a registry of the caller's (shared between sessions or with a worker).
+pub fn register_with(ctx: &SessionContext, registry: Arc<ModelRegistry>) -> Result<()> {
+    let options = {
+        let state = ctx.state_ref();
+        let mut state = state.write();
+        let config = state.config_mut().options_mut();
+        if config.extensions.get::<ShapOptions>().is_none() {
+            config.extensions.insert(ShapOptions::default());
+        }
+        config.extensions.get::<ShapOptions>().cloned().unwrap_or_default()
+    };
+    for (name, kind) in FUNCTIONS {
+        ctx.register_udf(ScalarUDF::new_from_impl(ShapUdf::new(name, kind, registry.clone(), options.clone())?));
+    }
+    Ok(())
+}

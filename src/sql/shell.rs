@@ -1,0 +1,126 @@
+//! `shapfusion sql`: DataFusion's own shell (the `datafusion-cli` crate) with the shap UDFs.
+//!
+//! Everything the DataFusion CLI does works: the interactive REPL with history, `-c` / `-f`
+//! batches, `CREATE EXTERNAL TABLE … LOCATION 's3://…'` (object stores registered on demand,
+//! credentials from the environment), `COPY (…) TO …`, and the table/csv/json output formats.
+//! We add the UDFs, named models, and Parquet output of a query result.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::SessionContext;
+use datafusion_cli::catalog::DynamicObjectStoreCatalog;
+use datafusion_cli::exec;
+use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistry;
+use datafusion_cli::print_format::PrintFormat;
+use datafusion_cli::print_options::{MaxRows, PrintOptions};
+
+use crate::error::{Error, Result};
+use crate::registry::ModelRegistry;
+
+/// How `shapfusion sql` prints results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Aligned table (the default).
+    Table,
+    /// CSV with a header.
+    Csv,
+    /// A JSON array of objects.
+    Json,
+    /// Newline-delimited JSON.
+    NdJson,
+    /// The last statement's result written as Parquet to `--output`.
+    Parquet,
+}
+
+impl std::str::FromStr for OutputFormat {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "table" => OutputFormat::Table,
+            "csv" => OutputFormat::Csv,
+            "json" => OutputFormat::Json,
+            "ndjson" => OutputFormat::NdJson,
+            "parquet" => OutputFormat::Parquet,
+            other => return Err(Error::Input(format!("unknown format {other:?}; expected table, csv, json, ndjson or parquet"))),
+        })
+    }
+}
+
+/// Options of `shapfusion sql`.
+#[derive(Debug, Clone)]
+pub struct ShellOptions {
+    /// Statements to run (`-c`), in order.
+    pub commands: Vec<String>,
+    /// SQL files to run (`-f`), before the commands.
+    pub files: Vec<PathBuf>,
+    /// `name=URL` models.
+    pub models: Vec<String>,
+    /// Initial `shap.model_dir`.
+    pub model_dir: Option<String>,
+    /// Output format.
+    pub format: OutputFormat,
+    /// Where Parquet output goes.
+    pub output: Option<PathBuf>,
+    /// No timing lines.
+    pub quiet: bool,
+}
+
+/// A session with DataFusion's dynamic object-store catalog, URL tables and the shap UDFs.
+pub async fn new_session(models: &[String], model_dir: Option<&str>) -> Result<(SessionContext, Arc<ModelRegistry>, Arc<InstrumentedObjectStoreRegistry>)> {
+    let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
+    let stores = Arc::new(InstrumentedObjectStoreRegistry::new());
+    let runtime = RuntimeEnvBuilder::new().with_object_store_registry(stores.clone()).build_arc().map_err(df)?;
+    let ctx = SessionContext::new_with_config_rt(super::session_config(), runtime).enable_url_table();
+    ctx.refresh_catalogs().await.map_err(df)?;
+    ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(ctx.state().catalog_list().clone(), ctx.state_weak_ref())));
+    let registry = super::register(&ctx)?;
+    for m in models {
+        registry.register_arg(m)?;
+    }
+    if let Some(dir) = model_dir {
+        ctx.sql(&format!("SET shap.model_dir = '{}'", dir.replace('\'', "''"))).await.map_err(df)?;
+    }
+    Ok((ctx, registry, stores))
+}
+
+/// Runs the shell: files, then commands, else the REPL.
+pub async fn run(options: ShellOptions) -> Result<()> {
+    let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
+    let (ctx, _registry, stores) = new_session(&options.models, options.model_dir.as_deref()).await?;
+    let repl = options.commands.is_empty() && options.files.is_empty();
+    let mut print = PrintOptions {
+        format: match options.format {
+            OutputFormat::Csv => PrintFormat::Csv,
+            OutputFormat::Json => PrintFormat::Json,
+            OutputFormat::NdJson => PrintFormat::NdJson,
+            OutputFormat::Table | OutputFormat::Parquet => PrintFormat::Table,
+        },
+        quiet: options.quiet || !repl,
+        maxrows: if repl { MaxRows::Limited(40) } else { MaxRows::Unlimited },
+        color: false,
+        instrumented_registry: stores,
+    };
+    if repl {
+        return exec::exec_from_repl(&ctx, &mut print).await.map_err(|e| Error::Input(e.to_string()));
+    }
+    let mut statements: Vec<String> = Vec::new();
+    for f in &options.files {
+        statements.push(std::fs::read_to_string(f).map_err(|e| Error::io(f, e))?);
+    }
+    statements.extend(options.commands.iter().cloned());
+    if options.format == OutputFormat::Parquet {
+        let output = options.output.clone().ok_or_else(|| Error::Input("--format parquet needs --output PATH".into()))?;
+        let last = statements.pop().unwrap_or_default();
+        exec::exec_from_commands(&ctx, statements, &print).await.map_err(df)?;
+        let frame = ctx.sql(&last).await.map_err(df)?;
+        frame
+            .write_parquet(&output.to_string_lossy(), Default::default(), None)
+            .await
+            .map_err(df)?;
+        return Ok(());
+    }
+    // Statements run one by one and stop at the first error (non-zero exit), as a batch job wants.
+    exec::exec_from_commands(&ctx, statements, &print).await.map_err(df)
+}

@@ -1,0 +1,203 @@
+//! The scalar UDFs. Planning resolves the (constant) model name, checks the arguments against
+//! the model's features and fixes the output type; the resolved model's URL and version travel
+//! in the return field's metadata so execution uses exactly the version that was planned.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, StructArray};
+use arrow::datatypes::{DataType, Field, FieldRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::{exec_datafusion_err, plan_datafusion_err, plan_err, DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+
+use super::options::ShapOptions;
+use crate::engine::{Algorithm, EngineOptions};
+use crate::explain::OutputKind;
+use crate::features::{block_from_columns, is_numeric};
+use crate::layout;
+use crate::model::Model;
+use crate::registry::ModelRegistry;
+
+const META_URL: &str = "shapfusion.model.url";
+const META_VERSION: &str = "shapfusion.model.version";
+
+/// `shap`, `shap_interactions` or `predict`, bound to a model registry and the session's
+/// `shap.*` options.
+#[derive(Debug)]
+pub struct ShapUdf {
+    name: &'static str,
+    kind: OutputKind,
+    registry: Arc<ModelRegistry>,
+    options: ShapOptions,
+    algorithm: Algorithm,
+    pool: Arc<rayon::ThreadPool>,
+    signature: Signature,
+}
+
+impl ShapUdf {
+    /// A UDF named `name` computing `kind`.
+    pub fn new(name: &'static str, kind: OutputKind, registry: Arc<ModelRegistry>, options: ShapOptions) -> crate::Result<Self> {
+        let algorithm: Algorithm = options.algorithm.parse()?;
+        let mut pool = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("shapfusion-sql-{i}"));
+        if options.threads > 0 {
+            pool = pool.num_threads(options.threads);
+        }
+        let pool = pool.build().map_err(|e| crate::Error::Input(format!("cannot start SQL compute threads: {e}")))?;
+        Ok(ShapUdf {
+            name,
+            kind,
+            registry,
+            options,
+            algorithm,
+            pool: Arc::new(pool),
+            signature: Signature::user_defined(Volatility::Immutable),
+        })
+    }
+
+    fn engine_options(&self) -> EngineOptions {
+        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb << 20 }
+    }
+
+    fn usage(&self, model: &Model) -> String {
+        format!("{}('<model>', {})", self.name, model.feature_names.join(", "))
+    }
+
+    fn output_type(&self, model: &Model) -> DataType {
+        match self.kind {
+            OutputKind::Shap => DataType::Struct(layout::shap_fields(model)),
+            OutputKind::Interactions => layout::interactions_field(model).data_type().clone(),
+            OutputKind::Predict => layout::prediction_field(model).data_type().clone(),
+        }
+    }
+}
+
+impl PartialEq for ShapUdf {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.registry, &other.registry) && same_options(&self.options, &other.options)
+    }
+}
+
+impl Eq for ShapUdf {}
+
+impl Hash for ShapUdf {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.options.model_dir.hash(state);
+        self.options.algorithm.hash(state);
+    }
+}
+
+/// The config extension macro derives no `PartialEq`; compare the fields we read.
+fn same_options(a: &ShapOptions, b: &ShapOptions) -> bool {
+    a.model_dir == b.model_dir && a.algorithm == b.algorithm && a.threads == b.threads && a.v2_memory_mb == b.v2_memory_mb
+}
+
+fn df_err(e: crate::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+impl ScalarUDFImpl for ShapUdf {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        let Some(first) = arg_types.first() else {
+            return plan_err!("{}() needs a model name and the model's feature columns, e.g. {}('fraud', amount, age)", self.name, self.name);
+        };
+        if !matches!(first, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) {
+            return plan_err!("{}(): the first argument must be the model name as a string, got {first}", self.name);
+        }
+        let mut out = vec![DataType::Utf8];
+        for (i, t) in arg_types.iter().enumerate().skip(1) {
+            if !is_numeric(t) {
+                return plan_err!("{}(): argument {} has type {t}; model features must be numeric (integer, float or boolean)", self.name, i + 1);
+            }
+            out.push(DataType::Float64);
+        }
+        Ok(out)
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        plan_err!("{}() derives its type from the model; use return_field_from_args", self.name)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
+        let name = match args.scalar_arguments.first() {
+            Some(Some(ScalarValue::Utf8(Some(n)) | ScalarValue::LargeUtf8(Some(n)) | ScalarValue::Utf8View(Some(n)))) => n.clone(),
+            _ => {
+                return plan_err!(
+                    "{}(): the first argument must be a constant model name (a string literal), e.g. {}('fraud', amount, age)",
+                    self.name,
+                    self.name
+                )
+            }
+        };
+        let dir = Some(self.options.model_dir.as_str()).filter(|d| !d.is_empty());
+        let loaded = self.registry.resolve(&name, dir).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+        let model = &loaded.model;
+        let given = args.arg_fields.len() - 1;
+        if given != model.num_features() {
+            return plan_err!(
+                "{}(): model {name:?} takes {} features in this order: {}; got {given} argument(s) after the model name",
+                self.name,
+                model.num_features(),
+                self.usage(model)
+            );
+        }
+        let metadata = HashMap::from([(META_URL.to_string(), loaded.url.clone()), (META_VERSION.to_string(), loaded.version.clone())]);
+        Ok(Arc::new(Field::new(self.name, self.output_type(model), false).with_metadata(metadata)))
+    }
+
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let options = config.extensions.get::<ShapOptions>()?.clone();
+        if same_options(&options, &self.options) {
+            return None;
+        }
+        match ShapUdf::new(self.name, self.kind, self.registry.clone(), options) {
+            Ok(udf) => Some(ScalarUDF::new_from_impl(udf)),
+            Err(e) => {
+                // SET has no way to report this; keep the previous settings and say why.
+                tracing::warn!("ignoring shap.* settings: {e}");
+                None
+            }
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let meta = args.return_field.metadata();
+        let (url, version) = match (meta.get(META_URL), meta.get(META_VERSION)) {
+            (Some(u), Some(v)) => (u, v),
+            _ => return Err(exec_datafusion_err!("{}(): the plan carries no model version (planned without return_field_from_args)", self.name)),
+        };
+        let loaded = self
+            .registry
+            .get_version(url, version)
+            .ok_or_else(|| exec_datafusion_err!("{}(): model {url} changed twice while this query ran; run it again", self.name))?;
+        let model = &loaded.model;
+        let rows = args.number_rows;
+        let columns: Vec<ArrayRef> =
+            args.args[1..].iter().map(|c| c.to_array(rows)).collect::<DfResult<_>>()?;
+        let explainer = loaded.explainer(self.algorithm, &self.engine_options()).map_err(df_err)?;
+        let output = self.pool.install(|| -> crate::Result<ArrayRef> {
+            let block = block_from_columns(&columns, &model.feature_names, model)?;
+            Ok(match self.kind {
+                OutputKind::Shap => {
+                    let columns = layout::shap_columns(&explainer.shap(&block)?);
+                    Arc::new(StructArray::new(layout::shap_fields(model), columns, None))
+                }
+                OutputKind::Interactions => layout::interactions_column(explainer.interactions(&block)?),
+                OutputKind::Predict => layout::prediction_column(explainer.predict(&block)?),
+            })
+        });
+        Ok(ColumnarValue::Array(output.map_err(df_err)?))
+    }
+}

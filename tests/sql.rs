@@ -1,0 +1,197 @@
+//! The SQL UDFs against `explain`, and their planning errors, options and model loading.
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::concat_batches;
+use arrow::datatypes::Float64Type;
+use common::{fixtures, read_parquet, Fixture};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use object_store::memory::InMemory;
+use object_store::{ObjectStoreExt, PutPayload};
+use shapfusion::explain::{explain_with_model, ExplainOptions, OutputKind};
+
+fn session(partitions: usize) -> (SessionContext, Arc<shapfusion::registry::ModelRegistry>) {
+    let ctx = SessionContext::new_with_config(shapfusion::sql::session_config().with_target_partitions(partitions));
+    let registry = shapfusion::sql::register(&ctx).unwrap();
+    (ctx, registry)
+}
+
+fn feature_list(f: &Fixture) -> String {
+    f.model.feature_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
+}
+
+async fn query(ctx: &SessionContext, sql: &str) -> RecordBatch {
+    let batches = ctx.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")).collect().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+async fn query_err(ctx: &SessionContext, sql: &str) -> String {
+    match ctx.sql(sql).await {
+        Err(e) => e.to_string(),
+        Ok(df) => df.collect().await.err().map(|e| e.to_string()).unwrap_or_else(|| panic!("{sql} succeeded")),
+    }
+}
+
+fn explain_output(f: &Fixture, output: OutputKind) -> RecordBatch {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.parquet");
+    explain_with_model(f.model.clone(), &f.input_path(), &out, &ExplainOptions { output, ..Default::default() }).unwrap();
+    read_parquet(&out)
+}
+
+fn same_bits(a: &dyn Array, b: &dyn Array) -> bool {
+    a.to_data() == b.to_data()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_equals_explain_on_every_fixture() {
+    for f in fixtures() {
+        let (ctx, registry) = session(1);
+        registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+        ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+        let cols = feature_list(&f);
+
+        let shap = query(&ctx, &format!("SELECT shap('m', {cols}) AS s FROM t")).await;
+        let want = explain_output(&f, OutputKind::Shap);
+        let got = shap.column(0).as_struct();
+        assert_eq!(got.num_columns(), want.num_columns(), "{}", f.name);
+        for (j, field) in want.schema().fields().iter().enumerate() {
+            assert_eq!(got.fields()[j].name(), field.name(), "{}", f.name);
+            assert!(same_bits(got.column(j).as_ref(), want.column(j).as_ref()), "{}: column {}", f.name, field.name());
+        }
+
+        let inter = query(&ctx, &format!("SELECT shap_interactions('m', {cols}) FROM t")).await;
+        assert!(same_bits(inter.column(0).as_ref(), explain_output(&f, OutputKind::Interactions).column(0).as_ref()), "{}", f.name);
+
+        let pred = query(&ctx, &format!("SELECT predict('m', {cols}) FROM t")).await;
+        assert!(same_bits(pred.column(0).as_ref(), explain_output(&f, OutputKind::Predict).column(0).as_ref()), "{}", f.name);
+    }
+}
+
+fn fixture(name: &str) -> Fixture {
+    fixtures().into_iter().find(|f| f.name == name).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_access_nulls_and_integer_arguments() {
+    let f = fixture("lgb_regression");
+    let (ctx, registry) = session(2);
+    registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+    ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    let cols = feature_list(&f);
+
+    // s['x3'] is the x3 field of the struct.
+    let b = query(&ctx, &format!("SELECT shap('m', {cols})['x3'] AS a, shap('m', {cols}) AS s FROM t")).await;
+    assert!(same_bits(b.column(0).as_ref(), b.column(1).as_struct().column_by_name("x3").unwrap().as_ref()));
+
+    // SQL NULL is a missing value, like NaN.
+    let with_null = cols.replacen("\"x0\"", "NULL", 1);
+    let with_nan = cols.replacen("\"x0\"", "CAST('NaN' AS DOUBLE)", 1);
+    let a = query(&ctx, &format!("SELECT shap('m', {with_null}) FROM t")).await;
+    let b = query(&ctx, &format!("SELECT shap('m', {with_nan}) FROM t")).await;
+    assert!(same_bits(a.column(0).as_ref(), b.column(0).as_ref()));
+    // and it is not the same as the row's real value
+    let c = query(&ctx, &format!("SELECT shap('m', {cols}) FROM t")).await;
+    assert!(!same_bits(a.column(0).as_ref(), c.column(0).as_ref()));
+
+    // Integer arguments are coerced: CAST(x*1000 AS INT) gives the same as the rounded double.
+    let ints = f.model.feature_names.iter().map(|n| format!("CAST(\"{n}\" * 1000 AS INT)")).collect::<Vec<_>>().join(", ");
+    let dbls = f.model.feature_names.iter().map(|n| format!("CAST(CAST(\"{n}\" * 1000 AS INT) AS DOUBLE)")).collect::<Vec<_>>().join(", ");
+    let a = query(&ctx, &format!("SELECT predict('m', {ints}) FROM t")).await;
+    let b = query(&ctx, &format!("SELECT predict('m', {dbls}) FROM t")).await;
+    assert!(same_bits(a.column(0).as_ref(), b.column(0).as_ref()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_to_parquet_round_trips() {
+    let f = fixture("xgb_multiclass");
+    let (ctx, registry) = session(1);
+    registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+    ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("copy.parquet");
+    let cols = feature_list(&f);
+    query(&ctx, &format!("COPY (SELECT shap('m', {cols}) AS s FROM t) TO '{}' STORED AS PARQUET", out.display())).await;
+    let back = read_parquet(&out);
+    let direct = query(&ctx, &format!("SELECT shap('m', {cols}) AS s FROM t")).await;
+    assert!(same_bits(back.column(0).as_ref(), direct.column(0).as_ref()));
+    // multiclass: each field is a list of 3
+    assert_eq!(back.column(0).as_struct().column(0).as_fixed_size_list().value_length(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planning_errors_say_what_was_expected() {
+    let f = fixture("xgb_regression");
+    let (ctx, registry) = session(1);
+    registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+    ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+
+    let e = query_err(&ctx, "SELECT shap('m', f0, f1) FROM t").await;
+    assert!(e.contains("10 features") && e.contains("f0, f1, f2, f3, f4, f5, f6, f7, f8, f9") && e.contains("got 2"), "{e}");
+
+    let e = query_err(&ctx, "SELECT shap('m', f0, 'x', f2, f3, f4, f5, f6, f7, f8, f9) FROM t").await;
+    assert!(e.contains("argument 3") && e.contains("numeric"), "{e}");
+
+    let e = query_err(&ctx, "SELECT shap(CAST(f0 AS VARCHAR), f0, f1, f2, f3, f4, f5, f6, f7, f8, f9) FROM t").await;
+    assert!(e.contains("constant model name"), "{e}");
+
+    let e = query_err(&ctx, "SELECT shap('nosuch', f0) FROM t").await;
+    assert!(e.contains("\"nosuch\"") && e.contains("registered models (m)") && e.contains("shap.model_dir"), "{e}");
+
+    ctx.sql("SET shap.model_dir = '/no/such/dir'").await.unwrap();
+    let e = query_err(&ctx, "SELECT shap('nosuch', f0) FROM t").await;
+    assert!(e.contains("/no/such/dir/nosuch.json") && e.contains("/no/such/dir/nosuch.txt"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_dir_and_changed_models_are_reloaded() {
+    let a = fixture("xgb_regression");
+    let b = fixture("xgb_missing"); // same features (f0..f9), different trees
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&a.model_path, dir.path().join("diab.json")).unwrap();
+    let (ctx, _) = session(1);
+    ctx.register_parquet("t", a.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    ctx.sql(&format!("SET shap.model_dir = '{}'", dir.path().display())).await.unwrap();
+    let cols = feature_list(&a);
+    let sql = format!("SELECT predict('diab', {cols}) FROM t");
+    let first = query(&ctx, &sql).await;
+    let want_a = a.expected_f64("margin").unwrap();
+    let got: Vec<f64> = first.column(0).as_primitive::<Float64Type>().values().to_vec();
+    assert!(got.iter().zip(&want_a).all(|(x, y)| (x - y).abs() < 1e-4 * y.abs().max(1.0)));
+
+    // Replace the file in place: the next query sees the new model.
+    std::fs::copy(&b.model_path, dir.path().join("diab.json")).unwrap();
+    let second = query(&ctx, &sql).await;
+    assert!(!same_bits(first.column(0).as_ref(), second.column(0).as_ref()), "model change not picked up");
+    let expect_b = shapfusion::engine::build_explainer(b.model.clone(), Default::default(), None, &Default::default())
+        .unwrap()
+        .predict(&a.block())
+        .unwrap();
+    assert_eq!(second.column(0).as_primitive::<Float64Type>().values().to_vec(), expect_b.values);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_load_from_an_object_store_behind_s3_urls() {
+    let f = fixture("lgb_multiclass");
+    let (ctx, _) = session(1);
+    // An in-memory store answers for s3://models, through the same code path as real S3.
+    let store = Arc::new(InMemory::new());
+    store.put(&"zoo/wine.txt".into(), PutPayload::from(std::fs::read(&f.model_path).unwrap())).await.unwrap();
+    ctx.runtime_env().register_object_store(&url::Url::parse("s3://models").unwrap(), store);
+    ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    let cols = feature_list(&f);
+
+    let by_url = query(&ctx, &format!("SELECT predict('s3://models/zoo/wine.txt', {cols}) FROM t")).await;
+    ctx.sql("SET shap.model_dir = 's3://models/zoo'").await.unwrap();
+    let by_name = query(&ctx, &format!("SELECT predict('wine', {cols}) FROM t")).await;
+    assert!(same_bits(by_url.column(0).as_ref(), by_name.column(0).as_ref()));
+    let want = f.expected_f64("margin").unwrap();
+    let got = by_name.column(0).as_fixed_size_list().values().as_primitive::<Float64Type>().values().to_vec();
+    assert!(got.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-9 * y.abs().max(1.0)));
+
+    let e = query_err(&ctx, &format!("SELECT predict('s3://models/zoo/none.txt', {cols}) FROM t")).await;
+    assert!(e.contains("s3://models/zoo/none.txt"), "{e}");
+}
