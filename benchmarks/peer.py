@@ -86,10 +86,12 @@ def main():
         out = as_layout(v, explainer.expected_value, rows, features, kind)
     elif method == "woodelf":
         import woodelf
+        import pandas as pd
         model = load_for_shap(model_path)
         explainer = woodelf.WoodelfExplainer(model)
+        frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(features)])
         start = time.perf_counter()
-        v = explainer.shap_values(X, verbose=False) if kind == "shap" else explainer.shap_interaction_values(X)
+        v = explainer.shap_values(frame, verbose=False) if kind == "shap" else explainer.shap_interaction_values(frame)
         seconds = time.perf_counter() - start
         out = as_layout(v, getattr(explainer, "expected_value", 0.0), rows, features, kind)
     else:

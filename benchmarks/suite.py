@@ -54,7 +54,7 @@ SPECS = [
     Spec("medium-128f", "xgboost", 128, 100, 8, 1000),
     Spec("medium-multiclass", "xgboost", 20, 100, 6, 1000, classes=5, note="5 classes: 500 trees"),
     Spec("medium-lightgbm", "lightgbm", 54, 100, 8, 2000, note="num_leaves 255, max_depth 8"),
-    Spec("large-54f", "xgboost", 54, 1000, 16, 100, note=""),
+    Spec("large-54f", "xgboost", 54, 1000, 16, 50),
 ]
 
 
@@ -110,16 +110,15 @@ def build_model(spec: Spec) -> tuple[Path, Path, str]:
 
 
 def run_with_rss(cmd: list[str]) -> tuple[dict | None, float, str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    # Read pipes fully, then reap with wait4 to get this child's own peak RSS.
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    rss_mib = usage.ru_maxrss / 1024.0
+    """Runs a command under /usr/bin/time; returns its JSON line, its own peak RSS in MiB and,
+    on failure, the last line of its stderr."""
+    proc = subprocess.run(["/usr/bin/time", "-f", "PEAK_RSS_KB %M", *cmd], capture_output=True, text=True, cwd=ROOT)
+    rss_lines = [l for l in proc.stderr.splitlines() if l.startswith("PEAK_RSS_KB")]
+    rss_mib = int(rss_lines[-1].split()[1]) / 1024.0 if rss_lines else float("nan")
     if proc.returncode != 0:
-        return None, rss_mib, (err.strip().splitlines() or ["failed"])[-1][:200]
-    line = [l for l in out.splitlines() if l.startswith("{")]
+        errs = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith(("PEAK_RSS_KB", "Command exited"))]
+        return None, rss_mib, (errs or ["failed"])[-1][:200]
+    line = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     return (json.loads(line[-1]) if line else None), rss_mib, ""
 
 
@@ -156,7 +155,11 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--threads", default="2,1")
     ap.add_argument("--no-interactions", action="store_true")
+    ap.add_argument("--report-only", action="store_true", help="rewrite RESULTS.md from benchmarks/out/results.json")
     args = ap.parse_args()
+    if args.report_only:
+        write_report(json.loads((OUT / "results.json").read_text()), args)
+        return
     specs = SPECS
     if args.quick:
         specs = [Spec("small-8f", "xgboost", 8, 10, 3, 2000)]
@@ -169,7 +172,8 @@ def main():
     for spec in specs:
         model, rows_npy, note = build_model(spec)
         rows_pq = rows_npy.with_suffix(".parquet")
-        kinds = ["shap"] + ([] if args.no_interactions or spec.depth > 8 or spec.features > 60 else ["interactions"])
+        # Interactions cost O(F²) output per row: measured on the models with at most 20 features.
+        kinds = ["shap"] + ([] if args.no_interactions or spec.depth > 8 or spec.features > 20 else ["interactions"])
         for kind in kinds:
             ref_out = tmp / f"{spec.name}-{kind}-ref.f64"
             got, _, err = ours(model, rows_pq, "treeshap", max(threads_list), kind, ref_out, 1)
@@ -210,20 +214,32 @@ def main():
                     results.append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)
         results.append({"model": spec.name, "note": note, "spec": spec.__dict__})
-    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    # Keep earlier results of models not re-run this time, so the suite can run in parts.
+    previous = OUT / "results.json"
+    ran = {s.name for s in specs}
+    if previous.exists():
+        results = [r for r in json.loads(previous.read_text()) if r.get("model") not in ran] + results
+    previous.write_text(json.dumps(results, indent=1))
     write_report(results, args)
 
 
 def write_report(results, args):
     lines = []
-    cmd = "bash benchmarks/run.sh" + (" --quick" if args.quick else "")
-    lines.append(f"Command: `{cmd}` (suite: `benchmarks/suite.py`). Machine: {platform.machine()}, "
+    lines.append("Command: `bash benchmarks/run.sh [--only MODELS]` (it runs `benchmarks/suite.py` with the same "
+                 "arguments; results of models run in separate parts are merged in `benchmarks/out/results.json`). "
+                 f"Machine: {platform.machine()}, "
                  f"{os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}.")
+    from importlib.metadata import version
+    peers = ", ".join(f"{n} {version(n)}" for n in ("xgboost", "lightgbm", "shap", "fasttreeshap-fixed", "woodelf-explainer"))
+    xgb34 = subprocess.run([str(PY312), "-c", "import xgboost; print(xgboost.__version__)"], capture_output=True, text=True).stdout.strip() if PY312.exists() else "absent"
+    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
+    lines.append(f"Versions: {peers} (Python 3.11); xgboost {xgb34} (Python 3.12); {rustc}, release profile.")
     lines.append("Times are the computation only; rows/s at the given threads; ratio = ours or peer rows/s over the "
-                 "fastest peer's at the same thread count; error = max|φ - ref| / max|ref| against shapfusion "
+                 "fastest correct (not WRONG) peer's at the same thread count; error = max|φ - ref| / max|ref| against shapfusion "
                  "`treeshap` in f64; status `ok` ≤ 1e-6, `approximate` ≤ 1e-2, else `WRONG`. Peak RSS per process.")
     lines.append("")
-    models = [r for r in results if "note" in r]
+    order = [s.name for s in SPECS]
+    models = sorted([r for r in results if "note" in r], key=lambda r: order.index(r["model"]) if r["model"] in order else -1)
     for m in models:
         spec = m["spec"]
         rows = [r for r in results if r.get("model") == m["model"] and "method" in r]
@@ -238,7 +254,8 @@ def write_report(results, args):
             lines.append("| method | threads | rows/s | ratio to fastest peer | max rel. error | status | peak RSS MiB |")
             lines.append("|---|---|---|---|---|---|---|")
             for r in kr:
-                peers = [p["rows_per_s"] for p in kr if not p["ours"] and p["rows_per_s"] and p["threads"] in (r["threads"], 1)
+                peers = [p["rows_per_s"] for p in kr if not p["ours"] and p["rows_per_s"] and p["status"] != "WRONG"
+                         and p["threads"] in (r["threads"], 1)
                          and (p["threads"] == r["threads"] or p["method"] in ("shap TreeExplainer", "woodelf"))]
                 best = max(peers) if peers else None
                 rps = r["rows_per_s"]
@@ -271,7 +288,8 @@ def plot(results):
     except ImportError:
         return
     rows = [r for r in results if r.get("kind") == "shap" and r.get("rows_per_s") and (r["threads"] == 2 or r["method"] in ("shap TreeExplainer", "woodelf"))]
-    models = sorted({r["model"] for r in rows}, key=[s.name for s in SPECS + [Spec('small-8f', '', 0, 0, 0, 0)]].index)
+    order = [s.name for s in SPECS]
+    models = sorted({r["model"] for r in rows}, key=lambda m: order.index(m) if m in order else -1)
     methods = sorted({r["method"] for r in rows})
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(models)), 5))
     width = 0.8 / max(1, len(methods))

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use shapfusion::engine::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
 use shapfusion::explain::{explain_file, ExplainOptions, OutputKind, DEFAULT_BATCH_ROWS};
 use shapfusion::model::Model;
+#[cfg(feature = "sql")]
 use shapfusion::sql::shell::{self, OutputFormat, ShellOptions};
 use shapfusion::Result;
 
@@ -26,6 +27,7 @@ pub enum Command {
     /// Explain every row of a Parquet or CSV file; write attributions as Parquet.
     Explain(ExplainArgs),
     /// SQL with the shap UDFs: an interactive shell, or a batch of statements (-c / -f).
+    #[cfg(feature = "sql")]
     Sql(SqlArgs),
     /// Work with model files.
     Models {
@@ -46,6 +48,7 @@ pub enum ModelsCommand {
     },
 }
 
+#[cfg(feature = "sql")]
 #[derive(Debug, Args)]
 pub struct SqlArgs {
     /// A statement to run (repeatable; run in order, stopping at the first error).
@@ -138,6 +141,7 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        #[cfg(feature = "sql")]
         Command::Sql(a) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

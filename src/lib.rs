@@ -31,7 +31,9 @@ pub mod explain;
 pub mod features;
 pub mod layout;
 pub mod model;
+#[cfg(feature = "sql")]
 pub mod registry;
+#[cfg(feature = "sql")]
 pub mod sql;
 
 pub use error::{Error, Result};

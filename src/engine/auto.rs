@@ -54,16 +54,17 @@ fn costs(p: &PreparedModel) -> Costs {
     c
 }
 
-/// Chooses between `fast-v1` and `fast-v2` (the reference `treeshap` is never faster).
+/// Chooses `fast-v2` when its tables fit and pay for themselves, else `quadrature` (the
+/// reference `treeshap` and `fast-v1` are never faster than quadrature in the benchmark suite).
 pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, options: &EngineOptions) -> AutoChoice {
     let rows = rows_hint.unwrap_or(DEFAULT_ROWS) as f64;
     let bytes = match table_bytes(p) {
-        None => return AutoChoice { algorithm: Algorithm::FastV1, reason: "paths too long for fast-v2 tables".into() },
+        None => return AutoChoice { algorithm: Algorithm::Quadrature, reason: "paths too long for fast-v2 tables".into() },
         Some(b) => b,
     };
     if bytes > options.v2_memory_bytes {
         return AutoChoice {
-            algorithm: Algorithm::FastV1,
+            algorithm: Algorithm::Quadrature,
             reason: format!("fast-v2 tables would need {} MiB, over the {} MiB bound", bytes >> 20, options.v2_memory_bytes >> 20),
         };
     }
@@ -77,7 +78,7 @@ pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, opti
         }
     } else {
         AutoChoice {
-            algorithm: Algorithm::FastV1,
+            algorithm: Algorithm::Quadrature,
             reason: format!("too few rows ({rows}) to amortise fast-v2's tables"),
         }
     }

@@ -233,15 +233,37 @@ pub(crate) fn shap_row_by_tree<S>(p: &PreparedModel, x: &[f64], out: &mut [f64],
     }
 }
 
-/// SHAP values of every row of `block`, in parallel, with [`shap_row_by_tree`].
+/// SHAP values of every row of `block`, in parallel. Within each task the loop is tree-major:
+/// one tree is applied to all the task's rows before the next, so the tree's nodes stay in
+/// cache instead of the whole model streaming from memory for every row. Each row still
+/// receives its trees in model order, so the result does not depend on the blocking.
 pub(crate) fn shap_by_tree<S, I, F>(p: &PreparedModel, block: &FeatureBlock, init: I, tree_fn: F) -> Result<Attributions>
 where
     I: Fn() -> S + Sync + Send,
     F: Fn(usize, &[f64], &mut [f64], &mut S) + Sync + Send,
 {
     check_block(&p.model, block)?;
-    let values = par_rows(block, p.shap_width(), init, |x, out, s| shap_row_by_tree(p, x, out, s, &tree_fn));
-    Ok(Attributions { rows: block.rows(), groups: p.model.num_groups, features: p.model.num_features(), values })
+    let width = p.shap_width();
+    let w = p.model.num_features() + 1;
+    let rows = block.rows();
+    let mut values = vec![0.0; rows * width];
+    if width > 0 {
+        values.par_chunks_mut(width * ROWS_PER_TASK).enumerate().for_each_init(&init, |scratch, (task, chunk)| {
+            let first = task * ROWS_PER_TASK;
+            for (t, tree) in p.model.trees.iter().enumerate() {
+                let g = tree.group;
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    tree_fn(t, block.row(first + i), &mut out[g * w..(g + 1) * w], scratch);
+                }
+            }
+            for out in chunk.chunks_mut(width) {
+                for (g, b) in p.bias.iter().enumerate() {
+                    out[g * w + w - 1] = *b;
+                }
+            }
+        });
+    }
+    Ok(Attributions { rows, groups: p.model.num_groups, features: p.model.num_features(), values })
 }
 
 /// Runs `row_fn(x, out, scratch)` for every row, `width` outputs per row, in parallel blocks of

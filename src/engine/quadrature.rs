@@ -93,7 +93,89 @@ impl Rule {
 pub(crate) struct Quadrature {
     prepared: Arc<PreparedModel>,
     rules: Vec<Rule>,
+    plans: Vec<PathPlan>,
 }
+
+/// The row-independent structure of a tree's unique paths, compiled once: for every node the
+/// slot of its feature on the path (slots in order of first appearance), the feature's merged
+/// cover fraction before the node and on each child edge; for every leaf its path features.
+/// A row's walk then only carries the hot/cold mask, the product vector G and the cold product.
+#[derive(Debug, Default)]
+struct PathPlan {
+    slot: Vec<u8>,
+    first: Vec<bool>,
+    z_prev: Vec<f64>,
+    z_edge: Vec<[f64; 2]>,
+    /// Leaves: start in `elems` and number of path features.
+    leaf: Vec<(u32, u8)>,
+    /// (feature, merged cover fraction) per slot, per leaf.
+    elems: Vec<(u32, f64)>,
+    /// Per leaf element: `(1 - z) · w_q / (z (1 - t_q) + t_q)` for each point, so a hot feature's
+    /// contribution is one dot product with G; empty when over the memory bound (then computed).
+    hot_weights: Vec<f64>,
+    points: usize,
+}
+
+impl PathPlan {
+    /// Tabulates `hot_weights` for `rule`.
+    fn tabulate(&mut self, rule: &Rule) {
+        self.points = rule.points;
+        self.hot_weights = Vec::with_capacity(self.elems.len() * rule.points);
+        for &(_, z) in &self.elems {
+            for q in 0..rule.points {
+                self.hot_weights.push((1.0 - z) * rule.w[q] / (z * rule.one_minus_t[q] + rule.t[q]));
+            }
+        }
+    }
+
+    fn new(tree: &Tree, prep: &PreparedTree) -> PathPlan {
+        let n = tree.nodes.len();
+        let mut plan = PathPlan {
+            slot: vec![0; n],
+            first: vec![false; n],
+            z_prev: vec![1.0; n],
+            z_edge: vec![[0.0; 2]; n],
+            leaf: vec![(0, 0); n],
+            elems: Vec::new(),
+            hot_weights: Vec::new(),
+            points: 0,
+        };
+        let mut stack: Vec<(usize, Vec<(u32, f64)>)> = vec![(0, Vec::new())];
+        while let Some((i, path)) = stack.pop() {
+            let node = &tree.nodes[i];
+            if node.is_leaf() {
+                plan.leaf[i] = (plan.elems.len() as u32, path.len() as u8);
+                plan.elems.extend_from_slice(&path);
+                continue;
+            }
+            let [rl, rr] = prep.ratios[i];
+            let existing = path.iter().position(|p| p.0 == node.feature);
+            let (slot, prev) = match existing {
+                Some(b) => (b, path[b].1),
+                None => (path.len(), 1.0),
+            };
+            plan.slot[i] = slot as u8;
+            plan.first[i] = existing.is_none();
+            plan.z_prev[i] = prev;
+            plan.z_edge[i] = [prev * rl, prev * rr];
+            for (child, z) in [(node.right, prev * rr), (node.left, prev * rl)] {
+                let mut next = path.clone();
+                match existing {
+                    Some(b) => next[b].1 = z,
+                    None => next.push((node.feature, z)),
+                }
+                stack.push((child as usize, next));
+            }
+        }
+        plan
+    }
+}
+
+/// Bound on the tabulated hot-feature weights (beyond it they are computed per leaf visit).
+const HOT_WEIGHTS_BYTES: usize = 256 << 20;
+
+/// Most distinct features on a path for the compiled walk (one mask bit each).
+const MAX_SLOTS: usize = 128;
 
 impl Quadrature {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
@@ -104,7 +186,21 @@ impl Quadrature {
                 Error::Unavailable(format!("quadrature: tree {t} has a path with {d} distinct features (limit {}); use fast-v1", 2 * MAX_POINTS))
             })?);
         }
-        Ok(Quadrature { prepared, rules })
+        for (t, (tree, prep)) in prepared.model.trees.iter().zip(&prepared.trees).enumerate() {
+            let d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
+            if d > MAX_SLOTS {
+                return Err(Error::Unavailable(format!("quadrature: tree {t} has a path with {d} distinct features (limit {MAX_SLOTS}); use fast-v1")));
+            }
+        }
+        let mut plans: Vec<PathPlan> = prepared.model.trees.iter().zip(&prepared.trees).map(|(t, p)| PathPlan::new(t, p)).collect();
+        // Tabulate the hot-feature weights while they stay small next to the model.
+        let table_bytes: usize = plans.iter().zip(&rules).map(|(p, r)| p.elems.len() * r.points * 8).sum();
+        if table_bytes <= HOT_WEIGHTS_BYTES {
+            for (plan, rule) in plans.iter_mut().zip(&rules) {
+                plan.tabulate(rule);
+            }
+        }
+        Ok(Quadrature { prepared, rules, plans })
     }
 }
 
@@ -269,6 +365,113 @@ impl<const N: usize> Walk<'_, N> {
     }
 }
 
+/// The compiled walk for SHAP values: state is (mask, G, cold product), nothing else.
+struct FastWalk<'a, const N: usize> {
+    tree: &'a Tree,
+    prep: &'a PreparedTree,
+    plan: &'a PathPlan,
+    rule: &'a Rule,
+    x: &'a [f64],
+    phi: &'a mut [f64],
+}
+
+impl<const N: usize> FastWalk<'_, N> {
+    #[inline]
+    fn hot_factor(&self, z: f64, q: usize) -> f64 {
+        z * self.rule.one_minus_t[q] + self.rule.t[q]
+    }
+
+    fn visit(&mut self, node: usize, mask: u128, g: &[f64; N], cold: f64) {
+        let tree_node = &self.tree.nodes[node];
+        if tree_node.is_leaf() {
+            self.leaf(node, mask, g, cold);
+            return;
+        }
+        let goes_left = self.tree.goes_left(tree_node, self.x[tree_node.feature as usize]);
+        let bit = 1u128 << self.plan.slot[node];
+        let [zl, zr] = self.plan.z_edge[node];
+        let (hot, cold_child, z_hot, z_cold) =
+            if goes_left { (tree_node.left, tree_node.right, zl, zr) } else { (tree_node.right, tree_node.left, zr, zl) };
+        if self.plan.first[node] {
+            let mut gh = *g;
+            let mut gc = *g;
+            for q in 0..N {
+                gh[q] *= self.hot_factor(z_hot, q);
+                gc[q] *= self.rule.one_minus_t[q];
+            }
+            self.visit(hot as usize, mask | bit, &gh, cold);
+            if z_cold != 0.0 {
+                self.visit(cold_child as usize, mask, &gc, cold * z_cold);
+            }
+            return;
+        }
+        let z_prev = self.plan.z_prev[node];
+        if mask & bit != 0 {
+            // The feature was hot: the hot child keeps it hot with a smaller fraction, the cold
+            // child turns it cold.
+            let mut gh = *g;
+            let mut gc = *g;
+            for q in 0..N {
+                let old = self.hot_factor(z_prev, q);
+                gh[q] *= self.hot_factor(z_hot, q) / old;
+                gc[q] *= self.rule.one_minus_t[q] / old;
+            }
+            self.visit(hot as usize, mask, &gh, cold);
+            if z_cold != 0.0 {
+                self.visit(cold_child as usize, mask & !bit, &gc, cold * z_cold);
+            }
+        } else {
+            // Already cold: it stays cold on both sides; only its fraction changes.
+            for (child, z) in [(hot, z_hot), (cold_child, z_cold)] {
+                if z != 0.0 {
+                    self.visit(child as usize, mask, g, cold / z_prev * z);
+                }
+            }
+        }
+    }
+
+    fn leaf(&mut self, node: usize, mask: u128, g: &[f64; N], cold: f64) {
+        let (start, d) = self.plan.leaf[node];
+        if d == 0 {
+            return;
+        }
+        let v = self.prep.value[node] * cold;
+        let mut cold_sum = 0.0;
+        for q in 0..N {
+            cold_sum += self.rule.w_over_1mt[q] * g[q];
+        }
+        let cold_value = -v * cold_sum;
+        let start = start as usize;
+        let elems = &self.plan.elems[start..start + d as usize];
+        let tabulated = !self.plan.hot_weights.is_empty();
+        for (b, &(feature, z)) in elems.iter().enumerate() {
+            let contribution = if mask & (1u128 << b) != 0 {
+                let mut s = 0.0;
+                if tabulated {
+                    let hw = &self.plan.hot_weights[(start + b) * N..(start + b + 1) * N];
+                    for q in 0..N {
+                        s += hw[q] * g[q];
+                    }
+                } else {
+                    for q in 0..N {
+                        s += (1.0 - z) * self.rule.w[q] * g[q] / self.hot_factor(z, q);
+                    }
+                }
+                v * s
+            } else {
+                cold_value
+            };
+            self.phi[feature as usize] += contribution;
+        }
+    }
+}
+
+fn run_fast<const N: usize>(q: &Quadrature, t: usize, x: &[f64], phi: &mut [f64]) {
+    let p = &*q.prepared;
+    let mut walk = FastWalk::<N> { tree: &p.model.trees[t], prep: &p.trees[t], plan: &q.plans[t], rule: &q.rules[t], x, phi };
+    walk.visit(0, 0, &[1.0; N], 1.0);
+}
+
 /// Per-thread scratch: walk levels for each supported point count.
 #[derive(Default)]
 struct Scratch {
@@ -327,7 +530,15 @@ impl Explainer for Quadrature {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        shap_by_tree(&self.prepared, block, Scratch::default, |t, x, phi, s| self.tree(t, x, phi, None, s))
+        shap_by_tree(&self.prepared, block, || (), |t, x, phi, _| match self.rules[t].points {
+            1 => run_fast::<1>(self, t, x, phi),
+            2 => run_fast::<2>(self, t, x, phi),
+            4 => run_fast::<4>(self, t, x, phi),
+            8 => run_fast::<8>(self, t, x, phi),
+            16 => run_fast::<16>(self, t, x, phi),
+            32 => run_fast::<32>(self, t, x, phi),
+            _ => run_fast::<64>(self, t, x, phi),
+        })
     }
 
     /// Interactions from the same walk: SHAP values and all pair terms in one pass per tree.
