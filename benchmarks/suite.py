@@ -156,6 +156,7 @@ def main():
     ap.add_argument("--threads", default="2,1")
     ap.add_argument("--no-interactions", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="rewrite RESULTS.md from benchmarks/out/results.json")
+    ap.add_argument("--methods", default="", help="comma-separated method labels to (re)measure; others are kept from results.json")
     args = ap.parse_args()
     if args.report_only:
         write_report(json.loads((OUT / "results.json").read_text()), args)
@@ -190,6 +191,9 @@ def main():
             if kind == "shap":
                 methods += [("fasttreeshap v1", PY311, "fasttreeshap-v1"), ("fasttreeshap v2", PY311, "fasttreeshap-v2")]
             methods += [("woodelf", PY311, "woodelf")]
+            if args.methods:
+                wanted = args.methods.split(",")
+                methods = [m for m in methods if m[0] in wanted]
             for label, python, method in methods:
                 for threads in threads_list:
                     if method in ("shap", "woodelf") and threads != 1:
@@ -218,7 +222,14 @@ def main():
     previous = OUT / "results.json"
     ran = {s.name for s in specs}
     if previous.exists():
-        results = [r for r in json.loads(previous.read_text()) if r.get("model") not in ran] + results
+        old = json.loads(previous.read_text())
+        if args.methods:
+            # Replace only the re-measured methods' rows; keep everything else (notes included).
+            wanted = set(args.methods.split(","))
+            new_rows = [r for r in results if "method" in r]
+            results = [r for r in old if not (r.get("model") in ran and r.get("method") in wanted)] + new_rows
+        else:
+            results = [r for r in old if r.get("model") not in ran] + results
     previous.write_text(json.dumps(results, indent=1))
     write_report(results, args)
 
@@ -244,7 +255,10 @@ def write_report(results, args):
         spec = m["spec"]
         rows = [r for r in results if r.get("model") == m["model"] and "method" in r]
         for kind in ("shap", "interactions"):
-            kr = [r for r in rows if r["kind"] == kind]
+            method_order = ["shapfusion " + a for a in OURS] + ["xgboost 3.4", "xgboost 3.2", "lightgbm 4.7", "shap TreeExplainer",
+                                                             "fasttreeshap v1", "fasttreeshap v2", "woodelf"]
+            kr = sorted((r for r in rows if r["kind"] == kind),
+                        key=lambda r: (method_order.index(r["method"]) if r["method"] in method_order else 99, -r["threads"]))
             if not kr:
                 continue
             lines.append(f"### {m['model']} — {kind} ({spec['library']}, {spec['trees']} trees × {spec['classes']} "

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::interactions::interactions_for_rows;
+use super::interactions::FastInteractions;
 use super::path::{poly_div_linear, poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree};
 use super::{shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
@@ -24,12 +24,13 @@ use crate::model::{Model, Tree};
 pub(crate) struct FastV1 {
     prepared: Arc<PreparedModel>,
     weights: ShapleyWeights,
+    interactions: FastInteractions,
 }
 
 impl FastV1 {
     pub fn new(prepared: Arc<PreparedModel>) -> Self {
         let weights = ShapleyWeights::new(prepared.max_depth);
-        FastV1 { prepared, weights }
+        FastV1 { prepared, weights, interactions: FastInteractions::default() }
     }
 }
 
@@ -157,7 +158,9 @@ impl Explainer for FastV1 {
         })
     }
 
+    /// Interaction values come from the quadrature engine's walk (exact, and far cheaper than
+    /// conditioning a TreeSHAP walk on every feature).
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        interactions_for_rows(&self.prepared, block)
+        self.interactions.compute(&self.prepared, block)
     }
 }

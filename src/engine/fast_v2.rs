@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::interactions::interactions_for_rows;
+use super::interactions::FastInteractions;
 use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree};
 use super::{shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
@@ -53,6 +53,7 @@ struct V2Tree {
 pub(crate) struct FastV2 {
     prepared: Arc<PreparedModel>,
     trees: Vec<V2Tree>,
+    interactions: FastInteractions,
 }
 
 /// Size in bytes of the v2 tables for `prepared`, or `None` if some path has more than
@@ -89,7 +90,7 @@ impl FastV2 {
         }
         let weights = ShapleyWeights::new(prepared.max_depth);
         let trees = prepared.model.trees.iter().zip(&prepared.trees).map(|(t, p)| build_tree(t, p, &weights)).collect();
-        Ok(FastV2 { prepared, trees })
+        Ok(FastV2 { prepared, trees, interactions: FastInteractions::default() })
     }
 }
 
@@ -222,7 +223,9 @@ impl Explainer for FastV2 {
         })
     }
 
+    /// Interaction values come from the quadrature engine's walk (exact, and far cheaper than
+    /// conditioning a TreeSHAP walk on every feature).
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        interactions_for_rows(&self.prepared, block)
+        self.interactions.compute(&self.prepared, block)
     }
 }

@@ -7,11 +7,31 @@
 //! subtree where "on" and "off" cannot differ (the feature is neither above nor below it), so
 //! the work follows the paths that hold the feature rather than all features × all leaves.
 
+use std::sync::{Arc, OnceLock};
+
 use super::path::PathElem;
+use super::quadrature::Quadrature;
+use super::Explainer;
 use super::prepared::PreparedModel;
 use super::treeshap::{path_scratch, shap_row, Condition, Walk};
 use super::{check_block, par_rows, FeatureBlock, Interactions};
 use crate::error::{Error, Result};
+
+/// Interaction values for the engines without a walk of their own: the quadrature engine's
+/// (built on first use), or the conditioned TreeSHAP walks when quadrature cannot take the model.
+#[derive(Default)]
+pub(crate) struct FastInteractions {
+    quadrature: OnceLock<Option<Quadrature>>,
+}
+
+impl FastInteractions {
+    pub fn compute(&self, p: &Arc<PreparedModel>, block: &FeatureBlock) -> Result<Interactions> {
+        match self.quadrature.get_or_init(|| Quadrature::new(p.clone()).ok()) {
+            Some(q) => q.interactions(block),
+            None => interactions_for_rows(p, block),
+        }
+    }
+}
 
 /// Largest interaction output we will allocate for one block, in f64 values.
 const MAX_BLOCK_VALUES: usize = 1 << 31;
