@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from suite import write_results_section  # benchmarks/suite.py, same directory
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target" / "release" / "shapfusion"
 MODEL = ROOT / "examples" / "models" / "fraud.json"
@@ -60,15 +62,7 @@ def main():
         f"| `shapfusion sql` `COPY (SELECT id, shap(...))` | {s:.2f} | {args.rows / s:,.0f} | {', '.join(f'{t:.2f}' for t in times['sql'])} |\n\n"
         f"Overhead of the SQL path: **{overhead * 100:+.1f} %** (target ≤ 5 %).\n"
     )
-    results = ROOT / "benchmarks" / "RESULTS.md"
-    text = results.read_text()
-    begin, end = "<!-- SQL BEGIN -->", "<!-- SQL END -->"
-    section = f"{begin}\n{body}{end}"
-    if begin in text:
-        text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    results.write_text(text)
+    write_results_section("SQL", body)
     print(body)
 
 

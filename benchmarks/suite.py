@@ -282,16 +282,22 @@ def write_report(results, args):
     body = "\n".join(lines)
     plot(results)
     body += "\n![rows per second](rows_per_second.png)\n"
+    write_results_section("SUITE", f"## Peer benchmark suite\n\n{body}\n")
+    print(body)
+
+
+def write_results_section(tag: str, content: str) -> None:
+    """Replaces (or appends) the part of benchmarks/RESULTS.md between `<!-- TAG BEGIN -->` and
+    `<!-- TAG END -->`, so each benchmark script owns one section."""
     results_md = ROOT / "benchmarks" / "RESULTS.md"
     text = results_md.read_text() if results_md.exists() else "# Results\n"
-    begin, end = "<!-- SUITE BEGIN -->", "<!-- SUITE END -->"
-    section = f"{begin}\n## Peer benchmark suite\n\n{body}\n{end}"
+    begin, end = f"<!-- {tag} BEGIN -->", f"<!-- {tag} END -->"
+    section = f"{begin}\n{content}{end}"
     if begin in text:
         text = text[:text.index(begin)] + section + text[text.index(end) + len(end):]
     else:
         text = text.rstrip() + "\n\n" + section + "\n"
     results_md.write_text(text)
-    print(body)
 
 
 def plot(results):

@@ -47,11 +47,13 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// The engine for `algorithm`, built once per model version.
     pub fn explainer(&self, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Explainer>> {
-        if let Some(e) = self.explainers.lock().expect("explainer cache").get(&algorithm) {
+        // Held while building, so partitions asking at once build the engine (and its tables) once.
+        let mut cache = self.explainers.lock().expect("explainer cache");
+        if let Some(e) = cache.get(&algorithm) {
             return Ok(e.clone());
         }
         let e = build_explainer(self.model.clone(), algorithm, None, options)?;
-        self.explainers.lock().expect("explainer cache").insert(algorithm, e.clone());
+        cache.insert(algorithm, e.clone());
         Ok(e)
     }
 }
@@ -118,14 +120,15 @@ impl ModelRegistry {
         let mut searched = Vec::new();
         let registered = self.names.read().expect("names").get(reference).cloned();
         if let Some(url) = registered {
-            return self.load_url(&url);
+            // Registered URLs were parsed by `register`.
+            return self.load_url(&Url::parse(&url).map_err(|e| Error::Input(format!("bad model URL {url:?}: {e}")))?);
         }
         searched.push(format!("registered models ({})", {
             let names: Vec<String> = self.names().into_iter().map(|(n, _)| n).collect();
             if names.is_empty() { "none".to_string() } else { names.join(", ") }
         }));
         if looks_like_location(reference) {
-            return self.load_url(to_url(reference)?.as_str());
+            return self.load_url(&to_url(reference)?);
         }
         searched.push("not a URL or path".into());
         match model_dir.filter(|d| !d.is_empty()) {
@@ -134,7 +137,7 @@ impl ModelRegistry {
                 for ext in MODEL_EXTENSIONS {
                     let candidate = join_url(&base, &format!("{reference}.{ext}"))?;
                     match self.head(&candidate) {
-                        Ok(version) => return self.load_versioned(candidate.as_str(), version),
+                        Ok(version) => return self.load_versioned(&candidate, version),
                         Err(_) => searched.push(candidate.to_string()),
                     }
                 }
@@ -149,18 +152,17 @@ impl ModelRegistry {
         self.cache.lock().expect("cache").get(url)?.iter().find(|m| m.version == version).cloned()
     }
 
-    fn load_url(&self, url: &str) -> Result<Arc<LoadedModel>> {
-        let parsed = Url::parse(url).map_err(|e| Error::Input(format!("bad model URL {url:?}: {e}")))?;
-        let version = self.head(&parsed)?;
+    fn load_url(&self, url: &Url) -> Result<Arc<LoadedModel>> {
+        let version = self.head(url)?;
         self.load_versioned(url, version)
     }
 
-    fn load_versioned(&self, url: &str, version: String) -> Result<Arc<LoadedModel>> {
-        if let Some(m) = self.get_version(url, &version) {
+    fn load_versioned(&self, url: &Url, version: String) -> Result<Arc<LoadedModel>> {
+        if let Some(m) = self.get_version(url.as_str(), &version) {
             return Ok(m);
         }
-        let parsed = Url::parse(url).map_err(|e| Error::Input(format!("bad model URL {url:?}: {e}")))?;
-        let (store, path) = self.store_for(&parsed)?;
+        let (store, path) = self.store_for(url)?;
+        let url = url.as_str();
         let bytes = run_io(async move { store.get(&path).await?.bytes().await })
             .map_err(|e| Error::Input(format!("cannot read model {url}: {e}")))?;
         let model = Arc::new(Model::from_bytes(&bytes, url)?);

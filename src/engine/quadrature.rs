@@ -174,8 +174,8 @@ impl PathPlan {
 /// Bound on the tabulated hot-feature weights (beyond it they are computed per leaf visit).
 const HOT_WEIGHTS_BYTES: usize = 256 << 20;
 
-/// Most distinct features on a path for the compiled walk (one mask bit each).
-const MAX_SLOTS: usize = 128;
+// The walk's mask has one bit per path slot: `Rule::new` caps paths at 2·MAX_POINTS = 128.
+const _: () = assert!(2 * MAX_POINTS <= u128::BITS as usize);
 
 impl Quadrature {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
@@ -185,12 +185,6 @@ impl Quadrature {
             rules.push(Rule::new(d).ok_or_else(|| {
                 Error::Unavailable(format!("quadrature: tree {t} has a path with {d} distinct features (limit {}); use fast-v1", 2 * MAX_POINTS))
             })?);
-        }
-        for (t, (tree, prep)) in prepared.model.trees.iter().zip(&prepared.trees).enumerate() {
-            let d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
-            if d > MAX_SLOTS {
-                return Err(Error::Unavailable(format!("quadrature: tree {t} has a path with {d} distinct features (limit {MAX_SLOTS}); use fast-v1")));
-            }
         }
         let mut plans: Vec<PathPlan> = prepared.model.trees.iter().zip(&prepared.trees).map(|(t, p)| PathPlan::new(t, p)).collect();
         // Tabulate the hot-feature weights while they stay small next to the model.
@@ -204,167 +198,6 @@ impl Quadrature {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Elem {
-    feature: u32,
-    zero: f64,
-    hot: bool,
-}
-
-/// Walk state at one depth.
-#[derive(Clone)]
-struct Level<const N: usize> {
-    elems: Vec<Elem>,
-    g: [f64; N],
-    residual: f64,
-}
-
-struct Walk<'a, const N: usize> {
-    tree: &'a Tree,
-    prep: &'a PreparedTree,
-    rule: &'a Rule,
-    x: &'a [f64],
-    phi: &'a mut [f64],
-    /// With interactions: this group's (F+1)×(F+1) matrix, off-diagonal entries accumulated.
-    pairs: Option<&'a mut [f64]>,
-    levels: &'a mut Vec<Level<N>>,
-}
-
-impl<const N: usize> Walk<'_, N> {
-    #[inline]
-    fn factor(&self, hot: bool, zero: f64, q: usize) -> f64 {
-        if hot {
-            zero * self.rule.one_minus_t[q] + self.rule.t[q]
-        } else {
-            self.rule.one_minus_t[q]
-        }
-    }
-
-    fn visit(&mut self, node: usize, level: usize) {
-        let tree_node = &self.tree.nodes[node];
-        if tree_node.is_leaf() {
-            self.leaf(node, level);
-            return;
-        }
-        let feature = tree_node.feature;
-        let goes_left = self.tree.goes_left(tree_node, self.x[feature as usize]);
-        let [rl, rr] = self.prep.ratios[node];
-        let children = if goes_left {
-            [(tree_node.left, rl, true), (tree_node.right, rr, false)]
-        } else {
-            [(tree_node.right, rr, true), (tree_node.left, rl, false)]
-        };
-        if self.levels.len() <= level + 1 {
-            self.levels.push(Level { elems: Vec::new(), g: [0.0; N], residual: 1.0 });
-        }
-        for (child, ratio, hot_branch) in children {
-            let (head, tail) = self.levels.split_at_mut(level + 1);
-            let (parent, next) = (&head[level], &mut tail[0]);
-            next.elems.clear();
-            next.elems.extend_from_slice(&parent.elems);
-            next.g = parent.g;
-            next.residual = parent.residual;
-            let mut zero = ratio;
-            let mut hot = hot_branch;
-            if let Some(k) = next.elems.iter().position(|e| e.feature == feature) {
-                let e = next.elems.swap_remove(k);
-                zero *= e.zero;
-                hot &= e.hot;
-                for q in 0..N {
-                    let f = if e.hot { e.zero * self.rule.one_minus_t[q] + self.rule.t[q] } else { self.rule.one_minus_t[q] };
-                    next.g[q] /= f;
-                }
-                if !e.hot {
-                    next.residual /= e.zero;
-                }
-            }
-            if !hot && zero == 0.0 {
-                continue; // unreachable by cover and not taken by the row: contributes nothing
-            }
-            next.elems.push(Elem { feature, zero, hot });
-            for q in 0..N {
-                let f = if hot { zero * self.rule.one_minus_t[q] + self.rule.t[q] } else { self.rule.one_minus_t[q] };
-                next.g[q] *= f;
-            }
-            if !hot {
-                next.residual *= zero;
-            }
-            self.visit(child as usize, level + 1);
-        }
-    }
-
-    fn leaf(&mut self, node: usize, level: usize) {
-        let state = &self.levels[level];
-        if state.elems.is_empty() {
-            return;
-        }
-        let v = self.prep.value[node] * state.residual;
-        let mut cold_sum = 0.0;
-        for q in 0..N {
-            cold_sum += self.rule.w_over_1mt[q] * state.g[q];
-        }
-        let cold_value = -v * cold_sum;
-        for e in &state.elems {
-            let contribution = if e.hot {
-                let mut s = 0.0;
-                for q in 0..N {
-                    s += self.rule.w[q] * state.g[q] / self.factor(true, e.zero, q);
-                }
-                v * (1.0 - e.zero) * s
-            } else {
-                cold_value
-            };
-            self.phi[e.feature as usize] += contribution;
-        }
-        if self.pairs.is_some() {
-            self.leaf_pairs(node, level);
-        }
-    }
-
-    /// Interaction halves at a leaf. Conditioning on feature j ("on" minus "off") scales the
-    /// leaf by `1[j hot] − z_j` and removes j from the players, so row j gets, for every other
-    /// path feature i, half of i's contribution over the path without j.
-    fn leaf_pairs(&mut self, node: usize, level: usize) {
-        let state = &self.levels[level];
-        let d = state.elems.len();
-        if d < 2 {
-            return;
-        }
-        let w1 = self.prep.value[node];
-        let width = self.phi.len();
-        let pairs = self.pairs.as_deref_mut().expect("checked by caller");
-        for j in &state.elems {
-            let mut g = [0.0; N];
-            for q in 0..N {
-                let f = if j.hot { j.zero * self.rule.one_minus_t[q] + self.rule.t[q] } else { self.rule.one_minus_t[q] };
-                g[q] = state.g[q] / f;
-            }
-            let residual = if j.hot { state.residual } else { state.residual / j.zero };
-            let scale = 0.5 * ((j.hot as u8 as f64) - j.zero) * w1 * residual;
-            let mut cold_sum = 0.0;
-            for q in 0..N {
-                cold_sum += self.rule.w_over_1mt[q] * g[q];
-            }
-            let row = j.feature as usize * width;
-            for i in &state.elems {
-                if i.feature == j.feature {
-                    continue;
-                }
-                let c = if i.hot {
-                    let mut s = 0.0;
-                    for q in 0..N {
-                        s += self.rule.w[q] * g[q] / (i.zero * self.rule.one_minus_t[q] + self.rule.t[q]);
-                    }
-                    (1.0 - i.zero) * s
-                } else {
-                    -cold_sum
-                };
-                pairs[row + i.feature as usize] += scale * c;
-            }
-        }
-    }
-}
-
 /// The compiled walk for SHAP values: state is (mask, G, cold product), nothing else.
 struct FastWalk<'a, const N: usize> {
     tree: &'a Tree,
@@ -373,6 +206,8 @@ struct FastWalk<'a, const N: usize> {
     rule: &'a Rule,
     x: &'a [f64],
     phi: &'a mut [f64],
+    /// With interactions: this group's (F+1)×(F+1) matrix, off-diagonal entries accumulated.
+    pairs: Option<&'a mut [f64]>,
 }
 
 impl<const N: usize> FastWalk<'_, N> {
@@ -463,59 +298,74 @@ impl<const N: usize> FastWalk<'_, N> {
             };
             self.phi[feature as usize] += contribution;
         }
+        if self.pairs.is_some() {
+            self.leaf_pairs(node, mask, g, cold);
+        }
+    }
+
+    /// Interaction halves at a leaf. Conditioning on feature j ("on" minus "off") scales the
+    /// leaf by `1[j hot] − z_j` and removes j from the players, so row j gets, for every other
+    /// path feature i, half of i's contribution over the path without j.
+    fn leaf_pairs(&mut self, node: usize, mask: u128, g: &[f64; N], cold: f64) {
+        let (start, d) = self.plan.leaf[node];
+        if d < 2 {
+            return;
+        }
+        let start = start as usize;
+        let elems = &self.plan.elems[start..start + d as usize];
+        let width = self.phi.len();
+        let value = self.prep.value[node];
+        let pairs = self.pairs.as_deref_mut().expect("checked by caller");
+        for (bj, &(fj, zj)) in elems.iter().enumerate() {
+            let hot_j = mask & (1u128 << bj) != 0;
+            let mut gj = *g;
+            for q in 0..N {
+                gj[q] /= if hot_j { zj * self.rule.one_minus_t[q] + self.rule.t[q] } else { self.rule.one_minus_t[q] };
+            }
+            // j leaves the players: a cold j takes its fraction out of the cold product.
+            let residual = if hot_j { cold } else { cold / zj };
+            let scale = 0.5 * ((hot_j as u8 as f64) - zj) * value * residual;
+            let mut cold_sum = 0.0;
+            for q in 0..N {
+                cold_sum += self.rule.w_over_1mt[q] * gj[q];
+            }
+            let row = fj as usize * width;
+            for (bi, &(fi, zi)) in elems.iter().enumerate() {
+                if bi == bj {
+                    continue;
+                }
+                let c = if mask & (1u128 << bi) != 0 {
+                    let mut s = 0.0;
+                    for q in 0..N {
+                        s += self.rule.w[q] * gj[q] / (zi * self.rule.one_minus_t[q] + self.rule.t[q]);
+                    }
+                    (1.0 - zi) * s
+                } else {
+                    -cold_sum
+                };
+                pairs[row + fi as usize] += scale * c;
+            }
+        }
     }
 }
 
-fn run_fast<const N: usize>(q: &Quadrature, t: usize, x: &[f64], phi: &mut [f64]) {
+fn run_fast<const N: usize>(q: &Quadrature, t: usize, x: &[f64], phi: &mut [f64], pairs: Option<&mut [f64]>) {
     let p = &*q.prepared;
-    let mut walk = FastWalk::<N> { tree: &p.model.trees[t], prep: &p.trees[t], plan: &q.plans[t], rule: &q.rules[t], x, phi };
+    let mut walk = FastWalk::<N> { tree: &p.model.trees[t], prep: &p.trees[t], plan: &q.plans[t], rule: &q.rules[t], x, phi, pairs };
     walk.visit(0, 0, &[1.0; N], 1.0);
 }
 
-/// Per-thread scratch: walk levels for each supported point count.
-#[derive(Default)]
-struct Scratch {
-    l1: Vec<Level<1>>,
-    l2: Vec<Level<2>>,
-    l4: Vec<Level<4>>,
-    l8: Vec<Level<8>>,
-    l16: Vec<Level<16>>,
-    l32: Vec<Level<32>>,
-    l64: Vec<Level<64>>,
-}
-
-fn run<const N: usize>(
-    tree: &Tree,
-    prep: &PreparedTree,
-    rule: &Rule,
-    x: &[f64],
-    phi: &mut [f64],
-    pairs: Option<&mut [f64]>,
-    levels: &mut Vec<Level<N>>,
-) {
-    if levels.is_empty() {
-        levels.push(Level { elems: Vec::new(), g: [0.0; N], residual: 1.0 });
-    }
-    let root = &mut levels[0];
-    root.elems.clear();
-    root.g = [1.0; N];
-    root.residual = 1.0;
-    Walk { tree, prep, rule, x, phi, pairs, levels }.visit(0, 0);
-}
-
 impl Quadrature {
-    /// One tree's walk, dispatched on its number of quadrature points.
-    fn tree(&self, t: usize, x: &[f64], phi: &mut [f64], pairs: Option<&mut [f64]>, s: &mut Scratch) {
-        let p = &*self.prepared;
-        let (tree, prep, rule) = (&p.model.trees[t], &p.trees[t], &self.rules[t]);
-        match rule.points {
-            1 => run::<1>(tree, prep, rule, x, phi, pairs, &mut s.l1),
-            2 => run::<2>(tree, prep, rule, x, phi, pairs, &mut s.l2),
-            4 => run::<4>(tree, prep, rule, x, phi, pairs, &mut s.l4),
-            8 => run::<8>(tree, prep, rule, x, phi, pairs, &mut s.l8),
-            16 => run::<16>(tree, prep, rule, x, phi, pairs, &mut s.l16),
-            32 => run::<32>(tree, prep, rule, x, phi, pairs, &mut s.l32),
-            _ => run::<64>(tree, prep, rule, x, phi, pairs, &mut s.l64),
+    /// One tree's walk for one row, dispatched on the tree's number of quadrature points.
+    fn walk(&self, t: usize, x: &[f64], phi: &mut [f64], pairs: Option<&mut [f64]>) {
+        match self.rules[t].points {
+            1 => run_fast::<1>(self, t, x, phi, pairs),
+            2 => run_fast::<2>(self, t, x, phi, pairs),
+            4 => run_fast::<4>(self, t, x, phi, pairs),
+            8 => run_fast::<8>(self, t, x, phi, pairs),
+            16 => run_fast::<16>(self, t, x, phi, pairs),
+            32 => run_fast::<32>(self, t, x, phi, pairs),
+            _ => run_fast::<64>(self, t, x, phi, pairs),
         }
     }
 }
@@ -530,15 +380,7 @@ impl Explainer for Quadrature {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        shap_by_tree(&self.prepared, block, || (), |t, x, phi, _| match self.rules[t].points {
-            1 => run_fast::<1>(self, t, x, phi),
-            2 => run_fast::<2>(self, t, x, phi),
-            4 => run_fast::<4>(self, t, x, phi),
-            8 => run_fast::<8>(self, t, x, phi),
-            16 => run_fast::<16>(self, t, x, phi),
-            32 => run_fast::<32>(self, t, x, phi),
-            _ => run_fast::<64>(self, t, x, phi),
-        })
+        shap_by_tree(&self.prepared, block, || (), |t, x, phi, _| self.walk(t, x, phi, None))
     }
 
     /// Interactions from the same walk: SHAP values and all pair terms in one pass per tree.
@@ -548,14 +390,14 @@ impl Explainer for Quadrature {
         let (f, g) = (p.model.num_features(), p.model.num_groups);
         let w = f + 1;
         check_size(block.rows(), g * w * w)?;
-        let init = || (Scratch::default(), vec![0.0; g * w]);
-        let values = par_rows(block, g * w * w, init, |x, out, (s, shap)| {
+        let init = || vec![0.0; g * w];
+        let values = par_rows(block, g * w * w, init, |x, out, shap| {
             shap.iter_mut().for_each(|v| *v = 0.0);
             for (t, tree) in p.model.trees.iter().enumerate() {
                 let k = tree.group;
                 let phi = &mut shap[k * w..(k + 1) * w];
                 let pairs = &mut out[k * w * w..(k + 1) * w * w];
-                self.tree(t, x, phi, Some(pairs), s);
+                self.walk(t, x, phi, Some(pairs));
             }
             for (k, b) in p.bias.iter().enumerate() {
                 shap[k * w + f] = *b;

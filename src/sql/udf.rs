@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{ArrayRef, StructArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
@@ -42,18 +42,14 @@ impl ShapUdf {
     /// A UDF named `name` computing `kind`.
     pub fn new(name: &'static str, kind: OutputKind, registry: Arc<ModelRegistry>, options: ShapOptions) -> crate::Result<Self> {
         let algorithm: Algorithm = options.algorithm.parse()?;
-        let mut pool = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("shapfusion-sql-{i}"));
-        if options.threads > 0 {
-            pool = pool.num_threads(options.threads);
-        }
-        let pool = pool.build().map_err(|e| crate::Error::Input(format!("cannot start SQL compute threads: {e}")))?;
+        let pool = shared_pool(options.threads)?;
         Ok(ShapUdf {
             name,
             kind,
             registry,
             options,
             algorithm,
-            pool: Arc::new(pool),
+            pool,
             signature: Signature::user_defined(Volatility::Immutable),
         })
     }
@@ -89,6 +85,24 @@ impl Hash for ShapUdf {
         self.options.model_dir.hash(state);
         self.options.algorithm.hash(state);
     }
+}
+
+/// The compute pool for `threads` (0: all cores). One pool per thread count for the whole
+/// process, shared by every UDF instance (the three functions, and the copies `SET` makes), so
+/// concurrent partitions and functions never run more compute threads than asked for.
+fn shared_pool(threads: usize) -> crate::Result<Arc<rayon::ThreadPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let mut pools = POOLS.get_or_init(Default::default).lock().expect("pool cache");
+    if let Some(pool) = pools.get(&threads) {
+        return Ok(pool.clone());
+    }
+    let mut builder = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("shapfusion-sql-{i}"));
+    if threads > 0 {
+        builder = builder.num_threads(threads);
+    }
+    let pool = Arc::new(builder.build().map_err(|e| crate::Error::Input(format!("cannot start SQL compute threads: {e}")))?);
+    pools.insert(threads, pool.clone());
+    Ok(pool)
 }
 
 /// The config extension macro derives no `PartialEq`; compare the fields we read.
