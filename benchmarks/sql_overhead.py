@@ -13,10 +13,9 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from suite import write_results_section  # benchmarks/suite.py, same directory
+from suite import timed, write_results_section  # benchmarks/suite.py, same directory
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target" / "release" / "shapfusion"
@@ -24,10 +23,6 @@ MODEL = ROOT / "examples" / "models" / "fraud.json"
 FEATURES = "amount, age, account_days, hour, tx_24h, merchant_risk, country_code, card_present"
 
 
-def timed(cmd):
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def main():

@@ -286,6 +286,13 @@ def write_report(results, args):
     print(body)
 
 
+def timed(cmd: list[str]) -> float:
+    """Wall time of one whole command run from the repository root (output discarded)."""
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
 def write_results_section(tag: str, content: str) -> None:
     """Replaces (or appends) the part of benchmarks/RESULTS.md between `<!-- TAG BEGIN -->` and
     `<!-- TAG END -->`, so each benchmark script owns one section."""

@@ -36,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
     let setup = Instant::now();
-    let explainer = pool.install(|| build_explainer(model.clone(), algorithm, Some(block.rows()), &EngineOptions { v2_memory_bytes: 4 << 30 }))?;
+    let explainer = pool.install(|| build_explainer(model.clone(), algorithm, Some(block.rows()), &EngineOptions { v2_memory_bytes: 4 << 30, ..Default::default() }))?;
     let setup_seconds = setup.elapsed().as_secs_f64();
     let mut times = Vec::new();
     let mut values = Vec::new();

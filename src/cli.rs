@@ -8,7 +8,7 @@ use shapfusion::engine::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
 use shapfusion::explain::{explain_file, ExplainOptions, OutputKind, DEFAULT_BATCH_ROWS};
 use shapfusion::model::Model;
 #[cfg(feature = "sql")]
-use shapfusion::sql::shell::{self, OutputFormat, ShellOptions};
+use shapfusion::sql::shell::{self, OutputFormat, SessionSetup, ShellOptions};
 use shapfusion::Result;
 
 /// Exact SHAP values for XGBoost and LightGBM tree ensembles.
@@ -29,6 +29,21 @@ pub enum Command {
     /// SQL with the shap UDFs: an interactive shell, or a batch of statements (-c / -f).
     #[cfg(feature = "sql")]
     Sql(SqlArgs),
+    /// Serve Arrow Flight: explain the record batches clients stream in with DoExchange.
+    #[cfg(feature = "flight")]
+    Worker(WorkerArgs),
+    /// Serve Flight SQL (ADBC, JDBC): SQL with the shap UDFs, computed here or on workers.
+    #[cfg(feature = "flight")]
+    Serve(ServeArgs),
+    /// Ask a worker or `serve` whether it is serving (exit 0) or not (exit 1); for health checks.
+    #[cfg(feature = "flight")]
+    Health {
+        /// The server, e.g. http://127.0.0.1:50061.
+        url: String,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 3.0)]
+        timeout: f64,
+    },
     /// Work with model files.
     Models {
         #[command(subcommand)]
@@ -72,6 +87,93 @@ pub struct SqlArgs {
     /// Do not print timing lines.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Compute on these Flight workers (comma separated URLs; sets shap.workers).
+    #[arg(long)]
+    pub workers: Option<String>,
+    /// File holding the bearer token the workers require (sets shap.worker_token_file).
+    #[arg(long)]
+    pub worker_token_file: Option<String>,
+}
+
+/// Server options shared by `worker` and `serve`.
+#[cfg(feature = "flight")]
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// File whose first line is the bearer token clients must send (no file: no auth).
+    #[arg(long)]
+    pub auth_token_file: Option<PathBuf>,
+    /// PEM certificate chain: serve TLS (with --tls-key).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Largest gRPC message accepted or sent, in MiB (one record batch is one message).
+    #[arg(long, default_value_t = shapfusion::flight::protocol::DEFAULT_MAX_MESSAGE_BYTES >> 20)]
+    pub max_message_mb: usize,
+    /// A named model, NAME=URL (a path, file://, s3://, gs://, az:// …); repeatable.
+    #[arg(long = "model")]
+    pub models: Vec<String>,
+    /// Where a model named NAME is looked up as NAME.json|.ubj|.txt (a directory or URL prefix).
+    #[arg(long)]
+    pub model_dir: Option<String>,
+}
+
+#[cfg(feature = "flight")]
+impl ServerArgs {
+    fn listen(&self, listen: &str) -> shapfusion::flight::transport::ListenOptions {
+        shapfusion::flight::transport::ListenOptions {
+            listen: listen.to_string(),
+            tls: self.tls_cert.clone().zip(self.tls_key.clone()),
+            max_message_bytes: self.max_message_mb << 20,
+        }
+    }
+
+    fn token(&self) -> Result<Option<String>> {
+        self.auth_token_file.as_deref().map(shapfusion::flight::auth::read_token_file).transpose()
+    }
+}
+
+#[cfg(feature = "flight")]
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Address to listen on (port 0: any free port; the address is printed).
+    #[arg(long, default_value = "0.0.0.0:50061")]
+    pub listen: String,
+    /// auto (GPU when usable, else CPU), cpu, or gpu.
+    #[arg(long, default_value = "auto")]
+    pub device: shapfusion::engine::Device,
+    /// Compute threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Engine: auto, treeshap, fast-v1, fast-v2 or quadrature.
+    #[arg(long, default_value = "auto")]
+    pub algorithm: Algorithm,
+    /// Memory bound for fast-v2's tables, in MiB.
+    #[arg(long, default_value_t = DEFAULT_V2_MEMORY_BYTES >> 20)]
+    pub v2_memory_mb: usize,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+#[cfg(feature = "flight")]
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the address is printed).
+    #[arg(long, default_value = "0.0.0.0:50051")]
+    pub listen: String,
+    /// Compute on these Flight workers (comma separated URLs); default: in this process.
+    #[arg(long)]
+    pub workers: Option<String>,
+    /// File holding the bearer token the workers require.
+    #[arg(long)]
+    pub worker_token_file: Option<String>,
+    /// A table clients can query, NAME=URL (Parquet or CSV file or directory, local or object
+    /// store); repeatable. Clients can also run CREATE EXTERNAL TABLE themselves.
+    #[arg(long = "table")]
+    pub tables: Vec<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
 }
 
 #[derive(Debug, Args)]
@@ -109,6 +211,18 @@ pub struct ExplainArgs {
     /// Never draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// auto (the GPU when one is usable, else the CPU), cpu, or gpu (an error when no GPU).
+    #[arg(long, default_value = "auto")]
+    pub device: shapfusion::engine::Device,
+    /// Compute on these Flight workers (comma separated URLs) instead of here. The model is sent
+    /// to them as a file URL when --model is a local file, else as given (a name they serve).
+    #[cfg(feature = "flight")]
+    #[arg(long)]
+    pub workers: Option<String>,
+    /// File holding the bearer token the workers require.
+    #[cfg(feature = "flight")]
+    #[arg(long, requires = "workers")]
+    pub worker_token_file: Option<String>,
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -127,8 +241,14 @@ pub fn run(cli: Cli) -> Result<()> {
                 keep: a.keep,
                 batch_rows: a.batch_rows,
                 progress: !a.no_progress,
-                engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb << 20 },
+                engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb << 20, device: a.device },
             };
+            #[cfg(feature = "flight")]
+            let s = match &a.workers {
+                Some(workers) => explain_remote(&a.model, workers, a.worker_token_file.as_deref().unwrap_or(""), &a.input, &a.output, &options)?,
+                None => explain_file(&a.model, &a.input, &a.output, &options)?,
+            };
+            #[cfg(not(feature = "flight"))]
             let s = explain_file(&a.model, &a.input, &a.output, &options)?;
             let rate = if s.seconds > 0.0 { s.rows as f64 / s.seconds } else { 0.0 };
             eprintln!(
@@ -143,19 +263,29 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         #[cfg(feature = "sql")]
         Command::Sql(a) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| shapfusion::Error::Input(format!("cannot start the async runtime: {e}")))?;
-            runtime.block_on(shell::run(ShellOptions {
+            async_runtime()?.block_on(shell::run(ShellOptions {
                 commands: a.commands,
                 files: a.files,
-                models: a.models,
-                model_dir: a.model_dir,
+                setup: SessionSetup {
+                    models: a.models,
+                    model_dir: a.model_dir,
+                    workers: a.workers,
+                    worker_token_file: a.worker_token_file,
+                },
                 format: a.format,
                 output: a.output,
                 quiet: a.quiet,
             }))
+        }
+        #[cfg(feature = "flight")]
+        Command::Worker(a) => run_worker(a),
+        #[cfg(feature = "flight")]
+        Command::Serve(a) => run_serve(a),
+        #[cfg(feature = "flight")]
+        Command::Health { url, timeout } => {
+            let reply = async_runtime()?.block_on(shapfusion::flight::health(&url, std::time::Duration::from_secs_f64(timeout)))?;
+            println!("{reply}");
+            Ok(())
         }
         Command::Models { command: ModelsCommand::Inspect { path, json } } => {
             let model = Model::load(&path)?;
@@ -179,4 +309,84 @@ pub fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+#[cfg(feature = "sql")]
+fn async_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| shapfusion::Error::Input(format!("cannot start the async runtime: {e}")))
+}
+
+#[cfg(feature = "flight")]
+fn explain_remote(
+    model: &std::path::Path,
+    workers: &str,
+    token_file: &str,
+    input: &std::path::Path,
+    output: &std::path::Path,
+    options: &ExplainOptions,
+) -> Result<shapfusion::explain::ExplainSummary> {
+    let pool = shapfusion::flight::shared_pool(workers, token_file)?;
+    // A local file travels as an absolute file:// URL (workers on this machine, or with the same
+    // path mounted, can read it); anything else is a name or URL the workers resolve.
+    let reference = if model.is_file() {
+        shapfusion::registry::to_url(&model.to_string_lossy())?.to_string()
+    } else {
+        model.to_string_lossy().into_owned()
+    };
+    shapfusion::flight::explain_on_workers(pool, &reference, input, output, options)
+}
+
+#[cfg(feature = "flight")]
+fn run_worker(a: WorkerArgs) -> Result<()> {
+    use shapfusion::engine::Device;
+    use shapfusion::flight::{transport, WorkerConfig, WorkerService};
+    let device = a.device.resolve()?;
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let config = WorkerConfig {
+        algorithm: a.algorithm,
+        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb << 20, device },
+        threads: Some(threads),
+        model_dir: a.server.model_dir.clone(),
+        token: a.server.token()?,
+        device: match device {
+            Device::Gpu => "gpu".to_string(),
+            _ => format!("cpu ({threads} threads)"),
+        },
+    };
+    let registry = std::sync::Arc::new(shapfusion::registry::ModelRegistry::new(None));
+    for m in &a.server.models {
+        registry.register_arg(m)?;
+    }
+    let listen = a.server.listen(&a.listen);
+    async_runtime()?.block_on(async move {
+        let service = WorkerService::new(registry, config)?;
+        let (listener, _) = transport::bind(&listen, "shapfusion worker").await?;
+        transport::serve(service, listener, &listen, transport::shutdown_signal()).await
+    })
+}
+
+#[cfg(feature = "flight")]
+fn run_serve(a: ServeArgs) -> Result<()> {
+    use shapfusion::flight::sql_server::SqlService;
+    use shapfusion::flight::transport;
+    let token = a.server.token()?;
+    let listen = a.server.listen(&a.listen);
+    async_runtime()?.block_on(async move {
+        let setup = SessionSetup {
+            models: a.server.models.clone(),
+            model_dir: a.server.model_dir.clone(),
+            workers: a.workers.clone(),
+            worker_token_file: a.worker_token_file.clone(),
+        };
+        let (ctx, _registry, _stores) = shell::new_session(&setup).await?;
+        let service = SqlService::new(ctx, token);
+        for t in &a.tables {
+            service.register_table(t).await?;
+        }
+        let (listener, _) = transport::bind(&listen, "shapfusion serve").await?;
+        transport::serve(service, listener, &listen, transport::shutdown_signal()).await
+    })
 }

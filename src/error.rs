@@ -76,6 +76,19 @@ pub enum Error {
     #[error("{0}")]
     Input(String),
 
+    /// A model name or URL that resolves to nothing (names every place searched).
+    #[error("{0}")]
+    ModelNotFound(String),
+
+    /// A Flight worker (or every worker of a pool) failed a request.
+    #[error("worker {worker}: {message}")]
+    Remote {
+        /// The worker's URL, or `pool` when no worker could serve.
+        worker: String,
+        /// What went wrong, with the worker's own message where it sent one.
+        message: String,
+    },
+
     /// A requested engine or path is not available in this build or for this model.
     #[error("{0}")]
     Unavailable(String),

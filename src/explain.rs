@@ -212,34 +212,6 @@ pub fn explain_file(model_path: &Path, input: &Path, output: &Path, options: &Ex
 /// [`explain_file`] with a model already loaded.
 pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, options: &ExplainOptions) -> Result<ExplainSummary> {
     let start = Instant::now();
-    if options.batch_rows == 0 {
-        return Err(Error::Input("--batch-rows must be at least 1".into()));
-    }
-    let mut wanted = model.feature_names.clone();
-    wanted.extend(options.keep.iter().cloned());
-    let mut reader = InputReader::open(input, &wanted, &model.feature_names, options.batch_rows)?;
-    let schema = reader.schema();
-    let features = FeatureColumns::resolve(&schema, &model)?;
-
-    // Output schema: kept columns (as in the input), then the attributions.
-    let mut keep_idx = Vec::new();
-    let mut fields: Vec<FieldRef> = Vec::new();
-    for name in &options.keep {
-        let i = schema
-            .index_of(name)
-            .map_err(|_| Error::Input(format!("--keep: input has no column {name:?}")))?;
-        keep_idx.push(i);
-        fields.push(schema.fields()[i].clone());
-    }
-    let out_fields = output_fields(&model, options.output);
-    for f in &out_fields {
-        if options.keep.contains(f.name()) {
-            return Err(Error::Input(format!("--keep {:?} clashes with the output column of the same name", f.name())));
-        }
-    }
-    fields.extend(out_fields);
-    let out_schema = Arc::new(Schema::new(fields));
-
     let pool = {
         let mut b = rayon::ThreadPoolBuilder::new();
         if let Some(n) = options.threads {
@@ -251,11 +223,58 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
     // Flight) picks the same engine for a model and gives bit-identical numbers.
     let explainer = pool.install(|| build_explainer(model.clone(), options.algorithm, None, &options.engine))?;
     tracing::info!(engine = explainer.name(), threads = pool.current_num_threads(), "explaining {}", input.display());
+    let mut features: Option<FeatureColumns> = None;
+    let rows = explain_rows(input, output, options, &model.feature_names, output_fields(&model, options.output), |batch| {
+        let features = match &features {
+            Some(f) => f,
+            None => features.insert(FeatureColumns::resolve(batch.schema_ref(), &model)?),
+        };
+        pool.install(|| explain_batch(explainer.as_ref(), features, batch, options.output))
+    })?;
+    Ok(ExplainSummary { rows, algorithm: explainer.name(), seconds: start.elapsed().as_secs_f64() })
+}
+
+/// The streaming loop shared by local and remote (worker pool) explanation: reads `input`
+/// (the `features` and the kept columns only), hands each batch to `compute` for the
+/// attribution columns (laid out as `out_fields`), and writes kept columns + attributions as
+/// Parquet with bounded row groups. Returns the number of rows written.
+pub fn explain_rows(
+    input: &Path,
+    output: &Path,
+    options: &ExplainOptions,
+    features: &[String],
+    out_fields: Vec<FieldRef>,
+    mut compute: impl FnMut(&RecordBatch) -> Result<Vec<ArrayRef>>,
+) -> Result<usize> {
+    if options.batch_rows == 0 {
+        return Err(Error::Input("--batch-rows must be at least 1".into()));
+    }
+    let mut wanted = features.to_vec();
+    wanted.extend(options.keep.iter().cloned());
+    let mut reader = InputReader::open(input, &wanted, features, options.batch_rows)?;
+    let schema = reader.schema();
+
+    // Output schema: kept columns (as in the input), then the attributions.
+    let mut keep_idx = Vec::new();
+    let mut fields: Vec<FieldRef> = Vec::new();
+    for name in &options.keep {
+        let i = schema
+            .index_of(name)
+            .map_err(|_| Error::Input(format!("--keep: input has no column {name:?}")))?;
+        keep_idx.push(i);
+        fields.push(schema.fields()[i].clone());
+    }
+    for f in &out_fields {
+        if options.keep.contains(f.name()) {
+            return Err(Error::Input(format!("--keep {:?} clashes with the output column of the same name", f.name())));
+        }
+    }
+    fields.extend(out_fields);
+    let out_schema = Arc::new(Schema::new(fields));
 
     let file = File::create(output).map_err(|e| Error::io(output, e))?;
     // Keep row groups near 64 MiB of values whatever the row width, so memory stays bounded.
-    let row_bytes = out_schema.fields().len().max(1) * 8 * model.num_groups.max(1)
-        + if options.output == OutputKind::Interactions { 8 * layout_width(&model) } else { 0 };
+    let row_bytes: usize = out_schema.fields().iter().map(|f| value_bytes(f.data_type())).sum::<usize>().max(8);
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_max_row_group_row_count(Some(((64usize << 20) / row_bytes).clamp(1024, 1 << 20)))
@@ -268,7 +287,7 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
     for batch in &mut reader {
         let batch = batch?;
         let mut columns: Vec<ArrayRef> = keep_idx.iter().map(|&i| batch.column(i).clone()).collect();
-        columns.extend(pool.install(|| explain_batch(explainer.as_ref(), &features, &batch, options.output))?);
+        columns.extend(compute(&batch)?);
         let out = RecordBatch::try_new(out_schema.clone(), columns).map_err(|e| Error::arrow("assembling output batch", e))?;
         writer.write(&out).map_err(|e| Error::parquet(format!("writing {}", output.display()), e))?;
         rows += batch.num_rows();
@@ -276,12 +295,16 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
     }
     writer.close().map_err(|e| Error::parquet(format!("closing {}", output.display()), e))?;
     progress.finish_and_clear();
-    Ok(ExplainSummary { rows, algorithm: explainer.name(), seconds: start.elapsed().as_secs_f64() })
+    Ok(rows)
 }
 
-fn layout_width(model: &Model) -> usize {
-    let w = model.num_features() + 1;
-    model.num_groups * w * w
+/// Bytes per row of a column of type `t` (fixed-width estimate; variable-width types count 16).
+fn value_bytes(t: &DataType) -> usize {
+    match t {
+        DataType::Struct(fields) => fields.iter().map(|f| value_bytes(f.data_type())).sum(),
+        DataType::FixedSizeList(f, n) => *n as usize * value_bytes(f.data_type()),
+        t => t.primitive_width().unwrap_or(16),
+    }
 }
 
 fn progress_bar(enabled: bool, total: Option<usize>) -> ProgressBar {

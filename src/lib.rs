@@ -16,6 +16,8 @@
 //! * [`explain`]: the batch pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out).
 //! * [`registry`]: models by name or URL through `object_store`, cached by version.
 //! * [`sql`]: the `shap(...)` DataFusion UDFs, `shap.*` options and `shapfusion sql`.
+//! * [`flight`]: `shapfusion worker` (Arrow Flight), the worker pool, and the Flight SQL server
+//!   `shapfusion serve`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -28,7 +30,11 @@
 pub mod engine;
 pub mod error;
 pub mod explain;
+#[cfg(feature = "flight")]
+pub mod flight;
 pub mod features;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod layout;
 pub mod model;
 #[cfg(feature = "sql")]

@@ -26,7 +26,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
-use crate::engine::{build_explainer, Algorithm, EngineOptions, Explainer};
+use crate::engine::{build_explainer, Algorithm, Device, EngineOptions, Explainer};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -41,19 +41,19 @@ pub struct LoadedModel {
     pub version: String,
     /// The model.
     pub model: Arc<Model>,
-    explainers: Mutex<HashMap<Algorithm, Arc<dyn Explainer>>>,
+    explainers: Mutex<HashMap<(Algorithm, Device), Arc<dyn Explainer>>>,
 }
 
 impl LoadedModel {
-    /// The engine for `algorithm`, built once per model version.
+    /// The engine for `algorithm` on `options.device`, built once per model version.
     pub fn explainer(&self, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Explainer>> {
         // Held while building, so partitions asking at once build the engine (and its tables) once.
         let mut cache = self.explainers.lock().expect("explainer cache");
-        if let Some(e) = cache.get(&algorithm) {
+        if let Some(e) = cache.get(&(algorithm, options.device)) {
             return Ok(e.clone());
         }
         let e = build_explainer(self.model.clone(), algorithm, None, options)?;
-        cache.insert(algorithm, e.clone());
+        cache.insert((algorithm, options.device), e.clone());
         Ok(e)
     }
 }
@@ -144,7 +144,29 @@ impl ModelRegistry {
             }
             None => searched.push("no model directory set (shap.model_dir / --model-dir)".into()),
         }
-        Err(Error::Input(format!("unknown model {reference:?}; searched: {}", searched.join("; "))))
+        Err(Error::ModelNotFound(format!("unknown model {reference:?}; searched: {}", searched.join("; "))))
+    }
+
+    /// Names of the models directly under `dir` (files ending in `.json`, `.ubj` or `.txt`),
+    /// as `shap('<name>', …)` would find them.
+    pub fn list_dir(&self, dir: &str) -> Result<Vec<String>> {
+        let base = to_url(dir)?;
+        let (store, prefix) = self.store_for(&base)?;
+        let listed = run_io(async move {
+            store.list_with_delimiter(Some(&prefix)).await.map(|l| l.objects).map_err(|e| e.to_string())
+        })
+        .map_err(|e| Error::Input(format!("cannot list model directory {base}: {e}")))?;
+        let mut names: Vec<String> = listed
+            .iter()
+            .filter_map(|o| {
+                let file = o.location.filename()?;
+                let (stem, ext) = file.rsplit_once('.')?;
+                MODEL_EXTENSIONS.contains(&ext).then(|| stem.to_string())
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 
     /// Looks up a loaded model by exact URL and version (as recorded at planning time).
@@ -179,7 +201,7 @@ impl ModelRegistry {
     fn head(&self, url: &Url) -> Result<String> {
         let (store, path) = self.store_for(url)?;
         let meta = run_io(async move { store.head(&path).await }).map_err(|e| match e {
-            object_store::Error::NotFound { .. } => Error::Input(format!("model not found: {url}")),
+            object_store::Error::NotFound { .. } => Error::ModelNotFound(format!("model not found: {url}")),
             e => Error::Input(format!("cannot reach model {url}: {e}")),
         })?;
         Ok(meta.e_tag.unwrap_or_else(|| format!("{}-{}", meta.last_modified.timestamp_micros(), meta.size)))
@@ -230,8 +252,14 @@ fn join_url(base: &Url, file: &str) -> Result<Url> {
     Url::parse(&s).and_then(|u| u.join(file)).map_err(|e| Error::Input(format!("bad model directory {base}: {e}")))
 }
 
-/// Runs object-store I/O on the registry's own runtime and waits for it.
-fn run_io<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
+/// Runs object-store (and Flight pool) I/O on a runtime of its own and waits for it; callable
+/// from sync code anywhere, including a tokio worker thread (DataFusion planning and UDFs).
+///
+/// The wait is a plain channel receive, not a poll of the task's `JoinHandle`: polled from
+/// inside another runtime's task, a `JoinHandle` counts against that task's cooperative budget
+/// and, once the budget is spent, defers its wake-up to a scheduler this thread never returns
+/// to, which hangs the caller.
+pub(crate) fn run_io<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
     static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     let rt = IO.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -241,8 +269,11 @@ fn run_io<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T
             .build()
             .expect("start the model I/O runtime")
     });
-    let handle = rt.spawn(fut);
-    futures::executor::block_on(handle).expect("model I/O task panicked")
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().expect("an I/O task panicked")
 }
 
 #[cfg(test)]

@@ -304,3 +304,29 @@ fn models_inspect_describes_the_model() {
     assert_eq!(v["categorical"], serde_json::json!(["c1", "c3"]));
     assert_eq!(v["format"], "XGBoost JSON");
 }
+
+#[test]
+fn device_gpu_without_a_usable_gpu_names_what_is_missing_and_auto_uses_the_cpu() {
+    #[cfg(feature = "gpu")]
+    let missing = match shapfusion::gpu::probe() {
+        Ok(_) => return, // a GPU host: tests/gpu_paths.rs checks the GPU's numbers
+        Err(why) => why,
+    };
+    #[cfg(not(feature = "gpu"))]
+    let missing = "no GPU support".to_string();
+    let f = fixture("xgb_regression");
+    let dir = tmp();
+    let out = dir.path().join("out.parquet");
+    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", f.input_path().to_str().unwrap(), "--output", out.to_str().unwrap(), "--device", "gpu"]);
+    assert!(err.contains("--device gpu") && err.contains(&missing), "{err}");
+    assert!(!out.exists(), "nothing is written when the device is refused");
+
+    let o = bin()
+        .args(["explain", "--model", f.model_path.to_str().unwrap(), "--input", f.input_path().to_str().unwrap(), "--output", out.to_str().unwrap(), "--device", "auto"])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("computing on the CPU"), "auto says where it computes: {}", stderr(&o));
+    assert_eq!(read_parquet(&out).num_rows(), f.batch.num_rows());
+}

@@ -216,6 +216,6 @@ fn deep_random_ensembles_agree_with_the_oracle() {
 fn fast_v2_refuses_tables_over_its_memory_bound() {
     let mut rng = Rng(7);
     let model = Arc::new(random_model(&mut rng, 20, 4, 12));
-    let err = build_explainer(model, Algorithm::FastV2, None, &EngineOptions { v2_memory_bytes: 1024 }).err().unwrap();
+    let err = build_explainer(model, Algorithm::FastV2, None, &EngineOptions { v2_memory_bytes: 1024, ..Default::default() }).err().unwrap();
     assert!(err.to_string().contains("over the bound"), "{err}");
 }

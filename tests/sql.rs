@@ -141,6 +141,16 @@ async fn planning_errors_say_what_was_expected() {
     let e = query_err(&ctx, "SELECT shap('nosuch', f0) FROM t").await;
     assert!(e.contains("\"nosuch\"") && e.contains("registered models (m)") && e.contains("shap.model_dir"), "{e}");
 
+    // A GPU asked for where there is none: the query fails saying what is missing.
+    #[cfg(feature = "gpu")]
+    if let Err(missing) = shapfusion::gpu::probe() {
+        ctx.sql("SET shap.device = 'gpu'").await.unwrap();
+        let e = query_err(&ctx, "SELECT shap('m', f0, f1, f2, f3, f4, f5, f6, f7, f8, f9) FROM t").await;
+        assert!(e.contains("gpu") && e.contains(&missing), "{e}");
+        ctx.sql("SET shap.device = 'auto'").await.unwrap();
+        assert_eq!(query(&ctx, "SELECT shap('m', f0, f1, f2, f3, f4, f5, f6, f7, f8, f9) FROM t").await.num_rows(), f.batch.num_rows());
+    }
+
     ctx.sql("SET shap.model_dir = '/no/such/dir'").await.unwrap();
     let e = query_err(&ctx, "SELECT shap('nosuch', f0) FROM t").await;
     assert!(e.contains("/no/such/dir/nosuch.json") && e.contains("/no/such/dir/nosuch.txt"), "{e}");

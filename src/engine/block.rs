@@ -45,6 +45,11 @@ impl FeatureBlock {
         self.cols
     }
 
+    /// All values, row-major (`rows × cols`).
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
     /// One row's values.
     #[inline]
     pub fn row(&self, i: usize) -> &[f64] {

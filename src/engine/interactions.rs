@@ -80,7 +80,7 @@ fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratc
 
 /// Fills the diagonal (`φ_i − Σ_{k≠i} φ_ik`) and the bias entry of one row's matrices, given its
 /// off-diagonal entries in `out` and its SHAP values `shap` (G × (F+1)).
-pub(crate) fn finish_row(out: &mut [f64], shap: &[f64], f: usize, groups: usize) {
+pub fn finish_row(out: &mut [f64], shap: &[f64], f: usize, groups: usize) {
     let w = f + 1;
     for g in 0..groups {
         let base = g * w * w;
@@ -94,7 +94,7 @@ pub(crate) fn finish_row(out: &mut [f64], shap: &[f64], f: usize, groups: usize)
 }
 
 /// Checks the output size of an interaction request before allocating it.
-pub(crate) fn check_size(rows: usize, width: usize) -> Result<()> {
+pub fn check_size(rows: usize, width: usize) -> Result<()> {
     if rows.saturating_mul(width) > MAX_BLOCK_VALUES {
         return Err(Error::Input(format!(
             "{rows} rows × {width} interaction values is too large for one batch; use smaller batches (--batch-rows)"

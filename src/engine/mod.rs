@@ -10,9 +10,9 @@ mod auto;
 mod block;
 mod fast_v1;
 mod fast_v2;
-mod interactions;
-mod path;
-mod prepared;
+pub(crate) mod interactions;
+pub(crate) mod path;
+pub(crate) mod prepared;
 mod quadrature;
 mod treeshap;
 
@@ -26,6 +26,7 @@ pub use auto::AutoChoice;
 use auto::choose_algorithm;
 pub use block::FeatureBlock;
 pub use fast_v2::DEFAULT_V2_MEMORY_BYTES;
+pub use interactions::finish_row as finish_interaction_row;
 pub(crate) use prepared::PreparedModel;
 
 use crate::error::{Error, Result};
@@ -92,16 +93,92 @@ impl FromStr for Algorithm {
     }
 }
 
+/// Where attributions are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// The GPU when one can be used, else the CPU (said once in the log).
+    #[default]
+    Auto,
+    /// All CPU cores.
+    Cpu,
+    /// An NVIDIA GPU; an error when none can be used.
+    Gpu,
+}
+
+impl FromStr for Device {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "gpu" => Ok(Device::Gpu),
+            other => Err(Error::Input(format!("unknown device {other:?}; expected auto, cpu or gpu"))),
+        }
+    }
+}
+
+impl Device {
+    /// The device that will actually run, or why the one asked for cannot: `gpu` fails naming
+    /// what is missing (driver library, NVRTC, device); `auto` takes the GPU when one is usable
+    /// and otherwise the CPU, saying why once in the log.
+    pub fn resolve(self) -> Result<Device> {
+        match self {
+            Device::Cpu => Ok(Device::Cpu),
+            Device::Auto => match gpu_status() {
+                Ok(name) => {
+                    log_once(|| tracing::info!("device auto: computing on the GPU ({name})"));
+                    Ok(Device::Gpu)
+                }
+                Err(why) => {
+                    log_once(|| tracing::info!("device auto: computing on the CPU ({why})"));
+                    Ok(Device::Cpu)
+                }
+            },
+            Device::Gpu => gpu_status().map(|_| Device::Gpu).map_err(|why| Error::Unavailable(format!("--device gpu: {why}; use --device cpu or auto"))),
+        }
+    }
+
+    /// The name used on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Device::Auto => "auto",
+            Device::Cpu => "cpu",
+            Device::Gpu => "gpu",
+        }
+    }
+}
+
+/// Runs `log` the first time only: the device choice is said once per process, not per model.
+fn log_once(log: impl FnOnce()) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(log);
+}
+
+/// The usable GPU's name, or what is missing.
+fn gpu_status() -> std::result::Result<String, String> {
+    #[cfg(feature = "gpu")]
+    {
+        crate::gpu::probe().map(|info| info.name)
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        Err("this build has no GPU support (the `gpu` cargo feature is off)".to_string())
+    }
+}
+
 /// Knobs shared by all engines.
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     /// Most memory the fast-v2 tables may take, in bytes.
     pub v2_memory_bytes: usize,
+    /// Where to compute. `Gpu` and `Auto` use the GPU engine when a GPU is usable; a model the
+    /// GPU engine cannot take (a path wider than a warp) runs on the CPU, with a log line.
+    pub device: Device,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES }
+        EngineOptions { v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES, device: Device::Cpu }
     }
 }
 
@@ -184,6 +261,9 @@ pub fn build_explainer(
     rows_hint: Option<usize>,
     options: &EngineOptions,
 ) -> Result<Arc<dyn Explainer>> {
+    if let Some(gpu) = gpu_explainer(&model, algorithm, options)? {
+        return Ok(gpu);
+    }
     let prepared = Arc::new(PreparedModel::new(model)?);
     let algorithm = match algorithm {
         Algorithm::Auto => {
@@ -200,6 +280,32 @@ pub fn build_explainer(
         Algorithm::Quadrature => Arc::new(quadrature::Quadrature::new(prepared)?),
         Algorithm::Auto => unreachable!("auto resolved above"),
     })
+}
+
+/// The GPU engine when `options.device` resolves to the GPU and the model fits it; `None` means
+/// compute on the CPU. An explicit `gpu` that cannot be honoured is an error. With device `auto`,
+/// naming a CPU algorithm keeps the work on the CPU.
+fn gpu_explainer(model: &Arc<Model>, algorithm: Algorithm, options: &EngineOptions) -> Result<Option<Arc<dyn Explainer>>> {
+    let cpu_asked = options.device == Device::Auto && algorithm != Algorithm::Auto;
+    if options.device == Device::Cpu || cpu_asked || options.device.resolve()? != Device::Gpu {
+        return Ok(None);
+    }
+    #[cfg(feature = "gpu")]
+    {
+        match crate::gpu::GpuExplainer::new(model.clone()) {
+            Ok(engine) => Ok(engine.map(|e| Arc::new(e) as Arc<dyn Explainer>)),
+            Err(e) if options.device == Device::Auto => {
+                tracing::warn!("GPU engine failed, computing on the CPU: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = model;
+        Ok(None)
+    }
 }
 
 /// What `auto` would pick for `model` and `rows_hint` rows, and why.

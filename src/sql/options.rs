@@ -8,12 +8,19 @@ extensions_options! {
     pub struct ShapOptions {
         /// URL prefix (or local directory) where `<name>.json|.ubj|.txt` models are looked up.
         pub model_dir: String, default = String::new()
-        /// Engine: auto, treeshap, fast-v1 or fast-v2.
+        /// Engine: auto, treeshap, fast-v1, fast-v2 or quadrature.
         pub algorithm: String, default = "auto".to_string()
+        /// Device: auto (the GPU when one is usable and algorithm is auto), cpu, or gpu.
+        pub device: String, default = "auto".to_string()
         /// Threads for SHAP computation; 0 means all cores.
         pub threads: usize, default = 0
         /// Memory bound of fast-v2's tables, in MiB.
         pub v2_memory_mb: usize, default = 256
+        /// Flight workers to compute on, comma separated (`http://w1:50061,http://w2:50061`);
+        /// empty: compute in this process.
+        pub workers: String, default = String::new()
+        /// File holding the bearer token the workers require (empty: none).
+        pub worker_token_file: String, default = String::new()
     }
 }
 

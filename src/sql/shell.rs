@@ -48,6 +48,19 @@ impl std::str::FromStr for OutputFormat {
     }
 }
 
+/// What a new session starts with (shared by `shapfusion sql` and `shapfusion serve`).
+#[derive(Debug, Clone, Default)]
+pub struct SessionSetup {
+    /// `name=URL` models.
+    pub models: Vec<String>,
+    /// Initial `shap.model_dir`.
+    pub model_dir: Option<String>,
+    /// Initial `shap.workers` (comma-separated Flight worker URLs).
+    pub workers: Option<String>,
+    /// Initial `shap.worker_token_file`.
+    pub worker_token_file: Option<String>,
+}
+
 /// Options of `shapfusion sql`.
 #[derive(Debug, Clone)]
 pub struct ShellOptions {
@@ -55,10 +68,8 @@ pub struct ShellOptions {
     pub commands: Vec<String>,
     /// SQL files to run (`-f`), before the commands.
     pub files: Vec<PathBuf>,
-    /// `name=URL` models.
-    pub models: Vec<String>,
-    /// Initial `shap.model_dir`.
-    pub model_dir: Option<String>,
+    /// Models, model directory and workers.
+    pub setup: SessionSetup,
     /// Output format.
     pub format: OutputFormat,
     /// Where Parquet output goes.
@@ -68,7 +79,7 @@ pub struct ShellOptions {
 }
 
 /// A session with DataFusion's dynamic object-store catalog, URL tables and the shap UDFs.
-pub async fn new_session(models: &[String], model_dir: Option<&str>) -> Result<(SessionContext, Arc<ModelRegistry>, Arc<InstrumentedObjectStoreRegistry>)> {
+pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<ModelRegistry>, Arc<InstrumentedObjectStoreRegistry>)> {
     let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
     let stores = Arc::new(InstrumentedObjectStoreRegistry::new());
     let runtime = RuntimeEnvBuilder::new().with_object_store_registry(stores.clone()).build_arc().map_err(df)?;
@@ -76,11 +87,18 @@ pub async fn new_session(models: &[String], model_dir: Option<&str>) -> Result<(
     ctx.refresh_catalogs().await.map_err(df)?;
     ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(ctx.state().catalog_list().clone(), ctx.state_weak_ref())));
     let registry = super::register(&ctx)?;
-    for m in models {
+    for m in &setup.models {
         registry.register_arg(m)?;
     }
-    if let Some(dir) = model_dir {
-        ctx.sql(&format!("SET shap.model_dir = '{}'", dir.replace('\'', "''"))).await.map_err(df)?;
+    let settings = [
+        ("model_dir", &setup.model_dir),
+        ("workers", &setup.workers),
+        ("worker_token_file", &setup.worker_token_file),
+    ];
+    for (name, value) in settings {
+        if let Some(value) = value {
+            ctx.sql(&format!("SET shap.{name} = '{}'", value.replace('\'', "''"))).await.map_err(df)?;
+        }
     }
     Ok((ctx, registry, stores))
 }
@@ -88,7 +106,7 @@ pub async fn new_session(models: &[String], model_dir: Option<&str>) -> Result<(
 /// Runs the shell: files, then commands, else the REPL.
 pub async fn run(options: ShellOptions) -> Result<()> {
     let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
-    let (ctx, _registry, stores) = new_session(&options.models, options.model_dir.as_deref()).await?;
+    let (ctx, _registry, stores) = new_session(&options.setup).await?;
     let repl = options.commands.is_empty() && options.files.is_empty();
     let mut print = PrintOptions {
         format: match options.format {

@@ -15,7 +15,7 @@ use datafusion::logical_expr::{
 };
 
 use super::options::ShapOptions;
-use crate::engine::{Algorithm, EngineOptions};
+use crate::engine::{Algorithm, Device, EngineOptions};
 use crate::explain::OutputKind;
 use crate::features::{block_from_columns, is_numeric};
 use crate::layout;
@@ -34,6 +34,7 @@ pub struct ShapUdf {
     registry: Arc<ModelRegistry>,
     options: ShapOptions,
     algorithm: Algorithm,
+    device: Device,
     pool: Arc<rayon::ThreadPool>,
     signature: Signature,
 }
@@ -42,6 +43,7 @@ impl ShapUdf {
     /// A UDF named `name` computing `kind`.
     pub fn new(name: &'static str, kind: OutputKind, registry: Arc<ModelRegistry>, options: ShapOptions) -> crate::Result<Self> {
         let algorithm: Algorithm = options.algorithm.parse()?;
+        let device: Device = options.device.parse()?;
         let pool = shared_pool(options.threads)?;
         Ok(ShapUdf {
             name,
@@ -49,13 +51,14 @@ impl ShapUdf {
             registry,
             options,
             algorithm,
+            device,
             pool,
             signature: Signature::user_defined(Volatility::Immutable),
         })
     }
 
     fn engine_options(&self) -> EngineOptions {
-        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb << 20 }
+        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb << 20, device: self.device }
     }
 
     fn usage(&self, model: &Model) -> String {
@@ -68,6 +71,40 @@ impl ShapUdf {
             OutputKind::Interactions => layout::interactions_field(model).data_type().clone(),
             OutputKind::Predict => layout::prediction_field(model).data_type().clone(),
         }
+    }
+}
+
+impl ShapUdf {
+    /// Computes on the Flight workers of `shap.workers`; the workers load the model from the
+    /// URL this session resolved, so they must be able to read it (a shared object store or
+    /// the same path mounted).
+    #[cfg(feature = "flight")]
+    fn invoke_on_workers(&self, loaded: &crate::registry::LoadedModel, columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
+        use arrow::array::RecordBatch;
+        use arrow::datatypes::Schema;
+        let model = &loaded.model;
+        let pool = crate::flight::shared_pool(&self.options.workers, &self.options.worker_token_file).map_err(df_err)?;
+        let fields: Vec<Field> =
+            model.feature_names.iter().zip(&columns).map(|(n, c)| Field::new(n, c.data_type().clone(), true)).collect();
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+        let (url, kind) = (loaded.url.clone(), self.kind);
+        let out = crate::registry::run_io(async move { pool.explain(&url, kind, batch).await }).map_err(df_err)?;
+        Ok(match self.kind {
+            OutputKind::Shap => Arc::new(
+                StructArray::try_new(layout::shap_fields(model), out.columns().to_vec(), None)
+                    .map_err(|e| exec_datafusion_err!("{}(): the workers' reply does not match the model: {e}", self.name))?,
+            ),
+            OutputKind::Interactions | OutputKind::Predict => out
+                .columns()
+                .first()
+                .cloned()
+                .ok_or_else(|| exec_datafusion_err!("{}(): the workers' reply has no columns", self.name))?,
+        })
+    }
+
+    #[cfg(not(feature = "flight"))]
+    fn invoke_on_workers(&self, _loaded: &crate::registry::LoadedModel, _columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
+        Err(exec_datafusion_err!("shap.workers is set, but this build has no Flight support (build with the `flight` feature)"))
     }
 }
 
@@ -84,6 +121,8 @@ impl Hash for ShapUdf {
         self.name.hash(state);
         self.options.model_dir.hash(state);
         self.options.algorithm.hash(state);
+        self.options.device.hash(state);
+        self.options.workers.hash(state);
     }
 }
 
@@ -107,7 +146,13 @@ fn shared_pool(threads: usize) -> crate::Result<Arc<rayon::ThreadPool>> {
 
 /// The config extension macro derives no `PartialEq`; compare the fields we read.
 fn same_options(a: &ShapOptions, b: &ShapOptions) -> bool {
-    a.model_dir == b.model_dir && a.algorithm == b.algorithm && a.threads == b.threads && a.v2_memory_mb == b.v2_memory_mb
+    a.model_dir == b.model_dir
+        && a.algorithm == b.algorithm
+        && a.device == b.device
+        && a.threads == b.threads
+        && a.v2_memory_mb == b.v2_memory_mb
+        && a.workers == b.workers
+        && a.worker_token_file == b.worker_token_file
 }
 
 fn df_err(e: crate::Error) -> DataFusionError {
@@ -200,6 +245,9 @@ impl ScalarUDFImpl for ShapUdf {
         let rows = args.number_rows;
         let columns: Vec<ArrayRef> =
             args.args[1..].iter().map(|c| c.to_array(rows)).collect::<DfResult<_>>()?;
+        if !self.options.workers.is_empty() {
+            return self.invoke_on_workers(&loaded, columns).map(ColumnarValue::Array);
+        }
         let explainer = loaded.explainer(self.algorithm, &self.engine_options()).map_err(df_err)?;
         let output = self.pool.install(|| -> crate::Result<ArrayRef> {
             let block = block_from_columns(&columns, &model.feature_names, model)?;

@@ -11,9 +11,13 @@ use shapfusion::engine::FeatureBlock;
 use shapfusion::features::FeatureColumns;
 use shapfusion::model::Model;
 
-/// Directory of the committed fixtures.
+/// Directory of the committed fixtures: `SHAPFUSION_FIXTURES` when set (a test binary carried
+/// to another machine, as `benchmarks/gpu.sh` does), else the source tree's.
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    match std::env::var_os("SHAPFUSION_FIXTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
+    }
 }
 
 /// One fixture: model, input rows and the library's reference outputs.

@@ -1,0 +1,142 @@
+//! GPU engine against the CPU engine on the same machine: checks the GPU's values against the
+//! exact CPU engine, then times both. Run by `benchmarks/gpu.sh` on a GPU host (this example
+//! links only the engines and the GPU code, so a stripped build can be carried there).
+//!
+//! ```text
+//! gpu_bench [--rows N] [--interaction-rows N] [--cpu-rows N] [--repeats K] NAME=MODEL=ROWS.parquet ...
+//! ```
+//!
+//! The Parquet rows are repeated up to N rows. Times are the median of K repeats after one
+//! warm-up (which includes NVRTC compilation and the model's upload); every GPU call ends with a
+//! stream synchronize, so host clocks measure finished work. Prints a markdown table last.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, Explainer, FeatureBlock};
+use shapfusion::features::FeatureColumns;
+use shapfusion::gpu::GpuExplainer;
+use shapfusion::model::{Model, Precision};
+
+type Error = Box<dyn std::error::Error>;
+
+struct Options {
+    rows: usize,
+    interaction_rows: usize,
+    cpu_rows: usize,
+    repeats: usize,
+    models: Vec<(String, String, String)>,
+}
+
+fn parse_args() -> Result<Options, Error> {
+    let mut o = Options { rows: 1_000_000, interaction_rows: 20_000, cpu_rows: 20_000, repeats: 5, models: Vec::new() };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--rows" => o.rows = value()?.parse()?,
+            "--interaction-rows" => o.interaction_rows = value()?.parse()?,
+            "--cpu-rows" => o.cpu_rows = value()?.parse()?,
+            "--repeats" => o.repeats = value()?.parse()?,
+            spec => {
+                let parts: Vec<&str> = spec.splitn(3, '=').collect();
+                let [name, model, rows] = parts[..] else { return Err(format!("expected NAME=MODEL=ROWS.parquet, got {spec:?}").into()) };
+                o.models.push((name.into(), model.into(), rows.into()));
+            }
+        }
+    }
+    if o.models.is_empty() {
+        return Err("usage: gpu_bench [--rows N] [--interaction-rows N] [--cpu-rows N] [--repeats K] NAME=MODEL=ROWS.parquet ...".into());
+    }
+    Ok(o)
+}
+
+/// The Parquet file's rows, repeated up to `n` rows.
+fn rows(model: &Model, path: &str, n: usize) -> Result<FeatureBlock, Error> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?.with_batch_size(1 << 30).build()?;
+    let batches: Vec<_> = reader.collect::<Result<_, _>>()?;
+    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
+    let block = FeatureColumns::resolve(&batch.schema(), model)?.block(&batch, model)?;
+    let cols = block.cols();
+    let values: Vec<f64> = block.values().iter().copied().cycle().take(n * cols).collect();
+    Ok(FeatureBlock::new(n, cols, values, Precision::F64))
+}
+
+/// Median seconds of `repeats` runs of `f`, after one warm-up run.
+fn median_seconds(repeats: usize, mut f: impl FnMut() -> shapfusion::Result<()>) -> Result<f64, Error> {
+    f()?;
+    let mut times = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Largest |a − b| of a row over the largest |b| of that row.
+fn max_rel_error(a: &[f64], b: &[f64], width: usize) -> f64 {
+    a.chunks(width)
+        .zip(b.chunks(width))
+        .map(|(ra, rb)| {
+            let scale = rb.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
+            ra.iter().zip(rb).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+        })
+        .fold(0.0, |m: f64, e| if e.is_nan() { f64::NAN } else { m.max(e) })
+}
+
+struct Row {
+    name: String,
+    what: &'static str,
+    gpu_rate: f64,
+    cpu_rate: f64,
+    error: f64,
+}
+
+fn main() -> Result<(), Error> {
+    let o = parse_args()?;
+    let info = shapfusion::gpu::probe().map_err(|why| format!("no usable GPU: {why}"))?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("GPU: {} ; CPU engine: auto on {threads} threads", info.name);
+    let mut table = Vec::new();
+    for (name, model_path, rows_path) in &o.models {
+        let model = Arc::new(Model::load(model_path)?);
+        let setup = Instant::now();
+        let Some(gpu) = GpuExplainer::new(model.clone())? else {
+            println!("{name}: the GPU engine cannot take this model (see the log); skipped");
+            continue;
+        };
+        println!("{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload)", model.trees.len(), model.num_features(), setup.elapsed().as_secs_f64());
+        let cpu = build_explainer(model.clone(), Algorithm::Auto, Some(o.cpu_rows), &EngineOptions::default())?;
+        let f = model.num_features();
+        let width = model.num_groups * (f + 1);
+
+        for (what, gpu_n) in [("shap", o.rows), ("interactions", o.interaction_rows)] {
+            let cpu_n = o.cpu_rows.min(gpu_n);
+            let check = rows(&model, rows_path, cpu_n)?;
+            let (g_vals, c_vals, w) = if what == "shap" {
+                (gpu.shap(&check)?.values, cpu.shap(&check)?.values, width)
+            } else {
+                (gpu.interactions(&check)?.values, cpu.interactions(&check)?.values, width * (f + 1))
+            };
+            let error = max_rel_error(&g_vals, &c_vals, w);
+            let block = rows(&model, rows_path, gpu_n)?;
+            let gpu_s = median_seconds(o.repeats, || if what == "shap" { gpu.shap(&block).map(drop) } else { gpu.interactions(&block).map(drop) })?;
+            let cpu_s = median_seconds(3, || if what == "shap" { cpu.shap(&check).map(drop) } else { cpu.interactions(&check).map(drop) })?;
+            let row = Row { name: name.clone(), what, gpu_rate: gpu_n as f64 / gpu_s, cpu_rate: cpu_n as f64 / cpu_s, error };
+            println!("{name} {what}: GPU {:.0} rows/s ({gpu_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}", row.gpu_rate, row.cpu_rate, row.error);
+            table.push(row);
+        }
+    }
+    println!("\n| model | output | GPU rows/s | CPU rows/s ({threads} threads) | GPU / CPU | max error vs CPU (of max|φ|) |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for r in &table {
+        println!("| {} | {} | {:.0} | {:.0} | {:.1}x | {:.1e} |", r.name, r.what, r.gpu_rate, r.cpu_rate, r.gpu_rate / r.cpu_rate, r.error);
+    }
+    if table.iter().any(|r| !(r.error <= 1e-5)) {
+        return Err("the GPU's values differ from the CPU engine's by more than 1e-5 of max|phi|".into());
+    }
+    Ok(())
+}

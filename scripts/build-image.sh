@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the shapfusion image from local artifacts only (no registry needed):
+#   scripts/build-image.sh [BINARY] [TAG]
+# BINARY defaults to target/release/shapfusion, else target/debug/shapfusion (building the
+# release one if neither exists); TAG defaults to shapfusion:local.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin="${1:-}"
+tag="${2:-shapfusion:local}"
+if [[ -z "$bin" ]]; then
+  if [[ -x target/release/shapfusion ]]; then bin=target/release/shapfusion
+  elif [[ -x target/debug/shapfusion ]]; then bin=target/debug/shapfusion
+  else cargo build --locked --release --bin shapfusion; bin=target/release/shapfusion; fi
+fi
+[[ -x "$bin" ]] || { echo "error: no executable at $bin" >&2; exit 1; }
+
+root=docker/rootfs
+rm -rf "$root"
+mkdir -p "$root/usr/local/bin" "$root/etc/ssl/certs" "$root/tmp"
+chmod 1777 "$root/tmp"
+cp "$bin" "$root/usr/local/bin/shapfusion"
+strip "$root/usr/local/bin/shapfusion" 2>/dev/null || true
+# The binary's shared libraries (libc, libm, libgcc_s, the loader), at the paths it expects.
+ldd "$bin" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
+  mkdir -p "$root$(dirname "$lib")"
+  cp -L "$lib" "$root$lib"
+done
+# CA roots for https object stores; a nobody user for USER 65534.
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] && cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+echo 'nobody:x:65534:65534:nobody:/:/usr/sbin/nologin' > "$root/etc/passwd"
+echo 'nogroup:x:65534:' > "$root/etc/group"
+
+docker build -q -f Dockerfile -t "$tag" docker >/dev/null
+echo "built $tag from $bin ($(du -sh "$root" | cut -f1) rootfs)"

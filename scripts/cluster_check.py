@@ -1,0 +1,81 @@
+"""The checks behind scripts/cluster-test.sh, run from the host against the compose cluster:
+a Flight SQL query equals a local `explain`; killing a worker mid-query loses no rows."""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import flight_sql  # noqa: E402  (the example client)
+
+
+def local_explain(binary):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "local.parquet")
+        subprocess.run(
+            [binary, "explain", "--model", os.path.join(ROOT, "examples/models/fraud.json"),
+             "--input", os.path.join(ROOT, "examples/data/payments.parquet"), "--output", out, "--keep", "id", "--no-progress"],
+            check=True,
+        )
+        return pq.read_table(out).sort_by("id")
+
+
+def check_same(shap: pa.Table, want: pa.Table, what: str):
+    assert shap.num_rows == want.num_rows, f"{what}: {shap.num_rows} rows, want {want.num_rows}"
+    for name in shap.column_names:
+        assert shap[name].combine_chunks().equals(want[name].combine_chunks()), f"{what}: column {name} differs"
+    print(f"ok: {what}: {shap.num_rows} rows identical to local explain")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--server", required=True)
+    p.add_argument("--bin", required=True)
+    p.add_argument("--kill", required=True, help="container id of the worker to kill")
+    p.add_argument("--repeat", type=int, default=30, help="copies of the data in the long query")
+    args = p.parse_args()
+    local = local_explain(args.bin)
+    want = local.drop_columns(["id"])
+
+    with flight_sql.connect(args.server) as conn:
+        got = flight_sql.query(conn, f"SELECT id, shap('fraud', {flight_sql.FEATURES}) AS s FROM payments ORDER BY id")
+        check_same(pa.Table.from_struct_array(got["s"].combine_chunks()), want, "Flight SQL query on the cluster")
+
+        # Copies of the table via UNION ALL (not a join, which would hand the UDF tiny batches).
+        long_sql = " UNION ALL ".join(
+            f"SELECT {k} AS copy, id, shap('fraud', {flight_sql.FEATURES}) AS s FROM payments" for k in range(args.repeat)
+        ) + " ORDER BY copy, id"
+        result = {}
+
+        def run():
+            started = time.time()
+            try:
+                result["table"] = flight_sql.query(conn, long_sql)
+            except Exception as e:
+                result["error"] = e
+            result["seconds"] = time.time() - started
+
+        query = threading.Thread(target=run)
+        query.start()
+        time.sleep(2.0)
+        assert query.is_alive(), "the long query finished before a worker could be killed; raise --repeat"
+        subprocess.run(["docker", "kill", args.kill], check=True, stdout=subprocess.DEVNULL)
+        print(f"killed worker {args.kill[:12]} during the long query")
+        query.join()
+        if "error" in result:
+            raise result["error"]
+        got = result["table"]
+        expected = pa.concat_tables([want] * args.repeat)
+        check_same(pa.Table.from_struct_array(got["s"].combine_chunks()), expected, f"long query across a worker kill ({result['seconds']:.1f}s)")
+
+
+if __name__ == "__main__":
+    main()

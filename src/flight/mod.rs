@@ -1,0 +1,114 @@
+//! Arrow Flight: `shapfusion worker` (a Flight service that explains the batches streamed to
+//! it), the [`WorkerPool`] that spreads batches over many workers and survives losing some, and
+//! `shapfusion serve`, a Flight SQL front door running the SQL UDFs over the pool.
+//!
+//! ```text
+//! Flight client ──DoExchange {"model": "fraud", "output": "shap"}──► worker ──► attributions
+//! SQL (shap.workers set) ──► UDF ──► WorkerPool ──chunks──► worker, worker, worker
+//! ADBC / JDBC ──Flight SQL──► serve (DataFusion + UDFs) ──► WorkerPool or local engines
+//! ```
+//!
+//! A worker computes through the same features → engine → layout path as `explain`, so a row
+//! explained remotely is bit-identical to the same row explained locally.
+
+pub mod auth;
+pub mod pool;
+pub mod protocol;
+pub mod sql_server;
+pub mod transport;
+pub mod worker;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema};
+
+pub use pool::{PoolOptions, WorkerPool};
+pub use worker::{WorkerConfig, WorkerService};
+
+use crate::error::{Error, Result};
+use crate::explain::{explain_rows, ExplainOptions, ExplainSummary};
+use crate::registry::run_io;
+
+/// The columns of `batch` named `features`, in that order (the input a worker needs).
+pub fn feature_batch(batch: &RecordBatch, features: &[String]) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(features.len());
+    let mut columns = Vec::with_capacity(features.len());
+    for (index, name) in features.iter().enumerate() {
+        let i = schema.index_of(name).map_err(|_| Error::MissingColumn {
+            name: name.clone(),
+            index,
+            available: schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", "),
+        })?;
+        fields.push(Field::new(name, batch.column(i).data_type().clone(), true));
+        columns.push(batch.column(i).clone());
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow("selecting feature columns", e))
+}
+
+/// `shapfusion explain --workers`: streams `input` through the pool, writing the same Parquet
+/// layout as a local run. `model` is sent to the workers as given (a name they serve, or a URL
+/// they can read); the model's features come from the workers.
+pub fn explain_on_workers(pool: Arc<WorkerPool>, model: &str, input: &Path, output: &Path, options: &ExplainOptions) -> Result<ExplainSummary> {
+    let start = Instant::now();
+    let info_pool = pool.clone();
+    let (info, schema) = {
+        let (m, kind) = (model.to_string(), options.output);
+        run_io(async move { info_pool.model_info(&m, kind).await })?
+    };
+    tracing::info!(model, url = info.url, workers = pool.status().len(), "explaining {} on the worker pool", input.display());
+    let features = info.features.clone();
+    let rows = explain_rows(input, output, options, &features, schema.fields().iter().cloned().collect(), |batch| {
+        let chunk = feature_batch(batch, &features)?;
+        let (pool, m, kind) = (pool.clone(), model.to_string(), options.output);
+        let out = run_io(async move { pool.explain(&m, kind, chunk).await })?;
+        Ok(out.columns().to_vec())
+    })?;
+    Ok(ExplainSummary { rows, algorithm: "worker pool", seconds: start.elapsed().as_secs_f64() })
+}
+
+/// One pool per worker list (and token file) for the whole process, shared by every SQL
+/// function instance and session, so connections and worker health are shared too.
+pub fn shared_pool(workers: &str, token_file: &str) -> Result<Arc<WorkerPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<(String, String), Arc<WorkerPool>>>> = OnceLock::new();
+    let key = (workers.to_string(), token_file.to_string());
+    let mut pools = POOLS.get_or_init(Default::default).lock().expect("pool cache");
+    if let Some(p) = pools.get(&key) {
+        return Ok(p.clone());
+    }
+    let mut options = PoolOptions::default();
+    if !token_file.is_empty() {
+        options.connect.token = Some(auth::read_token_file(Path::new(token_file))?);
+    }
+    let pool = Arc::new(WorkerPool::new(&pool::parse_worker_list(workers), options)?);
+    pools.insert(key, pool.clone());
+    Ok(pool)
+}
+
+/// Calls the `health` action on a worker or `serve` at `url`; its JSON reply, or why not.
+pub async fn health(url: &str, timeout: std::time::Duration) -> Result<String> {
+    use futures::StreamExt;
+    let options = transport::ConnectOptions { connect_timeout: timeout, ..Default::default() };
+    let attempt = async {
+        let channel = transport::endpoint(url, &options)?
+            .connect()
+            .await
+            .map_err(|e| Error::Remote { worker: url.to_string(), message: format!("cannot connect: {e}") })?;
+        let mut client = transport::client(channel, &options)?;
+        let remote = |e: arrow_flight::error::FlightError| Error::Remote { worker: url.to_string(), message: e.to_string() };
+        let mut replies = client.do_action(arrow_flight::Action::new(protocol::ACTION_HEALTH, "")).await.map_err(remote)?;
+        let body = replies
+            .next()
+            .await
+            .ok_or_else(|| Error::Remote { worker: url.to_string(), message: "empty health reply".into() })?
+            .map_err(remote)?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .map_err(|_| Error::Remote { worker: url.to_string(), message: format!("no health reply within {}", protocol::human_duration(timeout)) })?
+}

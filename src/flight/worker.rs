@@ -1,0 +1,358 @@
+//! `shapfusion worker`: an Arrow Flight service that explains the record batches a client streams
+//! in through `DoExchange` and streams the attributions back, one row per input row, in order.
+//!
+//! The batch path is the same as everywhere else (features → engine → layout); this module only
+//! speaks Flight: descriptors, schemas, auth, actions and statistics.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::Schema;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest,
+    PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+};
+use bytes::Bytes;
+use futures::stream;
+use futures::{StreamExt, TryStreamExt};
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::auth;
+use super::protocol::{
+    output_schema, status_from_error, ExchangeCommand, ModelInfo, WorkerStats,
+    ACTION_HEALTH, ACTION_STATS, ACTION_VERSION, PROTOCOL_VERSION,
+};
+use crate::engine::{Algorithm, EngineOptions, Explainer};
+use crate::error::{Error, Result};
+use crate::explain::explain_batch;
+use crate::features::FeatureColumns;
+use crate::registry::{LoadedModel, ModelRegistry};
+
+/// How a worker computes and whom it serves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Engine used for every request.
+    pub algorithm: Algorithm,
+    /// Engine knobs.
+    pub engine: EngineOptions,
+    /// Compute threads (`None`: all cores).
+    pub threads: Option<usize>,
+    /// Where `{"model": "name"}` is looked up when `name` is not registered.
+    pub model_dir: Option<String>,
+    /// Bearer token every call but `health` must present; `None`: no auth.
+    pub token: Option<String>,
+    /// Device description reported by `stats` and `version`.
+    pub device: String,
+}
+
+/// Counters behind the `stats` action.
+#[derive(Debug, Default)]
+struct Counters {
+    rows: AtomicU64,
+    compute_nanos: AtomicU64,
+    requests: AtomicU64,
+    failed: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+/// Counts one exchange as in flight until dropped (when its reply stream ends or is dropped).
+struct InFlight {
+    counters: Arc<Counters>,
+    failed: AtomicBool,
+}
+
+impl InFlight {
+    fn start(counters: Arc<Counters>) -> Self {
+        counters.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight { counters, failed: AtomicBool::new(false) }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        if self.failed.load(Ordering::Relaxed) {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The Flight service of `shapfusion worker`.
+pub struct WorkerService {
+    registry: Arc<ModelRegistry>,
+    config: WorkerConfig,
+    compute: Arc<rayon::ThreadPool>,
+    counters: Arc<Counters>,
+    started: Instant,
+}
+
+type Stream<T> = Pin<Box<dyn futures::Stream<Item = std::result::Result<T, Status>> + Send + 'static>>;
+
+impl WorkerService {
+    /// A worker serving the models `registry` knows (and those under `config.model_dir`).
+    pub fn new(registry: Arc<ModelRegistry>, config: WorkerConfig) -> Result<Self> {
+        let mut builder = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("shapfusion-worker-{i}"));
+        if let Some(n) = config.threads {
+            builder = builder.num_threads(n);
+        }
+        let compute = builder.build().map_err(|e| Error::Input(format!("cannot start compute threads: {e}")))?;
+        Ok(WorkerService { registry, config, compute: Arc::new(compute), counters: Default::default(), started: Instant::now() })
+    }
+
+    fn authorize(&self, metadata: &MetadataMap) -> std::result::Result<(), Status> {
+        auth::check(metadata, self.config.token.as_deref())
+    }
+
+    /// Resolves a model reference off the async threads (the registry blocks on object-store I/O).
+    async fn resolve(&self, reference: &str) -> std::result::Result<Arc<LoadedModel>, Status> {
+        let registry = self.registry.clone();
+        let reference = reference.to_string();
+        let dir = self.config.model_dir.clone();
+        tokio::task::spawn_blocking(move || registry.resolve(&reference, dir.as_deref()))
+            .await
+            .map_err(|e| Status::internal(format!("model lookup failed: {e}")))?
+            .map_err(|e| status_from_error(&e))
+    }
+
+    /// The engine for a model, built (once per model version) on a blocking thread.
+    async fn explainer(&self, loaded: Arc<LoadedModel>) -> std::result::Result<Arc<dyn Explainer>, Status> {
+        let (algorithm, options) = (self.config.algorithm, self.config.engine.clone());
+        let compute = self.compute.clone();
+        tokio::task::spawn_blocking(move || compute.install(|| loaded.explainer(algorithm, &options)))
+            .await
+            .map_err(|e| Status::internal(format!("engine set-up failed: {e}")))?
+            .map_err(|e| status_from_error(&e))
+    }
+
+    fn flight_info(&self, command: &ExchangeCommand, loaded: &LoadedModel) -> std::result::Result<FlightInfo, Status> {
+        let schema = output_schema(&loaded.model, command.output);
+        let info = ModelInfo {
+            model: command.model.clone(),
+            url: loaded.url.clone(),
+            version: loaded.version.clone(),
+            features: loaded.model.feature_names.clone(),
+            output_groups: loaded.model.num_groups,
+        };
+        Ok(FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("encoding schema: {e}")))?
+            .with_descriptor(command.descriptor())
+            .with_app_metadata(serde_json::to_vec(&info).expect("model info serialises")))
+    }
+
+    /// Models named on the command line and those found under the model directory.
+    async fn served_models(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.registry.names().into_iter().map(|(n, _)| n).collect();
+        if let Some(dir) = &self.config.model_dir {
+            let registry = self.registry.clone();
+            let dir = dir.clone();
+            match tokio::task::spawn_blocking(move || registry.list_dir(&dir)).await {
+                Ok(Ok(found)) => names.extend(found),
+                Ok(Err(e)) => tracing::warn!("cannot list the model directory: {e}"),
+                Err(e) => tracing::warn!("cannot list the model directory: {e}"),
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn stats(&self) -> WorkerStats {
+        let c = &self.counters;
+        let rows = c.rows.load(Ordering::Relaxed);
+        let secs = c.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
+        WorkerStats {
+            rows,
+            rows_per_second: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            device: self.config.device.clone(),
+            in_flight: c.in_flight.load(Ordering::SeqCst),
+            requests: c.requests.load(Ordering::Relaxed),
+            failed_requests: c.failed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Runs `f` on the compute pool and waits for it without blocking the async threads.
+async fn on_pool<T: Send + 'static>(pool: &rayon::ThreadPool, f: impl FnOnce() -> T + Send + 'static) -> std::result::Result<T, Status> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    pool.spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.await.map_err(|_| Status::internal("a compute task panicked"))
+}
+
+fn json_result(value: &impl serde::Serialize) -> arrow_flight::Result {
+    arrow_flight::Result { body: Bytes::from(serde_json::to_vec(value).expect("reply serialises")) }
+}
+
+#[tonic::async_trait]
+impl FlightService for WorkerService {
+    type HandshakeStream = auth::HandshakeStream;
+    type ListFlightsStream = Stream<FlightInfo>;
+    type DoGetStream = Stream<FlightData>;
+    type DoPutStream = Stream<PutResult>;
+    type DoExchangeStream = Stream<FlightData>;
+    type DoActionStream = Stream<arrow_flight::Result>;
+    type ListActionsStream = Stream<ActionType>;
+
+    async fn handshake(&self, request: Request<Streaming<HandshakeRequest>>) -> std::result::Result<Response<Self::HandshakeStream>, Status> {
+        auth::handshake(request, self.config.token.as_deref()).await
+    }
+
+    async fn list_flights(&self, request: Request<Criteria>) -> std::result::Result<Response<Self::ListFlightsStream>, Status> {
+        self.authorize(request.metadata())?;
+        let mut infos = Vec::new();
+        for name in self.served_models().await {
+            let command = ExchangeCommand::new(name.clone(), Default::default());
+            match self.resolve(&name).await {
+                Ok(loaded) => infos.push(self.flight_info(&command, &loaded)),
+                // One unreadable file must not hide the others; the log names it.
+                Err(e) => tracing::warn!(model = name, "not listed: {}", e.message()),
+            }
+        }
+        Ok(Response::new(Box::pin(stream::iter(infos))))
+    }
+
+    async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.authorize(request.metadata())?;
+        let command = ExchangeCommand::from_descriptor(request.get_ref())?;
+        let loaded = self.resolve(&command.model).await?;
+        Ok(Response::new(self.flight_info(&command, &loaded)?))
+    }
+
+    async fn poll_flight_info(&self, _request: Request<FlightDescriptor>) -> std::result::Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented("PollFlightInfo is not supported: results come back directly from DoExchange"))
+    }
+
+    async fn get_schema(&self, request: Request<FlightDescriptor>) -> std::result::Result<Response<SchemaResult>, Status> {
+        self.authorize(request.metadata())?;
+        let command = ExchangeCommand::from_descriptor(request.get_ref())?;
+        let loaded = self.resolve(&command.model).await?;
+        let schema = output_schema(&loaded.model, command.output);
+        let options = arrow::ipc::writer::IpcWriteOptions::default();
+        let result: SchemaResult = SchemaAsIpc::new(&schema, &options)
+            .try_into()
+            .map_err(|e: arrow::error::ArrowError| Status::internal(format!("encoding schema: {e}")))?;
+        Ok(Response::new(result))
+    }
+
+    async fn do_get(&self, _request: Request<Ticket>) -> std::result::Result<Response<Self::DoGetStream>, Status> {
+        Err(Status::unimplemented("DoGet is not supported: stream your rows with DoExchange and read the attributions from its reply"))
+    }
+
+    async fn do_put(&self, _request: Request<Streaming<FlightData>>) -> std::result::Result<Response<Self::DoPutStream>, Status> {
+        Err(Status::unimplemented("DoPut is not supported: stream your rows with DoExchange and read the attributions from its reply"))
+    }
+
+    async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> std::result::Result<Response<Self::DoExchangeStream>, Status> {
+        self.authorize(request.metadata())?;
+        let mut input = request.into_inner();
+        let first = input.message().await?.ok_or_else(|| {
+            Status::invalid_argument("DoExchange received no messages: the first must carry the descriptor with the command")
+        })?;
+        let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
+            Status::invalid_argument(r#"the first DoExchange message has no flight descriptor; set one holding {"model": "...", "output": "shap"}"#)
+        })?;
+        let command = ExchangeCommand::from_descriptor(descriptor)?;
+        let loaded = self.resolve(&command.model).await?;
+        let model = loaded.model.clone();
+        // A schema in the first message lets us refuse missing columns before any data moves.
+        if !first.data_header.is_empty() {
+            if let Ok(schema) = Schema::try_from(&first) {
+                FeatureColumns::resolve(&schema, &model).map_err(|e| status_from_error(&e))?;
+            }
+        }
+        let explainer = self.explainer(loaded.clone()).await?;
+        let schema = output_schema(&model, command.output);
+        let guard = Arc::new(InFlight::start(self.counters.clone()));
+        let (compute, counters, output) = (self.compute.clone(), self.counters.clone(), command.output);
+
+        // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
+        // neither carries IPC data for the decoder.
+        let data = stream::once(async { Ok(first) })
+            .chain(input)
+            .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
+            .map_err(FlightError::from);
+        let reply_schema = schema.clone();
+        let batches = FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
+            FlightError::Tonic(status) => FlightError::Tonic(status),
+            other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
+        });
+        let results = batches.and_then(move |batch| {
+            let (compute, counters, explainer, model, schema, guard) =
+                (compute.clone(), counters.clone(), explainer.clone(), model.clone(), reply_schema.clone(), guard.clone());
+            async move {
+                let rows = batch.num_rows();
+                let timing = counters.clone();
+                let result = on_pool(&compute, move || -> Result<RecordBatch> {
+                    let start = Instant::now();
+                    let features = FeatureColumns::resolve(batch.schema_ref(), &model)?;
+                    let columns = explain_batch(explainer.as_ref(), &features, &batch, output)?;
+                    timing.compute_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the reply batch", e))
+                })
+                .await
+                .map_err(FlightError::from)?
+                .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
+                match &result {
+                    Ok(_) => {
+                        counters.rows.fetch_add(rows as u64, Ordering::Relaxed);
+                    }
+                    Err(_) => guard.failed.store(true, Ordering::Relaxed),
+                }
+                result
+            }
+        });
+        let encoded = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .with_max_flight_data_size(super::protocol::REPLY_MESSAGE_BYTES)
+            .build(results)
+            .map_err(Status::from);
+        Ok(Response::new(Box::pin(encoded)))
+    }
+
+    async fn do_action(&self, request: Request<Action>) -> std::result::Result<Response<Self::DoActionStream>, Status> {
+        let action = request.get_ref().r#type.clone();
+        if action != ACTION_HEALTH {
+            // Health stays open so load balancers and compose health checks need no secret.
+            self.authorize(request.metadata())?;
+        }
+        let body = match action.as_str() {
+            ACTION_HEALTH => json_result(&serde_json::json!({"status": "serving", "device": self.config.device})),
+            ACTION_VERSION => json_result(&serde_json::json!({
+                "name": "shapfusion",
+                "version": env!("CARGO_PKG_VERSION"),
+                "protocol": PROTOCOL_VERSION,
+                "device": self.config.device,
+                "algorithm": self.config.algorithm.name(),
+            })),
+            ACTION_STATS => json_result(&self.stats()),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown action {other:?}; this worker has: {ACTION_HEALTH}, {ACTION_VERSION}, {ACTION_STATS}"
+                )))
+            }
+        };
+        Ok(Response::new(Box::pin(stream::iter([Ok(body)]))))
+    }
+
+    async fn list_actions(&self, _request: Request<Empty>) -> std::result::Result<Response<Self::ListActionsStream>, Status> {
+        let actions = [
+            (ACTION_HEALTH, "Whether the worker is serving (no token needed)"),
+            (ACTION_VERSION, "Build version, protocol version, device and engine"),
+            (ACTION_STATS, "Rows served, rows per second, device, requests in flight"),
+        ]
+        .map(|(t, d)| Ok(ActionType { r#type: t.to_string(), description: d.to_string() }));
+        Ok(Response::new(Box::pin(stream::iter(actions))))
+    }
+}

@@ -1,0 +1,344 @@
+//! The packed paths as the kernels read them: flat arrays, one 32-lane slot per path element,
+//! and a lane-by-lane CPU simulation of the kernels (`kernels/treeshap.cu`).
+//!
+//! The simulation runs the same steps as the CUDA code, in the same order, with the warp's
+//! shuffles emulated over 32-element arrays, so everything but the CUDA syntax is checked on
+//! machines without a GPU (`tests/gpu_paths.rs` holds it to the `treeshap` engine at 1e-9).
+//! Keep the two in step: a change to one is a change to both.
+
+use super::paths::{PathSet, WARP_LANES};
+use crate::engine::{Attributions, FeatureBlock, Interactions};
+use crate::model::{MissingType, SplitRule};
+
+/// `i32` fields per lane in [`WarpProgram::lane_ints`].
+pub const LANE_INTS: usize = 8;
+/// `f64` fields per lane in [`WarpProgram::lane_reals`]: zero fraction, path value.
+pub const LANE_REALS: usize = 2;
+/// `u32` fields per split in [`WarpProgram::split_ints`].
+pub const SPLIT_INTS: usize = 4;
+
+/// `feature` of a lane holding no element.
+pub const IDLE_LANE: i32 = -2;
+/// `feature` of a path's root element.
+pub const ROOT_LANE: i32 = -1;
+
+// Split flags: rule in bits 0-1, missing type in bits 2-3, then two direction bits.
+const RULE_XGB_LESS: u32 = 0;
+const RULE_XGB_CATEGORIES: u32 = 1;
+const RULE_LGB_LESS_EQUAL: u32 = 2;
+const RULE_LGB_CATEGORIES: u32 = 3;
+const MISSING_NONE: u32 = 0;
+const MISSING_ZERO: u32 = 1;
+const MISSING_NAN: u32 = 2;
+const DEFAULT_LEFT: u32 = 1 << 4;
+const TAKE_LEFT: u32 = 1 << 5;
+
+/// Paths packed into warps, as flat arrays for the device (uploaded once per model).
+///
+/// Lane `l` of bin `b` is slot `b * 32 + l`. Its ints are `[feature, group, start, rank, len,
+/// split_begin, split_end, 0]`: the element's feature ([`ROOT_LANE`], [`IDLE_LANE`]), the
+/// output group, the lane of its path's root, its position on the path, the path length, and
+/// its range of splits. Its reals are `[zero_fraction, path_value]`.
+#[derive(Debug, Clone)]
+pub struct WarpProgram {
+    /// Number of bins (warps of work).
+    pub bins: usize,
+    /// Longest path of each bin: the uniform loop bound of its warp.
+    pub bin_len: Vec<i32>,
+    /// [`LANE_INTS`] per lane.
+    pub lane_ints: Vec<i32>,
+    /// [`LANE_REALS`] per lane.
+    pub lane_reals: Vec<f64>,
+    /// Threshold of each split (unused for categorical splits).
+    pub split_thresholds: Vec<f64>,
+    /// [`SPLIT_INTS`] per split: `[category_begin, category_words, flags, 0]`.
+    pub split_ints: Vec<u32>,
+    /// Category bitsets of the categorical splits, 32 codes per word.
+    pub categories: Vec<u32>,
+    /// Model features (F).
+    pub features: usize,
+    /// Output groups (G).
+    pub groups: usize,
+    /// Expected value per group.
+    pub bias: Vec<f64>,
+}
+
+impl WarpProgram {
+    /// Lays out `set`'s paths in the bins `pack` chose.
+    pub fn new(set: &PathSet, bins: &[Vec<usize>]) -> Self {
+        let lanes = bins.len() * WARP_LANES;
+        let mut program = WarpProgram {
+            bins: bins.len(),
+            bin_len: Vec::with_capacity(bins.len()),
+            lane_ints: Vec::with_capacity(lanes * LANE_INTS),
+            lane_reals: Vec::with_capacity(lanes * LANE_REALS),
+            split_thresholds: Vec::new(),
+            split_ints: Vec::new(),
+            categories: Vec::new(),
+            features: set.model.num_features(),
+            groups: set.model.num_groups,
+            bias: set.bias.clone(),
+        };
+        for bin in bins {
+            let mut lane = 0usize;
+            let mut longest = 1usize;
+            for &p in bin {
+                let path = &set.paths[p];
+                let (start, len) = (lane, path.elements.len());
+                longest = longest.max(len);
+                for (rank, e) in path.elements.iter().enumerate() {
+                    let split_begin = program.split_thresholds.len();
+                    for s in &e.splits {
+                        program.push_split(set, s.tree as usize, s.node as usize, s.left);
+                    }
+                    let feature = e.feature.map_or(ROOT_LANE, |f| f as i32);
+                    program.lane_ints.extend([feature, path.group as i32, start as i32, rank as i32, len as i32, split_begin as i32, program.split_thresholds.len() as i32, 0]);
+                    program.lane_reals.extend([e.zero_fraction, path.value]);
+                    lane += 1;
+                }
+            }
+            // Idle lanes: a path of one element rooted at themselves, contributing nothing.
+            for l in lane..WARP_LANES {
+                program.lane_ints.extend([IDLE_LANE, 0, l as i32, 0, 1, 0, 0, 0]);
+                program.lane_reals.extend([1.0, 0.0]);
+            }
+            program.bin_len.push(longest as i32);
+        }
+        program
+    }
+
+    fn push_split(&mut self, set: &PathSet, tree: usize, node: usize, take_left: bool) {
+        let tree = &set.model.trees[tree];
+        let n = &tree.nodes[node];
+        let (rule, missing, threshold) = match n.rule {
+            SplitRule::XgbLess { threshold } => (RULE_XGB_LESS, MISSING_NAN, threshold),
+            SplitRule::XgbCategories => (RULE_XGB_CATEGORIES, MISSING_NAN, 0.0),
+            SplitRule::LgbLessEqual { threshold, missing } => {
+                let m = match missing {
+                    MissingType::None => MISSING_NONE,
+                    MissingType::Zero => MISSING_ZERO,
+                    MissingType::NaN => MISSING_NAN,
+                };
+                (RULE_LGB_LESS_EQUAL, m, threshold)
+            }
+            SplitRule::LgbCategories => (RULE_LGB_CATEGORIES, MISSING_NONE, 0.0),
+        };
+        let mut flags = rule | missing << 2;
+        if n.default_left {
+            flags |= DEFAULT_LEFT;
+        }
+        if take_left {
+            flags |= TAKE_LEFT;
+        }
+        let (begin, words) = n.categories;
+        let category_begin = self.categories.len() as u32;
+        self.categories.extend_from_slice(&tree.category_words[begin as usize..(begin + words) as usize]);
+        self.split_thresholds.push(threshold);
+        self.split_ints.extend([category_begin, words, flags, 0]);
+    }
+
+    /// Whether `x` (the split's feature value) follows split `s` the way the path does.
+    /// `follows` in the kernel source.
+    pub fn follows(&self, s: usize, x: f64) -> bool {
+        let [category_begin, words, flags, _] = self.split_ints[s * SPLIT_INTS..(s + 1) * SPLIT_INTS] else { unreachable!() };
+        let threshold = self.split_thresholds[s];
+        let default_left = flags & DEFAULT_LEFT != 0;
+        let in_set = |code: u32| {
+            let word = code / 32;
+            word < words && (self.categories[(category_begin + word) as usize] >> (code % 32)) & 1 == 1
+        };
+        let left = match flags & 3 {
+            RULE_XGB_LESS => {
+                if x.is_nan() { default_left } else { x < threshold }
+            }
+            RULE_XGB_CATEGORIES => {
+                if x.is_nan() {
+                    default_left
+                } else if !(0.0..16_777_216.0).contains(&x) {
+                    true
+                } else {
+                    !in_set(x as u32)
+                }
+            }
+            RULE_LGB_LESS_EQUAL => {
+                let missing = (flags >> 2) & 3;
+                let x = if x.is_nan() && missing != MISSING_NAN { 0.0 } else { x };
+                let is_missing = match missing {
+                    MISSING_ZERO => (-1e-35..=1e-35).contains(&x),
+                    MISSING_NAN => x.is_nan(),
+                    _ => false,
+                };
+                if is_missing { default_left } else { x <= threshold }
+            }
+            _ => {
+                if x.is_nan() || x >= 2_147_483_648.0 || x <= -2_147_483_649.0 || x.trunc() < 0.0 {
+                    false
+                } else {
+                    in_set(x.trunc() as u32)
+                }
+            }
+        };
+        left == (flags & TAKE_LEFT != 0)
+    }
+
+    /// One lane's record.
+    fn lane(&self, bin: usize, l: usize) -> Lane {
+        let i = &self.lane_ints[(bin * WARP_LANES + l) * LANE_INTS..][..LANE_INTS];
+        let r = &self.lane_reals[(bin * WARP_LANES + l) * LANE_REALS..][..LANE_REALS];
+        Lane { feature: i[0], group: i[1] as usize, start: i[2] as usize, rank: i[3] as usize, len: i[4] as usize, splits: i[5] as usize..i[6] as usize, zero: r[0], value: r[1] }
+    }
+
+    /// The one fraction of a lane for row `x`: 1 when the row satisfies all its splits.
+    fn one_fraction(&self, lane: &Lane, x: &[f64]) -> f64 {
+        if lane.feature < 0 {
+            return 1.0;
+        }
+        let v = x[lane.feature as usize];
+        if lane.splits.clone().all(|s| self.follows(s, v)) { 1.0 } else { 0.0 }
+    }
+
+    /// SHAP values by the kernel's steps (`shap_kernel`), simulated on the CPU.
+    pub fn simulate_shap(&self, block: &FeatureBlock) -> Attributions {
+        let (f, g) = (self.features, self.groups);
+        let mut values = self.for_each_warp(block, g * (f + 1), |phi, lanes, loaded, max_len| {
+            let mut warp = loaded.clone();
+            warp.extend(lanes, max_len);
+            let sums = warp.unwound_sums(lanes, max_len);
+            for (l, lane) in lanes.iter().enumerate() {
+                if lane.feature >= 0 {
+                    phi[lane.group * (f + 1) + lane.feature as usize] += sums[l] * (warp.one[l] - warp.zero[l]) * lane.value;
+                }
+            }
+        });
+        for phi in values.chunks_mut(g * (f + 1)) {
+            for (k, b) in self.bias.iter().enumerate() {
+                phi[k * (f + 1) + f] = *b;
+            }
+        }
+        Attributions { rows: block.rows(), groups: g, features: f, values }
+    }
+
+    /// The off-diagonal interaction values by the kernel's steps (`interactions_kernel`),
+    /// simulated on the CPU; the caller fills the diagonal and bias from the SHAP values.
+    ///
+    /// Conditioning on element `c` makes it a null player (fractions 1 and 1: Shapley values of
+    /// the others are unchanged by a null player) and scales the path by `one_c` ("on") or
+    /// `zero_c` ("off"); half the difference of the two runs is entry `[c][i]`.
+    pub fn simulate_interaction_pairs(&self, block: &FeatureBlock) -> Interactions {
+        let (f, g) = (self.features, self.groups);
+        let w = f + 1;
+        let values = self.for_each_warp(block, g * w * w, |out, lanes, loaded, max_len| {
+            for c in 1..max_len {
+                // Every lane learns its path's element c (its own lane when the path is shorter).
+                let src: Vec<usize> = lanes.iter().enumerate().map(|(l, lane)| if c < lane.len { lane.start + c } else { l }).collect();
+                let zero_c: Vec<f64> = src.iter().map(|&s| loaded.zero[s]).collect();
+                let one_c: Vec<f64> = src.iter().map(|&s| loaded.one[s]).collect();
+                let feature_c: Vec<i32> = src.iter().map(|&s| lanes[s].feature).collect();
+                let mut warp = loaded.clone();
+                for (l, lane) in lanes.iter().enumerate() {
+                    if lane.rank == c {
+                        warp.zero[l] = 1.0;
+                        warp.one[l] = 1.0;
+                    }
+                }
+                warp.extend(lanes, max_len);
+                let sums = warp.unwound_sums(lanes, max_len);
+                for (l, lane) in lanes.iter().enumerate() {
+                    if lane.feature >= 0 && c < lane.len && lane.rank != c {
+                        let v = 0.5 * sums[l] * (warp.one[l] - warp.zero[l]) * lane.value * (one_c[l] - zero_c[l]);
+                        out[lane.group * w * w + feature_c[l] as usize * w + lane.feature as usize] += v;
+                    }
+                }
+            }
+        });
+        Interactions { rows: block.rows(), groups: g, features: f, values }
+    }
+
+    /// Calls `warp_fn(row_out, lanes, registers, max_len)` for every row and bin, the
+    /// registers loaded for that row; returns the rows' outputs, `width` each, summed.
+    fn for_each_warp(&self, block: &FeatureBlock, width: usize, warp_fn: impl Fn(&mut [f64], &[Lane], &WarpState, usize)) -> Vec<f64> {
+        let mut values = vec![0.0; block.rows() * width];
+        let warps: Vec<Vec<Lane>> = (0..self.bins).map(|b| (0..WARP_LANES).map(|l| self.lane(b, l)).collect()).collect();
+        for (r, out) in values.chunks_mut(width.max(1)).enumerate().take(block.rows()) {
+            for (b, lanes) in warps.iter().enumerate() {
+                warp_fn(out, lanes, &WarpState::load(self, lanes, block.row(r)), self.bin_len[b] as usize);
+            }
+        }
+        values
+    }
+}
+
+/// One lane's record, decoded.
+#[derive(Debug, Clone)]
+struct Lane {
+    feature: i32,
+    group: usize,
+    start: usize,
+    rank: usize,
+    len: usize,
+    splits: std::ops::Range<usize>,
+    zero: f64,
+    value: f64,
+}
+
+/// The per-lane registers of a warp for one row: fractions and permutation weights.
+#[derive(Debug, Clone)]
+struct WarpState {
+    zero: Vec<f64>,
+    one: Vec<f64>,
+    w: Vec<f64>,
+}
+
+impl WarpState {
+    fn load(program: &WarpProgram, lanes: &[Lane], x: &[f64]) -> Self {
+        WarpState {
+            zero: lanes.iter().map(|l| l.zero).collect(),
+            one: lanes.iter().map(|l| program.one_fraction(l, x)).collect(),
+            w: lanes.iter().map(|l| if l.rank == 0 { 1.0 } else { 0.0 }).collect(),
+        }
+    }
+
+    /// EXTEND by every element of every path at once: at step `d`, each lane reads its path's
+    /// element `d` (a shuffle) and its left neighbour's weight (a shuffle up).
+    fn extend(&mut self, lanes: &[Lane], max_len: usize) {
+        for d in 1..max_len {
+            let old = self.w.clone();
+            for (l, lane) in lanes.iter().enumerate() {
+                let src = if d < lane.len { lane.start + d } else { l };
+                let (z, o) = (self.zero[src], self.one[src]);
+                let left = if lane.rank == 0 { 0.0 } else { old[l - 1] };
+                if d < lane.len {
+                    let rank = lane.rank as f64;
+                    self.w[l] = (old[l] * z * (d as f64 - rank) + left * o * rank) / (d + 1) as f64;
+                }
+            }
+        }
+    }
+
+    /// UNWOUNDSUM of each lane's own element, every lane at once (uniform loop over `max_len`).
+    fn unwound_sums(&self, lanes: &[Lane], max_len: usize) -> Vec<f64> {
+        lanes
+            .iter()
+            .enumerate()
+            .map(|(l, lane)| {
+                let depth = lane.len - 1;
+                let (zero, one) = (self.zero[l], self.one[l]);
+                let mut next = self.w[lane.start + depth];
+                let mut total = 0.0;
+                for i in (0..max_len.saturating_sub(1)).rev() {
+                    let wi = self.w[lane.start + i.min(depth)];
+                    if i < depth {
+                        if one != 0.0 {
+                            let tmp = next / ((i + 1) as f64 * one);
+                            total += tmp;
+                            next = wi - tmp * zero * (depth - i) as f64;
+                        } else {
+                            total += wi / (zero * (depth - i) as f64);
+                        }
+                    }
+                }
+                total * (depth + 1) as f64
+            })
+            .collect()
+    }
+}

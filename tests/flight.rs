@@ -1,0 +1,439 @@
+//! Flight workers, the pool and the Flight SQL server, as real processes on loopback.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, RecordBatch};
+use arrow::compute::concat_batches;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::{Action, FlightClient, FlightDescriptor};
+use bytes::Bytes;
+use common::{fixtures, read_parquet};
+use futures::{StreamExt, TryStreamExt};
+use shapfusion::explain::{explain_with_model, ExplainOptions, OutputKind};
+use shapfusion::flight::protocol::{output_schema, ExchangeCommand, ModelInfo, WorkerStats};
+use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
+use shapfusion::model::Model;
+use tonic::Code;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shapfusion");
+
+/// A server process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts `shapfusion <args> --listen 127.0.0.1:0` and waits for its address line.
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--log", "warn"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start shapfusion");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_string();
+        assert!(url.starts_with("http://127.0.0.1:") || url.starts_with("https://127.0.0.1:"), "unexpected first line {line:?}");
+        Server { child, url }
+    }
+
+    fn worker(extra: &[&str]) -> Server {
+        let mut args = vec!["worker", "--device", "cpu", "--threads", "1"];
+        args.extend_from_slice(extra);
+        Server::start(&args)
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig}");
+    }
+}
+
+fn file_url(p: &Path) -> String {
+    shapfusion::registry::to_url(p.to_str().unwrap()).unwrap().to_string()
+}
+
+fn local(model: &Arc<Model>, input: &Path, output: OutputKind) -> RecordBatch {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.parquet");
+    explain_with_model(model.clone(), input, &out, &ExplainOptions { output, ..Default::default() }).unwrap();
+    read_parquet(&out)
+}
+
+fn assert_same(got: &RecordBatch, want: &RecordBatch, what: &str) {
+    assert_eq!(got.num_rows(), want.num_rows(), "{what}: row count");
+    assert_eq!(got.num_columns(), want.num_columns(), "{what}: column count");
+    for (i, (g, w)) in got.columns().iter().zip(want.columns()).enumerate() {
+        assert_eq!(g.to_data(), w.to_data(), "{what}: column {i} ({}) differs", want.schema().field(i).name());
+    }
+}
+
+async fn client(url: &str, token: Option<&str>) -> FlightClient {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await.unwrap();
+    let mut c = FlightClient::new(channel);
+    if let Some(t) = token {
+        c.add_header("authorization", &format!("Bearer {t}")).unwrap();
+    }
+    c
+}
+
+async fn exchange(c: &mut FlightClient, command: Bytes, batch: RecordBatch, max_message: usize) -> Result<Vec<RecordBatch>, tonic::Status> {
+    let input = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(FlightDescriptor::new_cmd(command)))
+        .with_max_flight_data_size(max_message)
+        .build(futures::stream::iter([Ok(batch)]));
+    let to_status = |e: arrow_flight::error::FlightError| match e {
+        arrow_flight::error::FlightError::Tonic(s) => *s,
+        other => tonic::Status::unknown(other.to_string()),
+    };
+    c.do_exchange(input).await.map_err(to_status)?.try_collect().await.map_err(to_status)
+}
+
+fn cmd(model: &str, output: &str) -> Bytes {
+    Bytes::from(format!(r#"{{"model": "{model}", "output": "{output}"}}"#))
+}
+
+/// The example payments data repeated `times` times: enough rows that a query runs for a while.
+fn payments(times: usize) -> (Arc<Model>, PathBuf, RecordBatch) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model_path = root.join("examples/models/fraud.json");
+    let model = Arc::new(Model::load(&model_path).unwrap());
+    let once = read_parquet(&root.join("examples/data/payments.parquet"));
+    let batch = concat_batches(&once.schema(), &vec![once.clone(); times]).unwrap();
+    (model, model_path, batch)
+}
+
+fn small_chunks() -> PoolOptions {
+    PoolOptions { max_chunk_rows: 2000, min_chunk_rows: 500, retry_for: Duration::from_secs(20), ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_of_three_equals_local_explain_on_every_fixture() {
+    let workers: Vec<Server> = (0..3).map(|_| Server::worker(&[])).collect();
+    let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
+    let pool = WorkerPool::new(&urls, PoolOptions { min_chunk_rows: 16, ..Default::default() }).unwrap();
+    for f in fixtures() {
+        let url = file_url(&f.model_path);
+        let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
+        for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Predict] {
+            let got = pool.explain(&url, output, input.clone()).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
+            assert_same(&got, &local(&f.model, &f.input_path(), output), &format!("{} {output:?}", f.name));
+        }
+    }
+    // The work was spread: every worker served rows.
+    for w in &workers {
+        let mut c = client(&w.url, None).await;
+        let body = c.do_action(Action::new("stats", "")).await.unwrap().next().await.unwrap().unwrap();
+        let stats: WorkerStats = serde_json::from_slice(&body).unwrap();
+        assert!(stats.rows > 0, "{} served nothing: {stats:?}", w.url);
+        assert_eq!(stats.in_flight, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_query_loses_no_rows() {
+    let workers: Vec<Server> = (0..3).map(|_| Server::worker(&[])).collect();
+    let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
+    let (model, model_path, batch) = payments(12);
+    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let pool = Arc::new(WorkerPool::new(&urls, small_chunks()).unwrap());
+    let url = file_url(&model_path);
+    let query = {
+        let (pool, input) = (pool.clone(), input.clone());
+        tokio::spawn(async move { pool.explain(&url, OutputKind::Shap, input).await })
+    };
+    // Kill a worker once it is busy with this query.
+    let victim = &workers[1];
+    let started = Instant::now();
+    loop {
+        let busy = pool.status().iter().any(|s| s.url == victim.url && s.in_flight > 0);
+        if busy || started.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!query.is_finished(), "the query ended before the worker could be killed; make it longer");
+    victim.signal("-KILL");
+    let got = query.await.unwrap().expect("the query survives losing a worker");
+    let state = pool.status().into_iter().find(|s| s.url == victim.url).unwrap();
+    assert!(state.failures > 0 && state.last_error.is_some(), "the pool never noticed the dead worker: {state:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let all = dir.path().join("in.parquet");
+    write_parquet(&all, &batch);
+    assert_same(&got, &local(&model, &all, OutputKind::Shap), "after SIGKILL");
+}
+
+fn write_parquet(path: &Path, batch: &RecordBatch) {
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_worker_down_the_query_fails_clearly_and_in_time() {
+    // Ports that were free a moment ago: nothing listens there.
+    let urls: Vec<String> = (0..2)
+        .map(|_| format!("http://{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()))
+        .collect();
+    let options = PoolOptions { retry_for: Duration::from_secs(2), ..Default::default() };
+    let pool = WorkerPool::new(&urls, options).unwrap();
+    let (model, model_path, batch) = payments(1);
+    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let began = Instant::now();
+    let err = pool.explain(&file_url(&model_path), OutputKind::Shap, input).await.unwrap_err().to_string();
+    assert!(began.elapsed() < Duration::from_secs(15), "took {:?}", began.elapsed());
+    assert!(err.contains("no worker could explain"), "{err}");
+    for u in &urls {
+        assert!(err.contains(u.as_str()), "{u} not named in {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_bad_requests_and_oversized_batches_get_the_right_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let (model, model_path, batch) = payments(1);
+    let model_dir = model_path.parent().unwrap().to_str().unwrap().to_string();
+    let w = Server::worker(&["--auth-token-file", token_file.to_str().unwrap(), "--model-dir", &model_dir, "--max-message-mb", "1"]);
+    let input = feature_batch(&batch.slice(0, 100), &model.feature_names).unwrap();
+
+    // No token, wrong token: refused before anything is computed.
+    for token in [None, Some("wrong")] {
+        let mut c = client(&w.url, token).await;
+        let e = exchange(&mut c, cmd("fraud", "shap"), input.clone(), 1 << 20).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{token:?}: {e}");
+        let e = c.list_flights(Bytes::new()).await.err().expect("list_flights refused");
+        assert!(e.to_string().contains("Unauthenticated") || e.to_string().contains("token"), "{e}");
+    }
+    // Health needs no token; stats does.
+    let mut anon = client(&w.url, None).await;
+    assert!(anon.do_action(Action::new("health", "")).await.is_ok());
+    assert!(anon.do_action(Action::new("stats", "")).await.is_err());
+    // Handshake with the token as basic-auth password returns the bearer token.
+    let mut hs = client(&w.url, None).await;
+    hs.add_header("authorization", &format!("Basic {}", base64_encode("user:s3cret"))).unwrap();
+    assert_eq!(hs.handshake(Bytes::new()).await.unwrap(), Bytes::from("s3cret"));
+
+    let mut c = client(&w.url, Some("s3cret")).await;
+    let status = |r: Result<Vec<RecordBatch>, tonic::Status>| r.unwrap_err();
+    let e = status(exchange(&mut c, Bytes::from("{not json"), input.clone(), 1 << 20).await);
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("bad descriptor command"), "{e}");
+    let e = status(exchange(&mut c, cmd("nosuchmodel", "shap"), input.clone(), 1 << 20).await);
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    assert!(e.message().contains("nosuchmodel"), "{e}");
+    let missing = input.project(&[0, 2]).unwrap();
+    let e = status(exchange(&mut c, cmd("fraud", "shap"), missing, 1 << 20).await);
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains(model.feature_names[1].as_str()), "the missing column is not named: {e}");
+    let e = status(exchange(&mut c, cmd("fraud", "explode"), input.clone(), 1 << 20).await);
+    assert!(e.message().contains("unknown output"), "{e}");
+    // One message over the worker's 1 MiB limit.
+    let big = feature_batch(&payments(4).2, &model.feature_names).unwrap();
+    let e = status(exchange(&mut c, cmd("fraud", "shap"), big, usize::MAX).await);
+    assert!(matches!(e.code(), Code::OutOfRange | Code::ResourceExhausted), "{e}");
+    assert!(e.message().contains("too large"), "{e}");
+
+    // Still serving, and right.
+    let got = exchange(&mut c, cmd("fraud", "shap"), input.clone(), 1 << 20).await.unwrap();
+    let got = concat_batches(&got[0].schema(), &got).unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    let p = dir2.path().join("in.parquet");
+    write_parquet(&p, &batch.slice(0, 100));
+    assert_same(&got, &local(&model, &p, OutputKind::Shap), "after errors");
+}
+
+fn base64_encode(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_flights_schema_and_info_describe_the_models() {
+    let (model, model_path, _) = payments(1);
+    let w = Server::worker(&["--model", &format!("fraud={}", model_path.display())]);
+    let mut c = client(&w.url, None).await;
+    let infos: Vec<_> = c.list_flights(Bytes::new()).await.unwrap().try_collect().await.unwrap();
+    assert_eq!(infos.len(), 1);
+    let meta: ModelInfo = serde_json::from_slice(&infos[0].app_metadata).unwrap();
+    assert_eq!(meta.model, "fraud");
+    assert_eq!(meta.features, model.feature_names);
+    for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Predict] {
+        let d = ExchangeCommand::new("fraud", output).descriptor();
+        let schema = c.get_schema(d.clone()).await.unwrap();
+        assert_eq!(Arc::new(schema), output_schema(&model, output));
+        let info = c.get_flight_info(d).await.unwrap();
+        assert_eq!(Arc::new(info.try_decode_schema().unwrap()), output_schema(&model, output));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_request_in_flight_finish() {
+    let (model, model_path, batch) = payments(6);
+    let w = Server::worker(&["--model", &format!("fraud={}", model_path.display())]);
+    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let mut c = client(&w.url, None).await;
+    let request = tokio::spawn(async move { exchange(&mut c, cmd("fraud", "predict"), input, 4 << 20).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    w.signal("-TERM");
+    let got = request.await.unwrap().expect("the request in flight completes");
+    assert_eq!(got.iter().map(|b| b.num_rows()).sum::<usize>(), batch.num_rows());
+    let mut w = w;
+    let status = w.child.wait().unwrap();
+    assert!(status.success(), "worker exit status after SIGTERM: {status}");
+}
+
+async fn sql_client(url: &str) -> FlightSqlServiceClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await.unwrap();
+    FlightSqlServiceClient::new(channel)
+}
+
+async fn sql_query(c: &mut FlightSqlServiceClient<tonic::transport::Channel>, sql: &str) -> RecordBatch {
+    let info = c.execute(sql.to_string(), None).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let schema = Arc::new(info.clone().try_decode_schema().unwrap());
+    let mut batches = Vec::new();
+    for endpoint in info.endpoint {
+        let stream = c.do_get(endpoint.ticket.unwrap()).await.unwrap();
+        batches.extend(stream.try_collect::<Vec<_>>().await.unwrap());
+    }
+    concat_batches(&schema, &batches).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flight_sql_serves_shap_over_tables_locally_and_on_workers() {
+    let (model, model_path, _) = payments(1);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = root.join("examples/data/payments.parquet");
+    let want = local(&model, &data, OutputKind::Shap);
+    let features = model.feature_names.join(", ");
+    let w1 = Server::worker(&[]);
+    let w2 = Server::worker(&[]);
+    let workers = format!("{},{}", w1.url, w2.url);
+    let model_arg = format!("fraud={}", model_path.display());
+    let table_arg = format!("payments={}", data.display());
+    for extra in [vec![], vec!["--workers", workers.as_str()]] {
+        let mut args = vec!["serve", "--model", &model_arg, "--table", &table_arg];
+        args.extend(extra.iter().copied());
+        let serve = Server::start(&args);
+        let mut c = sql_client(&serve.url).await;
+        let got = sql_query(&mut c, &format!("SELECT shap('fraud', {features}) AS s FROM payments ORDER BY id")).await;
+        let got = arrow::array::AsArray::as_struct(got.column(0)).clone();
+        let got = RecordBatch::from(got);
+        assert_same(&got, &want, &format!("Flight SQL {extra:?}"));
+        // Several shap calls planned in one statement (each resolves the model while planning
+        // inside the server's runtime: this once hung).
+        let union: Vec<String> = (0..10).map(|k| format!("SELECT {k} AS copy, shap('fraud', {features}) AS s FROM payments")).collect();
+        let statement = format!("SELECT count(s['bias']) AS n FROM ({})", union.join(" UNION ALL "));
+        let n = tokio::time::timeout(Duration::from_secs(120), sql_query(&mut c, &statement)).await.expect("planning hung");
+        assert_eq!(arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(n.column(0)).value(0), 100_000);
+        // DDL through the statement path, then a query on the new table.
+        sql_query(&mut c, &format!("CREATE EXTERNAL TABLE p2 STORED AS PARQUET LOCATION '{}'", data.display())).await;
+        let n = sql_query(&mut c, "SELECT count(*) AS n FROM p2").await;
+        assert_eq!(arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(n.column(0)).value(0), 10_000);
+        // Errors come back as statuses naming the problem.
+        let e = c.execute("SELECT shap('fraud', amount) FROM payments".to_string(), None).await.unwrap_err().to_string();
+        assert!(e.contains("takes") && e.contains("features"), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_workers_serve_the_pool_and_refuse_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let (cert, key, ca) = (path("cert.pem"), path("key.pem"), path("ca.pem"));
+    std::fs::write(path("ext.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    // A test CA, and a server certificate it signs (webpki refuses a CA as the server's own).
+    let steps: [Vec<String>; 3] = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca", "-keyout"].iter().map(|s| s.to_string()).chain([path("ca.key"), "-out".into(), ca.clone()]).collect(),
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout"].iter().map(|s| s.to_string()).chain([key.clone(), "-out".into(), path("req.csr")]).collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"].iter().map(|s| s.to_string())
+            .chain([path("req.csr"), "-CA".into(), ca.clone(), "-CAkey".into(), path("ca.key"), "-extfile".into(), path("ext.cnf"), "-out".into(), cert.clone()])
+            .collect(),
+    ];
+    for args in steps {
+        let ok = Command::new("openssl").args(&args).stderr(Stdio::null()).stdout(Stdio::null()).status().expect("openssl is needed to make test certificates");
+        assert!(ok.success(), "openssl {args:?}");
+    }
+    let cert = PathBuf::from(cert);
+    let key = PathBuf::from(key);
+    let w = Server::worker(&["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    assert!(w.url.starts_with("https://"), "{}", w.url);
+    let url = w.url.clone();
+    let (model, model_path, batch) = payments(1);
+    let input = feature_batch(&batch.slice(0, 500), &model.feature_names).unwrap();
+    let mut options = PoolOptions::default();
+    options.connect.ca_cert = Some(PathBuf::from(ca));
+    let pool = WorkerPool::new(&[url.clone()], options).unwrap();
+    let got = pool.explain(&file_url(&model_path), OutputKind::Predict, input.clone()).await.unwrap();
+    assert_eq!(got.num_rows(), 500);
+    // Plaintext to a TLS port is a transport failure, reported as such once retries run out.
+    let plain = PoolOptions { retry_for: Duration::from_secs(1), ..Default::default() };
+    let pool = WorkerPool::new(&[url.replace("https://", "http://")], plain).unwrap();
+    let err = pool.explain(&file_url(&model_path), OutputKind::Predict, input).await.unwrap_err().to_string();
+    assert!(err.contains("no worker could explain"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_query_cancels_its_requests() {
+    let w = Server::worker(&[]);
+    let (model, model_path, batch) = payments(12);
+    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let pool = Arc::new(WorkerPool::new(&[w.url.clone()], small_chunks()).unwrap());
+    let url = file_url(&model_path);
+    let query = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.explain(&url, OutputKind::Interactions, input).await })
+    };
+    let started = Instant::now();
+    while pool.status()[0].in_flight == 0 && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    query.abort();
+    assert!(query.await.unwrap_err().is_cancelled());
+    // The worker sees its calls end (in_flight back to 0) long before the rows could be done.
+    let mut c = client(&w.url, None).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        let body = c.do_action(Action::new("stats", "")).await.unwrap().next().await.unwrap().unwrap();
+        let stats: WorkerStats = serde_json::from_slice(&body).unwrap();
+        if stats.in_flight == 0 || Instant::now() > deadline {
+            break stats;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stats.in_flight, 0, "requests still running after the query was dropped: {stats:?}");
+    assert!((stats.rows as usize) < batch.num_rows(), "the worker finished every row anyway: {stats:?}");
+    assert_eq!(pool.status()[0].in_flight, 0);
+}
+
+#[test]
+fn a_gpu_worker_on_a_machine_without_a_usable_gpu_refuses_to_start_and_says_why() {
+    let Err(missing) = shapfusion::gpu::probe() else {
+        // A GPU host: the GPU worker starts; tests/gpu_paths.rs checks its numbers.
+        return;
+    };
+    let out = Command::new(BIN).args(["worker", "--device", "gpu", "--listen", "127.0.0.1:0"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--device gpu:") && err.contains(&missing), "{err}");
+}
