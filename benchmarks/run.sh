@@ -12,5 +12,5 @@ if [ ! -x .venv312/bin/python ]; then
   if [ -n "$PY312" ]; then "$PY312" -m venv .venv312; fi
 fi
 if [ -x .venv312/bin/python ]; then .venv312/bin/pip install -q -r benchmarks/requirements-xgb34.txt; fi
-cargo build --release --example bench
+cargo build --release --no-default-features --example bench
 .venv/bin/python benchmarks/suite.py "$@"
