@@ -8,8 +8,12 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then python3.11 -m venv .venv || python3 -m venv .venv; fi
 .venv/bin/pip install -q -r benchmarks/requirements.txt
 if [ ! -x .venv312/bin/python ]; then
-  PY312="$(command -v python3.12 || ls "$HOME"/.pyenv/versions/3.12*/bin/python3 2>/dev/null | head -1 || true)"
-  if [ -n "$PY312" ]; then "$PY312" -m venv .venv312; fi
+  # The first Python 3.12 that runs (a pyenv shim for python3.12 may exist but refuse to run).
+  PY312=""
+  for c in python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3; do
+    if "$c" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then PY312="$c"; break; fi
+  done
+  if [ -n "$PY312" ]; then "$PY312" -m venv .venv312; else echo "no Python 3.12: XGBoost 3.4 will be skipped"; fi
 fi
 if [ -x .venv312/bin/python ]; then .venv312/bin/pip install -q -r benchmarks/requirements-xgb34.txt; fi
 cargo build --release --no-default-features --example bench
