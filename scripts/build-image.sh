@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the shapfusion image from local artifacts only (no registry needed):
-#   scripts/build-image.sh [BINARY] [TAG]
+#   [NVRTC_DIR=DIR] scripts/build-image.sh [BINARY] [TAG]
 # BINARY defaults to target/release/shapfusion, else target/debug/shapfusion (building the
 # release one if neither exists); TAG defaults to shapfusion:local.
 set -euo pipefail
@@ -20,11 +20,21 @@ mkdir -p "$root/usr/local/bin" "$root/etc/ssl/certs" "$root/tmp"
 chmod 1777 "$root/tmp"
 cp "$bin" "$root/usr/local/bin/shapfusion"
 strip "$root/usr/local/bin/shapfusion" 2>/dev/null || true
-# The binary's shared libraries (libc, libm, libgcc_s, the loader), at the paths it expects.
-ldd "$bin" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
-  mkdir -p "$root$(dirname "$lib")"
-  cp -L "$lib" "$root$lib"
-done
+# The shared libraries FILE links (libc, libm, libgcc_s, the loader, ...), at the paths it expects.
+copy_libs() {
+  ldd "$1" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u | while read -r lib; do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+}
+copy_libs "$bin"
+# NVRTC for GPU workers (the NVIDIA container toolkit mounts the driver, not NVRTC): from
+# NVRTC_DIR, e.g. a CUDA toolkit's lib64 or the nvidia-cuda-nvrtc wheel's nvidia/cu13/lib.
+if [[ -n "${NVRTC_DIR:-}" ]]; then
+  mkdir -p "$root/usr/local/lib/nvrtc"
+  cp -L "$NVRTC_DIR"/libnvrtc*.so* "$root/usr/local/lib/nvrtc/"
+  for lib in "$root"/usr/local/lib/nvrtc/*; do copy_libs "$lib"; done  # libstdc++, librt, ...
+fi
 # CA roots for https object stores; a nobody user for USER 65534.
 [[ -f /etc/ssl/certs/ca-certificates.crt ]] && cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
 echo 'nobody:x:65534:65534:nobody:/:/usr/sbin/nologin' > "$root/etc/passwd"
