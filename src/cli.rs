@@ -343,11 +343,13 @@ fn explain_remote(
 fn run_worker(a: WorkerArgs) -> Result<()> {
     use shapfusion::engine::Device;
     use shapfusion::flight::{transport, WorkerConfig, WorkerService};
-    let device = a.device.resolve()?;
+    // Resolved here so that a GPU that cannot be used stops the worker before it listens; the
+    // engines get the device as asked, so `auto` keeps its per-model CPU fallback.
+    let device = a.device.for_algorithm(a.algorithm)?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let config = WorkerConfig {
         algorithm: a.algorithm,
-        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb << 20, device },
+        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb << 20, device: a.device },
         threads: Some(threads),
         model_dir: a.server.model_dir.clone(),
         token: a.server.token()?,

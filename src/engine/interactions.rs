@@ -94,7 +94,7 @@ pub fn finish_row(out: &mut [f64], shap: &[f64], f: usize, groups: usize) {
 }
 
 /// Checks the output size of an interaction request before allocating it.
-pub fn check_size(rows: usize, width: usize) -> Result<()> {
+pub(crate) fn check_size(rows: usize, width: usize) -> Result<()> {
     if rows.saturating_mul(width) > MAX_BLOCK_VALUES {
         return Err(Error::Input(format!(
             "{rows} rows × {width} interaction values is too large for one batch; use smaller batches (--batch-rows)"

@@ -138,13 +138,14 @@ impl Device {
         }
     }
 
-    /// The name used on the command line.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Device::Auto => "auto",
-            Device::Cpu => "cpu",
-            Device::Gpu => "gpu",
+    /// The device the engines use for `algorithm` (before a model the GPU cannot take falls
+    /// back to the CPU): as [`resolve`](Self::resolve), except that `auto` with a named CPU
+    /// algorithm stays on the CPU.
+    pub fn for_algorithm(self, algorithm: Algorithm) -> Result<Device> {
+        if self == Device::Auto && algorithm != Algorithm::Auto {
+            return Ok(Device::Cpu);
         }
+        self.resolve()
     }
 }
 
@@ -286,8 +287,7 @@ pub fn build_explainer(
 /// compute on the CPU. An explicit `gpu` that cannot be honoured is an error. With device `auto`,
 /// naming a CPU algorithm keeps the work on the CPU.
 fn gpu_explainer(model: &Arc<Model>, algorithm: Algorithm, options: &EngineOptions) -> Result<Option<Arc<dyn Explainer>>> {
-    let cpu_asked = options.device == Device::Auto && algorithm != Algorithm::Auto;
-    if options.device == Device::Cpu || cpu_asked || options.device.resolve()? != Device::Gpu {
+    if options.device.for_algorithm(algorithm)? != Device::Gpu {
         return Ok(None);
     }
     #[cfg(feature = "gpu")]
