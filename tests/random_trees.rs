@@ -25,7 +25,9 @@ impl Rng {
     }
 }
 
-fn random_tree(rng: &mut Rng, features: usize, max_depth: usize, group: usize) -> Tree {
+/// A random tree where, at rate `empty_rate`, a split sends no training cover (0, or a
+/// vanishing 1e-200) one way: that child is a leaf rows can still reach.
+fn random_tree_with_empty_branches(rng: &mut Rng, features: usize, max_depth: usize, group: usize, empty_rate: f64) -> Tree {
     let mut nodes = vec![Node::leaf(0.0, 100.0)];
     let mut stack = vec![(0usize, 0usize)];
     while let Some((i, depth)) = stack.pop() {
@@ -37,23 +39,36 @@ fn random_tree(rng: &mut Rng, features: usize, max_depth: usize, group: usize) -
         let cover = nodes[i].cover;
         let frac = 0.05 + 0.9 * rng.unit();
         // Covers roughly split, with some noise so children need not add up exactly.
-        let (cl, cr) = (cover * frac * (0.9 + 0.2 * rng.unit()), cover * (1.0 - frac));
+        let (mut cl, mut cr) = ((cover * frac * (0.9 + 0.2 * rng.unit())).max(1e-3), (cover * (1.0 - frac)).max(1e-3));
+        let (mut depth_l, mut depth_r) = (depth + 1, depth + 1);
+        if rng.unit() < empty_rate {
+            let empty = if rng.unit() < 0.5 { 0.0 } else { 1e-200 };
+            if rng.unit() < 0.5 {
+                (cl, depth_l) = (empty, max_depth);
+            } else {
+                (cr, depth_r) = (empty, max_depth);
+            }
+        }
         let (l, r) = (nodes.len() as u32, nodes.len() as u32 + 1);
-        nodes.push(Node::leaf(0.0, cl.max(1e-3)));
-        nodes.push(Node::leaf(0.0, cr.max(1e-3)));
+        nodes.push(Node::leaf(0.0, cl));
+        nodes.push(Node::leaf(0.0, cr));
         let n = &mut nodes[i];
         n.left = l;
         n.right = r;
         n.feature = rng.below(features) as u32;
         n.rule = SplitRule::XgbLess { threshold: rng.unit() };
         n.default_left = rng.unit() < 0.5;
-        stack.push((l as usize, depth + 1));
-        stack.push((r as usize, depth + 1));
+        stack.push((l as usize, depth_l));
+        stack.push((r as usize, depth_r));
     }
     Tree { nodes, category_words: vec![], group, weight: 1.0 }
 }
 
 fn random_model(rng: &mut Rng, features: usize, trees: usize, max_depth: usize) -> Model {
+    random_model_with_empty_branches(rng, features, trees, max_depth, 0.0)
+}
+
+fn random_model_with_empty_branches(rng: &mut Rng, features: usize, trees: usize, max_depth: usize, empty_rate: f64) -> Model {
     Model {
         format: ModelFormat::XgboostJson,
         library_version: None,
@@ -62,7 +77,7 @@ fn random_model(rng: &mut Rng, features: usize, trees: usize, max_depth: usize) 
         feature_kinds: vec![FeatureKind::Numeric; features],
         num_groups: 1,
         base_margin: vec![0.25],
-        trees: (0..trees).map(|_| random_tree(rng, features, max_depth, 0)).collect(),
+        trees: (0..trees).map(|_| random_tree_with_empty_branches(rng, features, max_depth, 0, empty_rate)).collect(),
         precision: Precision::F64,
     }
 }
@@ -142,6 +157,30 @@ fn engines_equal_brute_force_shapley_values() {
         for a in ENGINES {
             let e = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap();
             let shap = e.shap(&block).unwrap();
+            for r in 0..block.rows() {
+                let want = brute_force_shap(&model, block.row(r));
+                let got = shap.row(r, 0);
+                let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
+                for k in 0..features {
+                    assert!((got[k] - want[k]).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} feature {k}: {} vs {}", got[k], want[k]);
+                }
+            }
+        }
+    }
+}
+
+/// Splits that send no training cover one way (fraction 0 or 1e-200) still route rows there;
+/// fast-v2 gives such path elements tables of their own instead of dividing by the fraction.
+#[test]
+fn empty_branches_equal_brute_force_shapley_values() {
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x8CB9_2BA7_2F3D_8DD7));
+        let features = 2 + rng.below(5);
+        let (trees, depth) = (1 + rng.below(3), 2 + rng.below(6));
+        let model = Arc::new(random_model_with_empty_branches(&mut rng, features, trees, depth, 0.3));
+        let block = random_rows(&mut rng, 8, features);
+        for a in ENGINES {
+            let shap = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
             for r in 0..block.rows() {
                 let want = brute_force_shap(&model, block.row(r));
                 let got = shap.row(r, 0);
