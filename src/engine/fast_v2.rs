@@ -36,7 +36,7 @@ use rayon::prelude::*;
 use super::interactions::FastInteractions;
 use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
-use super::{check_block, Attributions, Explainer, FeatureBlock, Interactions, ROWS_PER_TASK};
+use super::{check_block, rows_per_task, Attributions, Explainer, FeatureBlock, Interactions, ROWS_PER_TASK};
 use crate::error::{Error, Result};
 use crate::model::{Model, SplitRule, Tree};
 
@@ -528,8 +528,9 @@ impl Explainer for FastV2 {
         if width == 0 {
             return Ok(Attributions { rows, groups, features: f, values });
         }
-        values.par_chunks_mut(width * stride).enumerate().for_each_init(Scratch::default, |s, (task, chunk)| {
-            let first = task * stride;
+        let per_task = rows_per_task(rows);
+        values.par_chunks_mut(width * per_task).enumerate().for_each_init(Scratch::default, |s, (task, chunk)| {
+            let first = task * per_task;
             let n = chunk.len() / width;
             s.index.resize(max_units * stride, 0);
             s.pending.resize(max_depth + 1, 0);

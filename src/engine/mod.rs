@@ -32,9 +32,17 @@ pub(crate) use prepared::PreparedModel;
 use crate::error::{Error, Result};
 use crate::model::Model;
 
-/// Rows per unit of parallel work. Fixed (not derived from the thread count) so that the
-/// split of work never changes what is computed.
+/// Most rows per unit of parallel work: a task applies one tree to all its rows before the next
+/// tree, so more rows per task keep a tree in cache longer.
 pub const ROWS_PER_TASK: usize = 64;
+
+/// Rows per task for a block of `rows`: [`ROWS_PER_TASK`], or fewer when the block is small, so
+/// that every thread gets work (a 50-row block of a deep model is otherwise one task on one
+/// core). Each row's attributions are summed tree by tree in model order whatever the task,
+/// so the split of work never changes what is computed.
+pub(crate) fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(4 * rayon::current_num_threads()).clamp(1, ROWS_PER_TASK)
+}
 
 /// The engines callers can ask for by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -354,8 +362,9 @@ where
     let rows = block.rows();
     let mut values = vec![0.0; rows * width];
     if width > 0 {
-        values.par_chunks_mut(width * ROWS_PER_TASK).enumerate().for_each_init(&init, |scratch, (task, chunk)| {
-            let first = task * ROWS_PER_TASK;
+        let per_task = rows_per_task(rows);
+        values.par_chunks_mut(width * per_task).enumerate().for_each_init(&init, |scratch, (task, chunk)| {
+            let first = task * per_task;
             for (t, tree) in p.model.trees.iter().enumerate() {
                 let g = tree.group;
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
@@ -373,7 +382,7 @@ where
 }
 
 /// Runs `row_fn(x, out, scratch)` for every row, `width` outputs per row, in parallel blocks of
-/// [`ROWS_PER_TASK`] rows on the current rayon pool. `out` arrives zeroed.
+/// at most [`ROWS_PER_TASK`] rows on the current rayon pool. `out` arrives zeroed.
 pub(crate) fn par_rows<S, I, F>(block: &FeatureBlock, width: usize, init: I, row_fn: F) -> Vec<f64>
 where
     I: Fn() -> S + Sync + Send,
@@ -384,8 +393,9 @@ where
     if width == 0 {
         return out;
     }
-    out.par_chunks_mut(width * ROWS_PER_TASK).enumerate().for_each_init(init, |scratch, (task, chunk)| {
-        let first = task * ROWS_PER_TASK;
+    let per_task = rows_per_task(rows);
+    out.par_chunks_mut(width * per_task).enumerate().for_each_init(init, |scratch, (task, chunk)| {
+        let first = task * per_task;
         for (i, row_out) in chunk.chunks_mut(width).enumerate() {
             row_fn(block.row(first + i), row_out, scratch);
         }

@@ -69,6 +69,8 @@ struct Rule {
     one_minus_t: [f64; MAX_POINTS],
     /// w_q / (1 - t_q): the cold sum's weights.
     w_over_1mt: [f64; MAX_POINTS],
+    /// 1 / (1 - t_q): takes a cold feature out of G.
+    inv_1mt: [f64; MAX_POINTS],
     w: [f64; MAX_POINTS],
 }
 
@@ -79,12 +81,20 @@ impl Rule {
             return None;
         }
         let (nodes, weights) = gauss_legendre(points);
-        let mut r = Rule { points, t: [0.0; MAX_POINTS], one_minus_t: [0.0; MAX_POINTS], w_over_1mt: [0.0; MAX_POINTS], w: [0.0; MAX_POINTS] };
+        let mut r = Rule {
+            points,
+            t: [0.0; MAX_POINTS],
+            one_minus_t: [0.0; MAX_POINTS],
+            w_over_1mt: [0.0; MAX_POINTS],
+            inv_1mt: [0.0; MAX_POINTS],
+            w: [0.0; MAX_POINTS],
+        };
         for q in 0..points {
             r.t[q] = nodes[q];
             r.one_minus_t[q] = 1.0 - nodes[q];
             r.w[q] = weights[q];
             r.w_over_1mt[q] = weights[q] / (1.0 - nodes[q]);
+            r.inv_1mt[q] = 1.0 / (1.0 - nodes[q]);
         }
         Some(r)
     }
@@ -104,6 +114,8 @@ pub(crate) struct Quadrature {
 struct PathPlan {
     slot: Vec<u8>,
     first: Vec<bool>,
+    /// Internal nodes whose children are both leaves.
+    pair: Vec<bool>,
     z_prev: Vec<f64>,
     z_edge: Vec<[f64; 2]>,
     /// Leaves: start in `elems` and number of path features.
@@ -113,6 +125,9 @@ struct PathPlan {
     /// Per leaf element: `(1 - z) · w_q / (z (1 - t_q) + t_q)` for each point, so a hot feature's
     /// contribution is one dot product with G; empty when over the memory bound (then computed).
     hot_weights: Vec<f64>,
+    /// Per leaf element: `1 / (z (1 - t_q) + t_q)`, which takes a hot feature out of G with a
+    /// multiplication (interactions); tabulated with `hot_weights`.
+    hot_inverse: Vec<f64>,
     points: usize,
 }
 
@@ -121,9 +136,12 @@ impl PathPlan {
     fn tabulate(&mut self, rule: &Rule) {
         self.points = rule.points;
         self.hot_weights = Vec::with_capacity(self.elems.len() * rule.points);
+        self.hot_inverse = Vec::with_capacity(self.elems.len() * rule.points);
         for &(_, z) in &self.elems {
             for q in 0..rule.points {
-                self.hot_weights.push((1.0 - z) * rule.w[q] / (z * rule.one_minus_t[q] + rule.t[q]));
+                let factor = z * rule.one_minus_t[q] + rule.t[q];
+                self.hot_weights.push((1.0 - z) * rule.w[q] / factor);
+                self.hot_inverse.push(1.0 / factor);
             }
         }
     }
@@ -133,11 +151,13 @@ impl PathPlan {
         let mut plan = PathPlan {
             slot: vec![0; n],
             first: vec![false; n],
+            pair: vec![false; n],
             z_prev: vec![1.0; n],
             z_edge: vec![[0.0; 2]; n],
             leaf: vec![(0, 0); n],
             elems: Vec::new(),
             hot_weights: Vec::new(),
+            hot_inverse: Vec::new(),
             points: 0,
         };
         let mut stack: Vec<(usize, Vec<(u32, f64)>)> = vec![(0, Vec::new())];
@@ -156,6 +176,7 @@ impl PathPlan {
             };
             plan.slot[i] = slot as u8;
             plan.first[i] = existing.is_none();
+            plan.pair[i] = tree.nodes[node.left as usize].is_leaf() && tree.nodes[node.right as usize].is_leaf();
             plan.z_prev[i] = prev;
             plan.z_edge[i] = [prev * rl, prev * rr];
             for (child, z) in [(node.right, prev * rr), (node.left, prev * rl)] {
@@ -227,41 +248,74 @@ impl<const N: usize> FastWalk<'_, N> {
         let [zl, zr] = self.plan.z_edge[node];
         let (hot, cold_child, z_hot, z_cold) =
             if goes_left { (tree_node.left, tree_node.right, zl, zr) } else { (tree_node.right, tree_node.left, zr, zl) };
+        let mut gh = *g;
+        let mut gc = *g;
+        // Each child's (hot set, cold product); a child whose cold product is 0 contributes
+        // nothing and is not visited.
+        let (hot_state, cold_state);
         if self.plan.first[node] {
-            let mut gh = *g;
-            let mut gc = *g;
             for q in 0..N {
                 gh[q] *= self.hot_factor(z_hot, q);
                 gc[q] *= self.rule.one_minus_t[q];
             }
-            self.visit(hot as usize, mask | bit, &gh, cold);
-            if z_cold != 0.0 {
-                self.visit(cold_child as usize, mask, &gc, cold * z_cold);
-            }
-            return;
-        }
-        let z_prev = self.plan.z_prev[node];
-        if mask & bit != 0 {
+            (hot_state, cold_state) = ((mask | bit, cold), (mask, cold * z_cold));
+        } else if mask & bit != 0 {
             // The feature was hot: the hot child keeps it hot with a smaller fraction, the cold
             // child turns it cold.
-            let mut gh = *g;
-            let mut gc = *g;
+            let z_prev = self.plan.z_prev[node];
             for q in 0..N {
                 let old = self.hot_factor(z_prev, q);
                 gh[q] *= self.hot_factor(z_hot, q) / old;
                 gc[q] *= self.rule.one_minus_t[q] / old;
             }
-            self.visit(hot as usize, mask, &gh, cold);
-            if z_cold != 0.0 {
-                self.visit(cold_child as usize, mask & !bit, &gc, cold * z_cold);
-            }
+            (hot_state, cold_state) = ((mask, cold), (mask & !bit, cold * z_cold));
         } else {
             // Already cold: it stays cold on both sides; only its fraction changes.
-            for (child, z) in [(hot, z_hot), (cold_child, z_cold)] {
-                if z != 0.0 {
-                    self.visit(child as usize, mask, g, cold / z_prev * z);
-                }
+            let z_prev = self.plan.z_prev[node];
+            (hot_state, cold_state) = ((mask, cold / z_prev * z_hot), (mask, cold / z_prev * z_cold));
+        }
+        if self.pairs.is_none() && self.plan.pair[node] && !self.plan.hot_weights.is_empty() {
+            let slot = self.plan.slot[node] as usize;
+            self.leaf_pair([(hot as usize, hot_state, &gh), (cold_child as usize, cold_state, &gc)], slot);
+            return;
+        }
+        for (child, (m, c), gx) in [(hot, hot_state, &gh), (cold_child, cold_state, &gc)] {
+            if c != 0.0 {
+                self.visit(child as usize, m, gx, c);
             }
+        }
+    }
+
+    /// Two sibling leaves at once (SHAP values only). Their paths agree except at the parent's
+    /// feature (path slot `slot`), so every other element reads one combined vector
+    /// `H = v_a·c_a·G_a + v_b·c_b·G_b` instead of each leaf's own: half the dot products.
+    fn leaf_pair(&mut self, leaves: [(usize, (u128, f64), &[f64; N]); 2], slot: usize) {
+        let mut h = [0.0; N];
+        let mut own = [0.0; 2];
+        for (k, &(leaf, (mask, cold), g)) in leaves.iter().enumerate() {
+            let scale = self.prep.value[leaf] * cold;
+            let (start, _) = self.plan.leaf[leaf];
+            let hw = &self.plan.hot_weights[(start as usize + slot) * N..(start as usize + slot + 1) * N];
+            for q in 0..N {
+                h[q] += scale * g[q];
+            }
+            let (hot_sum, cold_sum) = (dot(hw, g), dot(&self.rule.w_over_1mt, g));
+            own[k] = scale * if mask & (1u128 << slot) != 0 { hot_sum } else { -cold_sum };
+        }
+        let (start, d) = self.plan.leaf[leaves[0].0];
+        let (start, d) = (start as usize, d as usize);
+        let elems = &self.plan.elems[start..start + d];
+        self.phi[elems[slot].0 as usize] += own[0] + own[1];
+        let cold_sum = dot(&self.rule.w_over_1mt, &h);
+        // Outside `slot` both leaves have the same hot set.
+        let mask = leaves[0].1 .0;
+        let weights = &self.plan.hot_weights[start * N..(start + d) * N];
+        for (b, (&(feature, _), hw)) in elems.iter().zip(weights.chunks_exact(N)).enumerate() {
+            if b == slot {
+                continue;
+            }
+            let s = dot(hw, &h);
+            self.phi[feature as usize] += if mask & (1u128 << b) != 0 { s } else { -cold_sum };
         }
     }
 
@@ -271,32 +325,32 @@ impl<const N: usize> FastWalk<'_, N> {
             return;
         }
         let v = self.prep.value[node] * cold;
-        let mut cold_sum = 0.0;
-        for q in 0..N {
-            cold_sum += self.rule.w_over_1mt[q] * g[q];
-        }
-        let cold_value = -v * cold_sum;
+        let cold_value = -v * dot(&self.rule.w_over_1mt, g);
         let start = start as usize;
         let elems = &self.plan.elems[start..start + d as usize];
         let tabulated = !self.plan.hot_weights.is_empty();
-        for (b, &(feature, z)) in elems.iter().enumerate() {
-            let contribution = if mask & (1u128 << b) != 0 {
-                let mut s = 0.0;
-                if tabulated {
-                    let hw = &self.plan.hot_weights[(start + b) * N..(start + b + 1) * N];
-                    for q in 0..N {
-                        s += hw[q] * g[q];
-                    }
-                } else {
+        if tabulated {
+            // Branch-free: whether a feature is hot is a coin flip per row, so the dot product
+            // is computed for every element and the answer selected.
+            let weights = &self.plan.hot_weights[start * N..(start + elems.len()) * N];
+            for (b, (&(feature, _), hw)) in elems.iter().zip(weights.chunks_exact(N)).enumerate() {
+                let s = dot(hw, g);
+                let hot = mask & (1u128 << b) != 0;
+                self.phi[feature as usize] += if hot { v * s } else { cold_value };
+            }
+        } else {
+            for (b, &(feature, z)) in elems.iter().enumerate() {
+                let contribution = if mask & (1u128 << b) != 0 {
+                    let mut s = 0.0;
                     for q in 0..N {
                         s += (1.0 - z) * self.rule.w[q] * g[q] / self.hot_factor(z, q);
                     }
-                }
-                v * s
-            } else {
-                cold_value
-            };
-            self.phi[feature as usize] += contribution;
+                    v * s
+                } else {
+                    cold_value
+                };
+                self.phi[feature as usize] += contribution;
+            }
         }
         if self.pairs.is_some() {
             self.leaf_pairs(node, mask, g, cold);
@@ -316,6 +370,12 @@ impl<const N: usize> FastWalk<'_, N> {
         let width = self.phi.len();
         let value = self.prep.value[node];
         let pairs = self.pairs.as_deref_mut().expect("checked by caller");
+        if !self.plan.hot_inverse.is_empty() {
+            let table = start * N..(start + elems.len()) * N;
+            let (weights, inverse) = (&self.plan.hot_weights[table.clone()], &self.plan.hot_inverse[table]);
+            leaf_pairs_tabulated::<N>(elems, weights, inverse, self.rule, mask, g, cold, value, width, pairs);
+            return;
+        }
         for (bj, &(fj, zj)) in elems.iter().enumerate() {
             let hot_j = mask & (1u128 << bj) != 0;
             let mut gj = *g;
@@ -344,6 +404,62 @@ impl<const N: usize> FastWalk<'_, N> {
                     -cold_sum
                 };
                 pairs[row + fi as usize] += scale * c;
+            }
+        }
+    }
+}
+
+/// `Σ_q a[q]·b[q]` with four independent partial sums, combined in a fixed order: no chain of
+/// additions through one accumulator, so the loop vectorises and results stay deterministic.
+#[inline(always)]
+fn dot<const N: usize>(a: &[f64], b: &[f64; N]) -> f64 {
+    let a = &a[..N];
+    if N < 4 {
+        return (0..N).map(|q| a[q] * b[q]).sum();
+    }
+    let mut acc = [0.0; 4];
+    for q in (0..N).step_by(4) {
+        for l in 0..4 {
+            acc[l] += a[q + l] * b[q + l];
+        }
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// [`FastWalk::leaf_pairs`] with the per-element weights and inverses tabulated: no division,
+/// and no branch on whether a feature is hot.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn leaf_pairs_tabulated<const N: usize>(
+    elems: &[(u32, f64)],
+    weights: &[f64],
+    inverse: &[f64],
+    rule: &Rule,
+    mask: u128,
+    g: &[f64; N],
+    cold: f64,
+    value: f64,
+    width: usize,
+    pairs: &mut [f64],
+) {
+    for (bj, (&(fj, zj), inv_j)) in elems.iter().zip(inverse.chunks_exact(N)).enumerate() {
+        let hot_j = mask & (1u128 << bj) != 0;
+        let inv = if hot_j { inv_j } else { &rule.inv_1mt[..N] };
+        let mut gj = [0.0; N];
+        for q in 0..N {
+            gj[q] = g[q] * inv[q];
+        }
+        let cold_sum = dot(&rule.w_over_1mt, &gj);
+        // j leaves the players: a cold j takes its fraction out of the cold product.
+        let residual = if hot_j { cold } else { cold / zj };
+        let scale = 0.5 * ((hot_j as u8 as f64) - zj) * value * residual;
+        let row = &mut pairs[fj as usize * width..(fj as usize + 1) * width];
+        for (bi, (&(fi, _), hw)) in elems.iter().zip(weights.chunks_exact(N)).enumerate() {
+            let s = dot(hw, &gj);
+            let c = if mask & (1u128 << bi) != 0 { s } else { -cold_sum };
+            // The diagonal (bi == bj) is filled in from the SHAP values afterwards.
+            if bi != bj {
+                row[fi as usize] += scale * c;
             }
         }
     }
