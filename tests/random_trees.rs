@@ -146,6 +146,21 @@ fn brute_force_interaction(model: &Model, x: &[f64], i: usize, j: usize) -> f64 
 
 const ENGINES: [Algorithm; 4] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature];
 
+/// Checks every engine's SHAP values on `block` against enumeration over all coalitions.
+fn assert_engines_equal_brute_force(model: &Arc<Model>, block: &FeatureBlock, seed: u64) {
+    for a in ENGINES {
+        let shap = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().shap(block).unwrap();
+        for r in 0..block.rows() {
+            let want = brute_force_shap(model, block.row(r));
+            let got = shap.row(r, 0);
+            let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
+            for k in 0..model.num_features() {
+                assert!((got[k] - want[k]).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} feature {k}: {} vs {}", got[k], want[k]);
+            }
+        }
+    }
+}
+
 #[test]
 fn engines_equal_brute_force_shapley_values() {
     for seed in 1..=60u64 {
@@ -154,18 +169,7 @@ fn engines_equal_brute_force_shapley_values() {
         let (trees, depth) = (1 + rng.below(3), 1 + rng.below(7));
         let model = Arc::new(random_model(&mut rng, features, trees, depth));
         let block = random_rows(&mut rng, 6, features);
-        for a in ENGINES {
-            let e = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap();
-            let shap = e.shap(&block).unwrap();
-            for r in 0..block.rows() {
-                let want = brute_force_shap(&model, block.row(r));
-                let got = shap.row(r, 0);
-                let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
-                for k in 0..features {
-                    assert!((got[k] - want[k]).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} feature {k}: {} vs {}", got[k], want[k]);
-                }
-            }
-        }
+        assert_engines_equal_brute_force(&model, &block, seed);
     }
 }
 
@@ -179,17 +183,7 @@ fn empty_branches_equal_brute_force_shapley_values() {
         let (trees, depth) = (1 + rng.below(3), 2 + rng.below(6));
         let model = Arc::new(random_model_with_empty_branches(&mut rng, features, trees, depth, 0.3));
         let block = random_rows(&mut rng, 8, features);
-        for a in ENGINES {
-            let shap = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
-            for r in 0..block.rows() {
-                let want = brute_force_shap(&model, block.row(r));
-                let got = shap.row(r, 0);
-                let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
-                for k in 0..features {
-                    assert!((got[k] - want[k]).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} feature {k}: {} vs {}", got[k], want[k]);
-                }
-            }
-        }
+        assert_engines_equal_brute_force(&model, &block, seed);
     }
 }
 
