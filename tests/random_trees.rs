@@ -184,6 +184,13 @@ fn empty_branches_equal_brute_force_shapley_values() {
         let model = Arc::new(random_model_with_empty_branches(&mut rng, features, trees, depth, 0.3));
         let block = random_rows(&mut rng, 8, features);
         assert_engines_equal_brute_force(&model, &block, seed);
+        // Interactions too: quadrature (sibling leaves paired) against the TreeSHAP oracle.
+        let interactions = |a| build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().interactions(&block).unwrap().values;
+        let (want, got) = (interactions(Algorithm::TreeShap), interactions(Algorithm::Quadrature));
+        let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
+        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-9 * scale, "seed {seed} interaction value {k}: {a} vs {b}");
+        }
     }
 }
 

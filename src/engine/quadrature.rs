@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 use super::interactions::{check_size, finish_row};
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{check_block, par_rows, shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
+use super::{check_block, rows_per_task, shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
+use rayon::prelude::*;
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -274,9 +275,13 @@ impl<const N: usize> FastWalk<'_, N> {
             let z_prev = self.plan.z_prev[node];
             (hot_state, cold_state) = ((mask, cold / z_prev * z_hot), (mask, cold / z_prev * z_cold));
         }
-        if self.pairs.is_none() && self.plan.pair[node] && !self.plan.hot_weights.is_empty() {
+        if self.plan.pair[node] && !self.plan.hot_weights.is_empty() {
             let slot = self.plan.slot[node] as usize;
-            self.leaf_pair([(hot as usize, hot_state, &gh), (cold_child as usize, cold_state, &gc)], slot);
+            let leaves = [(hot as usize, hot_state, &gh), (cold_child as usize, cold_state, &gc)];
+            self.leaf_pair(leaves, slot);
+            if self.pairs.is_some() {
+                self.leaf_pair_interactions(leaves, slot);
+            }
             return;
         }
         for (child, (m, c), gx) in [(hot, hot_state, &gh), (cold_child, cold_state, &gc)] {
@@ -316,6 +321,86 @@ impl<const N: usize> FastWalk<'_, N> {
             }
             let s = dot(hw, &h);
             self.phi[feature as usize] += if mask & (1u128 << b) != 0 { s } else { -cold_sum };
+        }
+    }
+
+    /// Interaction halves of two sibling leaves at once ([`FastWalk::leaf_pairs`] for both).
+    /// Conditioning on a feature `j` other than the parent's (path slot `slot`) scales both
+    /// leaves alike, so every pair `(j, i)` with neither at `slot` reads the combined vector
+    /// `H = Σ v·c·G` once instead of each leaf's `G`.
+    fn leaf_pair_interactions(&mut self, leaves: [(usize, (u128, f64), &[f64; N]); 2], slot: usize) {
+        let (start, d) = self.plan.leaf[leaves[0].0];
+        let (start, d) = (start as usize, d as usize);
+        if d < 2 {
+            return;
+        }
+        let starts = [start, self.plan.leaf[leaves[1].0].0 as usize];
+        let width = self.phi.len();
+        let rule = self.rule;
+        let plan = self.plan;
+        let pairs = self.pairs.as_deref_mut().expect("checked by caller");
+        let table = |leaf: usize, b: usize| (starts[leaf] + b) * N..(starts[leaf] + b + 1) * N;
+        // Each leaf's G scaled by its value and cold product, and their sum.
+        let mut scaled = [[0.0; N]; 2];
+        let mut h = [0.0; N];
+        for (k, &(leaf, (_, cold), g)) in leaves.iter().enumerate() {
+            let scale = self.prep.value[leaf] * cold;
+            for q in 0..N {
+                scaled[k][q] = scale * g[q];
+                h[q] += scaled[k][q];
+            }
+        }
+        let elems = &plan.elems[start..start + d];
+        let mask = leaves[0].1 .0; // the same in both leaves outside `slot`
+        let hot = |m: u128, b: usize| m & (1u128 << b) != 0;
+        for (bj, &(fj, zj)) in elems.iter().enumerate() {
+            let row = &mut pairs[fj as usize * width..(fj as usize + 1) * width];
+            if bj == slot {
+                // The parent's feature differs between the leaves: each on its own.
+                for (k, &(leaf, (m, cold), g)) in leaves.iter().enumerate() {
+                    if cold == 0.0 {
+                        continue;
+                    }
+                    let zj = plan.elems[starts[k] + slot].1;
+                    let weights = &plan.hot_weights[starts[k] * N..(starts[k] + d) * N];
+                    let inverse = &plan.hot_inverse[starts[k] * N..(starts[k] + d) * N];
+                    let single = &plan.elems[starts[k]..starts[k] + d];
+                    leaf_pairs_row::<N>(single, weights, inverse, rule, m, g, cold, self.prep.value[leaf], slot, zj, row);
+                }
+                continue;
+            }
+            let hot_j = hot(mask, bj);
+            if !hot_j && zj == 0.0 {
+                continue; // unreachable: both leaves' cold products are 0
+            }
+            let inv = if hot_j { &plan.hot_inverse[table(0, bj)] } else { &rule.inv_1mt[..N] };
+            let k_j = 0.5 * ((hot_j as u8 as f64) - zj) * if hot_j { 1.0 } else { 1.0 / zj };
+            let mut hj = [0.0; N];
+            for q in 0..N {
+                hj[q] = h[q] * inv[q];
+            }
+            let cold_sum = dot(&rule.w_over_1mt, &hj);
+            for (bi, &(fi, _)) in elems.iter().enumerate() {
+                if bi == bj {
+                    continue;
+                }
+                let c = if bi == slot {
+                    let mut c = 0.0;
+                    for (k, &(_, (m, _), _)) in leaves.iter().enumerate() {
+                        let mut gj = [0.0; N];
+                        for q in 0..N {
+                            gj[q] = scaled[k][q] * inv[q];
+                        }
+                        c += if hot(m, slot) { dot(&plan.hot_weights[table(k, slot)], &gj) } else { -dot(&rule.w_over_1mt, &gj) };
+                    }
+                    c
+                } else if hot(mask, bi) {
+                    dot(&plan.hot_weights[table(0, bi)], &hj)
+                } else {
+                    -cold_sum
+                };
+                row[fi as usize] += k_j * c;
+            }
         }
     }
 
@@ -426,8 +511,7 @@ fn dot<const N: usize>(a: &[f64], b: &[f64; N]) -> f64 {
     (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
 
-/// [`FastWalk::leaf_pairs`] with the per-element weights and inverses tabulated: no division,
-/// and no branch on whether a feature is hot.
+/// [`FastWalk::leaf_pairs`] with the per-element weights and inverses tabulated: no division.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn leaf_pairs_tabulated<const N: usize>(
@@ -442,26 +526,45 @@ fn leaf_pairs_tabulated<const N: usize>(
     width: usize,
     pairs: &mut [f64],
 ) {
-    for (bj, (&(fj, zj), inv_j)) in elems.iter().zip(inverse.chunks_exact(N)).enumerate() {
-        let hot_j = mask & (1u128 << bj) != 0;
-        let inv = if hot_j { inv_j } else { &rule.inv_1mt[..N] };
-        let mut gj = [0.0; N];
-        for q in 0..N {
-            gj[q] = g[q] * inv[q];
-        }
-        let cold_sum = dot(&rule.w_over_1mt, &gj);
-        // j leaves the players: a cold j takes its fraction out of the cold product.
-        let residual = if hot_j { cold } else { cold / zj };
-        let scale = 0.5 * ((hot_j as u8 as f64) - zj) * value * residual;
+    for (bj, &(fj, zj)) in elems.iter().enumerate() {
         let row = &mut pairs[fj as usize * width..(fj as usize + 1) * width];
-        for (bi, (&(fi, _), hw)) in elems.iter().zip(weights.chunks_exact(N)).enumerate() {
-            let s = dot(hw, &gj);
-            let c = if mask & (1u128 << bi) != 0 { s } else { -cold_sum };
-            // The diagonal (bi == bj) is filled in from the SHAP values afterwards.
-            if bi != bj {
-                row[fi as usize] += scale * c;
-            }
+        leaf_pairs_row::<N>(elems, weights, inverse, rule, mask, g, cold, value, bj, zj, row);
+    }
+}
+
+/// Row `j` (path slot `bj`, fraction `zj`) of one leaf's interaction halves, added to `row`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn leaf_pairs_row<const N: usize>(
+    elems: &[(u32, f64)],
+    weights: &[f64],
+    inverse: &[f64],
+    rule: &Rule,
+    mask: u128,
+    g: &[f64; N],
+    cold: f64,
+    value: f64,
+    bj: usize,
+    zj: f64,
+    row: &mut [f64],
+) {
+    let hot_j = mask & (1u128 << bj) != 0;
+    let inv = if hot_j { &inverse[bj * N..(bj + 1) * N] } else { &rule.inv_1mt[..N] };
+    let mut gj = [0.0; N];
+    for q in 0..N {
+        gj[q] = g[q] * inv[q];
+    }
+    let cold_sum = dot(&rule.w_over_1mt, &gj);
+    // j leaves the players: a cold j takes its fraction out of the cold product.
+    let residual = if hot_j { cold } else { cold / zj };
+    let scale = 0.5 * ((hot_j as u8 as f64) - zj) * value * residual;
+    for (bi, (&(fi, _), hw)) in elems.iter().zip(weights.chunks_exact(N)).enumerate() {
+        // The diagonal (bi == bj) is filled in from the SHAP values afterwards.
+        if bi == bj {
+            continue;
         }
+        let c = if mask & (1u128 << bi) != 0 { dot(hw, &gj) } else { -cold_sum };
+        row[fi as usize] += scale * c;
     }
 }
 
@@ -506,19 +609,29 @@ impl Explainer for Quadrature {
         let (f, g) = (p.model.num_features(), p.model.num_groups);
         let w = f + 1;
         check_size(block.rows(), g * w * w)?;
-        let init = || vec![0.0; g * w];
-        let values = par_rows(block, g * w * w, init, |x, out, shap| {
-            shap.iter_mut().for_each(|v| *v = 0.0);
+        let width = g * w * w;
+        let mut values = vec![0.0; block.rows() * width];
+        let per_task = rows_per_task(block.rows());
+        // Tree-major within a task, as for SHAP values: the tree's tables stay in cache while
+        // it meets every row of the task (row by row, the whole model streams from memory).
+        values.par_chunks_mut(width * per_task).enumerate().for_each_init(Vec::new, |shap: &mut Vec<f64>, (task, chunk)| {
+            let first = task * per_task;
+            let rows = chunk.len() / width;
+            shap.clear();
+            shap.resize(rows * g * w, 0.0);
             for (t, tree) in p.model.trees.iter().enumerate() {
                 let k = tree.group;
-                let phi = &mut shap[k * w..(k + 1) * w];
-                let pairs = &mut out[k * w * w..(k + 1) * w * w];
-                self.walk(t, x, phi, Some(pairs));
+                for (r, out) in chunk.chunks_mut(width).enumerate() {
+                    let phi = &mut shap[(r * g + k) * w..(r * g + k + 1) * w];
+                    self.walk(t, block.row(first + r), phi, Some(&mut out[k * w * w..(k + 1) * w * w]));
+                }
             }
-            for (k, b) in p.bias.iter().enumerate() {
-                shap[k * w + f] = *b;
+            for (out, shap) in chunk.chunks_mut(width).zip(shap.chunks_mut(g * w)) {
+                for (k, b) in p.bias.iter().enumerate() {
+                    shap[k * w + f] = *b;
+                }
+                finish_row(out, shap, f, g);
             }
-            finish_row(out, shap, f, g);
         });
         Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
     }
