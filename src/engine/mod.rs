@@ -38,10 +38,12 @@ pub const ROWS_PER_TASK: usize = 64;
 
 /// Rows per task for a block of `rows`: [`ROWS_PER_TASK`], or fewer when the block is small, so
 /// that every thread gets work (a 50-row block of a deep model is otherwise one task on one
-/// core). Each row's attributions are summed tree by tree in model order whatever the task,
-/// so the split of work never changes what is computed.
+/// core) — but no fewer than the threads can share, since each task reads every tree once
+/// (25 rows per task ran the 1000-tree depth-16 model 18 % faster than 7). Each row's
+/// attributions are summed tree by tree in model order whatever the task, so the split of work
+/// never changes what is computed.
 pub(crate) fn rows_per_task(rows: usize) -> usize {
-    rows.div_ceil(4 * rayon::current_num_threads()).clamp(1, ROWS_PER_TASK)
+    rows.div_ceil(rayon::current_num_threads()).clamp(1, ROWS_PER_TASK)
 }
 
 /// The engines callers can ask for by name.
