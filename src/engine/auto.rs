@@ -7,6 +7,7 @@ use std::fmt;
 
 use super::fast_v2::table_bytes;
 use super::prepared::{PreparedModel, UNREACHABLE};
+use super::quadrature::points_for;
 use super::{Algorithm, EngineOptions};
 
 /// Rows assumed when the caller cannot say how many will be explained.
@@ -38,7 +39,7 @@ fn costs(p: &PreparedModel) -> Costs {
     let mut c = Costs { quadrature_per_row: 0.0, v2_per_row: 0.0, v2_setup: 0.0 };
     for (tree, prep) in p.model.trees.iter().zip(&p.trees) {
         let max_d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
-        let points = max_d.div_ceil(2).max(1).next_power_of_two() as f64;
+        let points = points_for(max_d) as f64;
         for (node, &d) in tree.nodes.iter().zip(&prep.distinct) {
             if d == UNREACHABLE {
                 continue;

@@ -61,6 +61,12 @@ pub(crate) fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
     (nodes, weights)
 }
 
+/// Quadrature points for a tree whose longest path has `distinct` features: ⌈d/2⌉ make the
+/// rule exact; rounded up to a power of two so the walk is compiled for a few fixed sizes.
+pub(crate) fn points_for(distinct: usize) -> usize {
+    distinct.div_ceil(2).max(1).next_power_of_two()
+}
+
 /// Quadrature data of one tree, for `N` points.
 #[derive(Debug, Clone)]
 struct Rule {
@@ -77,7 +83,7 @@ struct Rule {
 
 impl Rule {
     fn new(distinct: usize) -> Option<Rule> {
-        let points = distinct.div_ceil(2).max(1).next_power_of_two();
+        let points = points_for(distinct);
         if points > MAX_POINTS {
             return None;
         }
@@ -458,7 +464,10 @@ impl<const N: usize> FastWalk<'_, N> {
         if !self.plan.hot_inverse.is_empty() {
             let table = start * N..(start + elems.len()) * N;
             let (weights, inverse) = (&self.plan.hot_weights[table.clone()], &self.plan.hot_inverse[table]);
-            leaf_pairs_tabulated::<N>(elems, weights, inverse, self.rule, mask, g, cold, value, width, pairs);
+            for (bj, &(fj, zj)) in elems.iter().enumerate() {
+                let row = &mut pairs[fj as usize * width..(fj as usize + 1) * width];
+                leaf_pairs_row::<N>(elems, weights, inverse, self.rule, mask, g, cold, value, bj, zj, row);
+            }
             return;
         }
         for (bj, &(fj, zj)) in elems.iter().enumerate() {
@@ -511,28 +520,8 @@ fn dot<const N: usize>(a: &[f64], b: &[f64; N]) -> f64 {
     (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
 
-/// [`FastWalk::leaf_pairs`] with the per-element weights and inverses tabulated: no division.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn leaf_pairs_tabulated<const N: usize>(
-    elems: &[(u32, f64)],
-    weights: &[f64],
-    inverse: &[f64],
-    rule: &Rule,
-    mask: u128,
-    g: &[f64; N],
-    cold: f64,
-    value: f64,
-    width: usize,
-    pairs: &mut [f64],
-) {
-    for (bj, &(fj, zj)) in elems.iter().enumerate() {
-        let row = &mut pairs[fj as usize * width..(fj as usize + 1) * width];
-        leaf_pairs_row::<N>(elems, weights, inverse, rule, mask, g, cold, value, bj, zj, row);
-    }
-}
-
-/// Row `j` (path slot `bj`, fraction `zj`) of one leaf's interaction halves, added to `row`.
+/// Row `j` (path slot `bj`, fraction `zj`) of one leaf's interaction halves, added to `row`,
+/// with the per-element weights and inverses tabulated: no division.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn leaf_pairs_row<const N: usize>(
