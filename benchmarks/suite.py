@@ -32,7 +32,7 @@ OUT = ROOT / "benchmarks" / "out"
 PY311 = ROOT / ".venv" / "bin" / "python"
 PY312 = ROOT / ".venv312" / "bin" / "python"
 BENCH = ROOT / "target" / "release" / "examples" / "bench"
-OURS = ["fast-v1", "fast-v2", "quadrature", "auto"]
+OURS = ["fast-v1", "fast-v2", "quadrature", "linear", "auto"]
 
 
 @dataclass

@@ -146,7 +146,7 @@ pub struct WorkerArgs {
     /// Compute threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Engine: auto, treeshap, fast-v1, fast-v2 or quadrature.
+    /// Engine: auto, treeshap, fast-v1, fast-v2, quadrature or linear.
     #[arg(long, default_value = "auto")]
     pub algorithm: Algorithm,
     /// Memory bound for fast-v2's tables, in MiB.

@@ -6,7 +6,7 @@ use common::{fixtures, max_row_rel_error};
 use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, Explainer, FeatureBlock};
 use std::sync::Arc;
 
-const ENGINES: [Algorithm; 4] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature];
+const ENGINES: [Algorithm; 5] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear];
 
 fn engine(f: &common::Fixture, a: Algorithm) -> Arc<dyn Explainer> {
     build_explainer(f.model.clone(), a, None, &EngineOptions::default()).unwrap()
@@ -33,7 +33,7 @@ fn engines_agree_with_the_reference_engine() {
     for f in fixtures() {
         let block = f.block();
         let reference = engine(&f, Algorithm::TreeShap).shap(&block).unwrap();
-        for a in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature] {
+        for a in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear] {
             let ours = engine(&f, a).shap(&block).unwrap();
             let (err, row) = max_row_rel_error(&ours.values, &reference.values, f.model.num_features() + 1);
             assert!(err <= 1e-9, "{} {a}: differs from treeshap by {err:.3e} (row/group {row})", f.name);

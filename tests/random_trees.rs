@@ -144,7 +144,7 @@ fn brute_force_interaction(model: &Model, x: &[f64], i: usize, j: usize) -> f64 
         .sum()
 }
 
-const ENGINES: [Algorithm; 4] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature];
+const ENGINES: [Algorithm; 5] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear];
 
 /// Checks every engine's SHAP values on `block` against enumeration over all coalitions.
 fn assert_engines_equal_brute_force(model: &Arc<Model>, block: &FeatureBlock, seed: u64) {
@@ -232,7 +232,7 @@ fn deep_random_ensembles_agree_with_the_oracle() {
         let block = random_rows(&mut rng, 20, features);
         let oracle = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
         let pred = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().predict(&block).unwrap();
-        for a in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature] {
+        for a in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear] {
             let ours = match build_explainer(model.clone(), a, None, &EngineOptions::default()) {
                 Ok(e) => e.shap(&block).unwrap(),
                 // fast-v2 declines models whose tables exceed its memory bound
@@ -258,4 +258,24 @@ fn fast_v2_refuses_tables_over_its_memory_bound() {
     let model = Arc::new(random_model(&mut rng, 20, 4, 12));
     let err = build_explainer(model, Algorithm::FastV2, None, &EngineOptions { v2_memory_bytes: 1024, ..Default::default() }).err().unwrap();
     assert!(err.to_string().contains("over the bound"), "{err}");
+}
+
+/// `linear` explains eight rows per SIMD pass: a row's values must not depend on which rows
+/// share its pass (nor on the padding of a partial one), bit for bit.
+#[test]
+fn linear_rows_do_not_depend_on_their_lane_group() {
+    let mut rng = Rng(0x5EED_1234);
+    let features = 12;
+    let model = Arc::new(random_model(&mut rng, features, 5, 10));
+    let block = random_rows(&mut rng, 21, features);
+    let engine = build_explainer(model, Algorithm::Linear, None, &EngineOptions::default()).unwrap();
+    let together = engine.shap(&block).unwrap();
+    // Reversed order puts every row beside other rows, at another lane.
+    let reversed: Vec<f64> = (0..block.rows()).rev().flat_map(|r| block.row(r).to_vec()).collect();
+    let reversed = engine.shap(&FeatureBlock::new(block.rows(), features, reversed, Precision::F64)).unwrap();
+    for r in 0..block.rows() {
+        let alone = engine.shap(&FeatureBlock::new(1, features, block.row(r).to_vec(), Precision::F64)).unwrap();
+        assert_eq!(together.row(r, 0), alone.row(0, 0), "row {r} alone");
+        assert_eq!(together.row(r, 0), reversed.row(block.rows() - 1 - r, 0), "row {r} reversed");
+    }
 }

@@ -33,12 +33,13 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::decision::Decision;
 use super::interactions::FastInteractions;
 use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
 use super::{check_block, rows_per_task, Attributions, Explainer, FeatureBlock, Interactions, ROWS_PER_TASK};
 use crate::error::{Error, Result};
-use crate::model::{Model, SplitRule, Tree};
+use crate::model::{Model, Tree};
 
 /// Default bound on the size of the v2 tables: 256 MiB.
 pub const DEFAULT_V2_MEMORY_BYTES: usize = 256 << 20;
@@ -81,16 +82,6 @@ fn is_pair(tree: &Tree, i: usize) -> bool {
     !n.is_leaf() && tree.nodes[n.left as usize].is_leaf() && tree.nodes[n.right as usize].is_leaf()
 }
 
-/// How a step tests its split, specialised for the common numeric rules.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Test {
-    /// XGBoost numeric, and LightGBM numeric with NaN as its missing value: missing goes the
-    /// default way, else left iff `x < threshold` (`strict`) or `x <= threshold`.
-    Numeric { threshold: f64, strict: bool, default_left: bool },
-    /// Anything else: `Tree::goes_left`.
-    Generic,
-}
-
 /// What a step of the preorder walk does.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum StepKind {
@@ -106,9 +97,7 @@ enum StepKind {
 #[derive(Debug, Clone, Copy)]
 struct Step {
     kind: StepKind,
-    test: Test,
-    /// Model node index (for `Test::Generic`).
-    node: u32,
+    test: Decision,
     feature: u32,
     /// Leaf and pair steps: the unit whose index they set.
     unit: u32,
@@ -241,8 +230,7 @@ impl<'a> TreeBuilder<'a> {
             self.out.max_depth = self.out.max_depth.max(depth as usize + 1);
             let mut step = Step {
                 kind: StepKind::Split,
-                test: test_of(self.tree, i),
-                node: i as u32,
+                test: Decision::of(self.tree, i),
                 feature: node.feature,
                 unit: 0,
                 bit: 0,
@@ -390,17 +378,6 @@ fn child_path(path: &[(u32, f64)], existing: Option<usize>, feature: u32, ratio:
     next
 }
 
-fn test_of(tree: &Tree, i: usize) -> Test {
-    let node = &tree.nodes[i];
-    match node.rule {
-        SplitRule::XgbLess { threshold } => Test::Numeric { threshold, strict: true, default_left: node.default_left },
-        SplitRule::LgbLessEqual { threshold, missing: crate::model::MissingType::NaN } => {
-            Test::Numeric { threshold, strict: false, default_left: node.default_left }
-        }
-        _ => Test::Generic,
-    }
-}
-
 /// `table[S] = Q(S)` for every subset S of the path's bits, by a depth-first walk over
 /// include/exclude decisions that keeps one polynomial per depth.
 fn fill_table(zeros: &[f64], c: &[f64], table: &mut [f64], polys: &mut Vec<Vec<f64>>) {
@@ -428,18 +405,6 @@ fn fill_table(zeros: &[f64], c: &[f64], table: &mut [f64], polys: &mut Vec<Vec<f
     go(0, 0, zeros, c, table, polys);
 }
 
-#[inline(always)]
-fn goes_left(tree: &Tree, step: &Step, x: &[f64]) -> bool {
-    let v = x[step.feature as usize];
-    match step.test {
-        Test::Numeric { threshold, strict, default_left } => {
-            let below = if strict { v < threshold } else { v <= threshold };
-            below | (v.is_nan() & default_left)
-        }
-        Test::Generic => tree.goes_left(&tree.nodes[step.node as usize], v),
-    }
-}
-
 /// Phase one for one row: every unit's index, written to `index[unit * stride + row]`.
 fn unit_indices(tree: &Tree, v2: &V2Tree, x: &[f64], index: &mut [u32], stride: usize, row: usize, pending: &mut [u32]) {
     let mut current = 0u32;
@@ -448,13 +413,13 @@ fn unit_indices(tree: &Tree, v2: &V2Tree, x: &[f64], index: &mut [u32], stride: 
         match step.kind {
             StepKind::Leaf => index[step.unit as usize * stride + row] = set,
             StepKind::Pair => {
-                let dir = if goes_left(tree, step, x) { step.bit } else { 0 };
+                let dir = if step.test.goes_left(tree, x[step.feature as usize]) { step.bit } else { 0 };
                 index[step.unit as usize * stride + row] = set | dir;
             }
             StepKind::Split => {
                 let hot = if step.first { set | step.bit } else { set };
                 let cold = set & !step.bit;
-                let (left, right) = if goes_left(tree, step, x) { (hot, cold) } else { (cold, hot) };
+                let (left, right) = if step.test.goes_left(tree, x[step.feature as usize]) { (hot, cold) } else { (cold, hot) };
                 current = left;
                 pending[step.depth as usize + 1] = right;
             }

@@ -8,9 +8,11 @@
 
 mod auto;
 mod block;
+mod decision;
 mod fast_v1;
 mod fast_v2;
 pub(crate) mod interactions;
+mod linear;
 pub(crate) mod path;
 pub(crate) mod prepared;
 mod quadrature;
@@ -60,6 +62,9 @@ pub enum Algorithm {
     FastV2,
     /// Gauss–Legendre quadrature of the Shapley weights: exact, O(⌈d/2⌉) per node, no tables.
     Quadrature,
+    /// The quadrature rule in Linear TreeSHAP's bottom-up form, eight rows per SIMD pass:
+    /// exact, O(⌈d/2⌉) per node and row instead of per leaf and path feature, no tables.
+    Linear,
 }
 
 impl Algorithm {
@@ -71,11 +76,12 @@ impl Algorithm {
             Algorithm::FastV1 => "fast-v1",
             Algorithm::FastV2 => "fast-v2",
             Algorithm::Quadrature => "quadrature",
+            Algorithm::Linear => "linear",
         }
     }
 
     /// All names, for help texts.
-    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2", "quadrature"];
+    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2", "quadrature", "linear"];
 }
 
 impl fmt::Display for Algorithm {
@@ -93,6 +99,7 @@ impl FromStr for Algorithm {
             "fast-v1" | "fast_v1" => Algorithm::FastV1,
             "fast-v2" | "fast_v2" => Algorithm::FastV2,
             "quadrature" => Algorithm::Quadrature,
+            "linear" => Algorithm::Linear,
             other => {
                 return Err(Error::Input(format!(
                     "unknown algorithm {other:?}; expected one of {}",
@@ -289,6 +296,7 @@ pub fn build_explainer(
         Algorithm::FastV1 => Arc::new(fast_v1::FastV1::new(prepared)),
         Algorithm::FastV2 => Arc::new(fast_v2::FastV2::new(prepared, options.v2_memory_bytes)?),
         Algorithm::Quadrature => Arc::new(quadrature::Quadrature::new(prepared)?),
+        Algorithm::Linear => Arc::new(linear::Linear::new(prepared)?),
         Algorithm::Auto => unreachable!("auto resolved above"),
     })
 }

@@ -63,7 +63,7 @@ pub(crate) fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
 
 /// Quadrature points for a tree whose longest path has `distinct` features: ⌈d/2⌉ make the
 /// rule exact; rounded up to a power of two so the walk is compiled for a few fixed sizes.
-pub(crate) fn points_for(distinct: usize) -> usize {
+fn points_for(distinct: usize) -> usize {
     distinct.div_ceil(2).max(1).next_power_of_two()
 }
 

@@ -8,7 +8,7 @@ extensions_options! {
     pub struct ShapOptions {
         /// URL prefix (or local directory) where `<name>.json|.ubj|.txt` models are looked up.
         pub model_dir: String, default = String::new()
-        /// Engine: auto, treeshap, fast-v1, fast-v2 or quadrature.
+        /// Engine: auto, treeshap, fast-v1, fast-v2, quadrature or linear.
         pub algorithm: String, default = "auto".to_string()
         /// Device: auto (the GPU when one is usable and algorithm is auto), cpu, or gpu.
         pub device: String, default = "auto".to_string()

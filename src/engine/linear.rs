@@ -1,0 +1,637 @@
+//! `linear`: exact TreeSHAP in one top-down and one bottom-up pass over the nodes (the form of
+//! Linear TreeSHAP), with the Shapley weights integrated by the Gauss–Legendre rule of
+//! [`quadrature`](super::quadrature); eight rows at a time, one per SIMD lane.
+//!
+//! Notation as in `quadrature`: on a leaf's path, feature j has merged cover fraction `z_j` and
+//! is hot (`o_j = 1`) when the row follows every split on it, cold (`o_j = 0`) otherwise. With
+//! `f_j(t) = z_j + (o_j − z_j)·t`, a leaf of value v adds to a path feature i
+//!
+//! ```text
+//!   φ_i += v · ∫₀¹ (o_i − z_i) · Π_{j≠i} f_j(t) dt
+//! ```
+//!
+//! a polynomial of degree d−1 (d distinct path features), so ⌈d/2⌉ points integrate it exactly.
+//! `quadrature` evaluates this at every leaf for every path feature: O(leaves·d·⌈d/2⌉) per row.
+//! Here the product is split at the split p that tests i. With `A_p(t)` the product of the
+//! factors above p and `B_c(t) = Σ_{leaves l under c} v_l · Π_{factors between c and l}`, every
+//! leaf under p gives i, together,
+//!
+//! ```text
+//!   Σ_k w_k · A_p(t_k) · (e_L(t_k)·B_L(t_k) + e_R(t_k)·B_R(t_k)),   e_c = o_c − z_c
+//! ```
+//!
+//! and `B_p = g_L·B_L + g_R·B_R` with `g_c = f_c` the child's factor: A flows down, B flows up,
+//! and each split costs O(⌈d/2⌉) per row, O(nodes·⌈d/2⌉) per tree.
+//!
+//! A feature split on again below an earlier split on it (merged fraction `z'` above, hot or
+//! cold there) replaces the factor `f' = z' + (o' − z')·t` by the merged one: its children's
+//! factors become `f_c / f'`, and the telescoping difference `(o_c−z_c)/f_c − (o'−z')/f'` of the
+//! two splits' terms makes the sum over a path's splits on i exactly the leaf's term, at every
+//! quadrature point. If i was already cold above, both children keep it cold: the factor only
+//! scales by the edge's cover fraction and the split adds nothing. Per lane this is
+//! `g_c = s·(a_c + c_c·t)`, `e_c = s·(c_c − β·g_c)` with `s = 1/f'` (1 for a first or cold
+//! split), `β = 1 − z'` (0 for a first or cold split), and `a_c`, `c_c` from the row's
+//! directions (see [`Coefficients`]). Every factor is in [0, 1], `1/f'` is at most `1/t₁`,
+//! and no division happens per row.
+//!
+//! The walk over a tree is the same for every row; only these per-lane coefficients differ. So
+//! eight rows share the control flow and the tree's data, and the arithmetic is plain lane-wise
+//! `[f64; 8]` loops, compiled for AVX-512 and AVX2 as well and chosen at run time (no fused
+//! multiply-add: the same bits on every path).
+
+use std::sync::{Arc, OnceLock};
+
+use rayon::prelude::*;
+
+use super::decision::Decision;
+use super::interactions::FastInteractions;
+use super::prepared::{PreparedModel, PreparedTree};
+use super::quadrature::{gauss_legendre, MAX_POINTS};
+use super::{check_block, rows_per_task, Attributions, Explainer, FeatureBlock, Interactions};
+use crate::error::{Error, Result};
+use crate::model::{Model, Tree};
+
+/// Rows explained together, one per lane.
+pub(crate) const LANES: usize = 8;
+
+/// One value per row of a lane group.
+type Lanes = [f64; LANES];
+
+/// Quadrature points that integrate every leaf's polynomial exactly when the tree's longest
+/// path has `distinct` features: ⌈d/2⌉ (at least one).
+pub(crate) fn exact_points(distinct: usize) -> usize {
+    distinct.div_ceil(2).max(1)
+}
+
+/// A child of a compiled split.
+#[derive(Debug, Clone, Copy)]
+enum Child {
+    /// Another split (index into `LinearTree::splits`).
+    Split(u32),
+    /// A leaf, with its value times the tree weight.
+    Leaf(f64),
+}
+
+/// One internal node, compiled.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    feature: u32,
+    decision: Decision,
+    children: [Child; 2],
+    /// Cover fractions of the left and right edge.
+    z: [f64; 2],
+    /// The feature's merged cover fraction on the path above (1 where the path meets it here first).
+    z_prev: f64,
+    /// The nearest split above on the same feature, and the side of it (0 left, 1 right) this
+    /// split lies on; `None` where the path meets the feature here first.
+    prev: Option<(u32, u8)>,
+}
+
+/// A tree compiled for the walk: splits in preorder (a split's ancestors come before it), and
+/// the quadrature rule its longest path needs.
+#[derive(Debug)]
+struct LinearTree {
+    splits: Vec<Split>,
+    /// Quadrature nodes on [0, 1] and weights; ⌈d/2⌉ of them for the tree's longest path.
+    t: Vec<f64>,
+    w: Vec<f64>,
+    /// Deepest split, counting the root as 1.
+    depth: usize,
+}
+
+impl LinearTree {
+    fn new(tree: &Tree, prep: &PreparedTree, index: usize) -> Result<LinearTree> {
+        let distinct = prep.leaf_path_lengths(tree).max().unwrap_or(0);
+        let points = exact_points(distinct);
+        if points > MAX_POINTS {
+            return Err(Error::Unavailable(format!(
+                "linear: tree {index} has a path with {distinct} distinct features (limit {}); use fast-v1",
+                2 * MAX_POINTS
+            )));
+        }
+        let (t, w) = gauss_legendre(points);
+        let mut splits = Vec::new();
+        let mut split_of = vec![u32::MAX; tree.nodes.len()];
+        let mut model_node = Vec::new();
+        let mut depth = 0;
+        // (node, depth, path: (feature, merged fraction, last split on it, side below it))
+        let mut stack: Vec<(usize, usize, Vec<(u32, f64, u32, u8)>)> = vec![(0, 1, Vec::new())];
+        while let Some((i, d, path)) = stack.pop() {
+            let node = &tree.nodes[i];
+            if node.is_leaf() {
+                continue;
+            }
+            let me = splits.len() as u32;
+            split_of[i] = me;
+            model_node.push(i);
+            depth = depth.max(d);
+            let existing = path.iter().position(|e| e.0 == node.feature);
+            let (z_prev, prev) = match existing {
+                Some(e) => (path[e].1, Some((path[e].2, path[e].3))),
+                None => (1.0, None),
+            };
+            splits.push(Split {
+                feature: node.feature,
+                decision: Decision::of(tree, i),
+                children: [Child::Leaf(0.0); 2],
+                z: prep.ratios[i],
+                z_prev,
+                prev,
+            });
+            for side in [1u8, 0] {
+                let mut next = path.clone();
+                let entry = (node.feature, z_prev * prep.ratios[i][side as usize], me, side);
+                match existing {
+                    Some(e) => next[e] = entry,
+                    None => next.push(entry),
+                }
+                let child = if side == 0 { node.left } else { node.right };
+                stack.push((child as usize, d + 1, next));
+            }
+        }
+        for (split, &i) in splits.iter_mut().zip(&model_node) {
+            let node = &tree.nodes[i];
+            for (slot, child) in split.children.iter_mut().zip([node.left, node.right]) {
+                let c = child as usize;
+                *slot = if tree.nodes[c].is_leaf() { Child::Leaf(prep.value[c]) } else { Child::Split(split_of[c]) };
+            }
+        }
+        Ok(LinearTree { splits, t, w, depth })
+    }
+
+    fn points(&self) -> usize {
+        self.t.len()
+    }
+}
+
+/// The `linear` engine: compiled trees; interactions come from the quadrature engine.
+pub(crate) struct Linear {
+    prepared: Arc<PreparedModel>,
+    trees: Vec<LinearTree>,
+    interactions: FastInteractions,
+}
+
+impl Linear {
+    pub fn new(prepared: Arc<PreparedModel>) -> Result<Linear> {
+        let trees = prepared
+            .model
+            .trees
+            .iter()
+            .zip(&prepared.trees)
+            .enumerate()
+            .map(|(t, (tree, prep))| LinearTree::new(tree, prep, t))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Linear { prepared, trees, interactions: FastInteractions::default() })
+    }
+}
+
+/// Per-lane coefficients of one split for a lane group (see the module docs): child c's factor
+/// is `g_c = s·(a_c + c_c·t)` and its term `e_c = s·(c_c − β·g_c)`, with `s = 1/f'(t)` in lanes
+/// where a repeated feature was hot above and 1 elsewhere.
+#[derive(Clone, Copy, Default)]
+struct Coefficients {
+    a: [Lanes; 2],
+    c: [Lanes; 2],
+    beta: Lanes,
+    /// 1 in lanes where a repeated feature was hot above (their factors are divided by f'), else 0.
+    sel: Lanes,
+    /// Whether the split repeats a feature met above (else `s = 1` and `β = 0` in every lane).
+    repeated: bool,
+}
+
+#[inline(always)]
+fn bit(mask: u32, lane: usize) -> f64 {
+    ((mask >> lane) & 1) as f64
+}
+
+impl Coefficients {
+    /// `left`: lanes going left; `hot_above`: lanes where every split above on the same
+    /// feature was followed (all lanes for a first split).
+    #[inline(always)]
+    fn set(&mut self, split: &Split, left: u32, hot_above: u32) {
+        let [zl, zr] = split.z;
+        self.repeated = split.prev.is_some();
+        if !self.repeated {
+            for r in 0..LANES {
+                let l = bit(left, r);
+                self.a[0][r] = zl;
+                self.a[1][r] = zr;
+                self.c[0][r] = l - zl;
+                self.c[1][r] = (1.0 - l) - zr;
+            }
+            return;
+        }
+        let zp = split.z_prev;
+        for r in 0..LANES {
+            let (l, h) = (bit(left, r), bit(hot_above, r));
+            // Hot above: fractions merge with the one above. Cold above: the edge fraction only.
+            let merge = 1.0 + h * (zp - 1.0);
+            let (al, ar) = (zl * merge, zr * merge);
+            self.a[0][r] = al;
+            self.a[1][r] = ar;
+            self.c[0][r] = h * (l - al);
+            self.c[1][r] = h * ((1.0 - l) - ar);
+            self.beta[r] = h * (1.0 - zp);
+            self.sel[r] = h;
+        }
+    }
+
+    /// Child `side`'s factor at quadrature node `t` of a first split.
+    #[inline(always)]
+    fn first_factor(&self, side: usize, t: f64) -> Lanes {
+        let (a, c) = (&self.a[side], &self.c[side]);
+        let mut g = [0.0; LANES];
+        for r in 0..LANES {
+            g[r] = a[r] + c[r] * t;
+        }
+        g
+    }
+
+    /// Child `side`'s factor and term at quadrature node `t` of a repeated split, with
+    /// `inv = 1/f'(t)`.
+    #[inline(always)]
+    fn repeated_factor_term(&self, side: usize, t: f64, inv: f64) -> (Lanes, Lanes) {
+        let (a, c) = (&self.a[side], &self.c[side]);
+        let mut g = [0.0; LANES];
+        let mut e = [0.0; LANES];
+        for r in 0..LANES {
+            let s = 1.0 + self.sel[r] * (inv - 1.0);
+            g[r] = s * (a[r] + c[r] * t);
+            e[r] = s * (c[r] - self.beta[r] * g[r]);
+        }
+        (g, e)
+    }
+}
+
+/// Per-task buffers, reused across trees and blocks.
+#[derive(Default)]
+struct Scratch {
+    /// Feature values of the task's lane groups, feature-major within a group.
+    xs: Vec<Lanes>,
+    /// Attributions per lane group, output group and feature.
+    phi: Vec<Lanes>,
+    /// Per split of the current tree: (lanes going left, lanes hot above on its feature).
+    masks: Vec<(u32, u32)>,
+    walk: WalkStack,
+}
+
+/// The explicit stack of the walk, one level per depth.
+#[derive(Default)]
+struct WalkStack {
+    split: Vec<u32>,
+    /// Children done (0, 1 or 2).
+    stage: Vec<u8>,
+    coefficients: Vec<Coefficients>,
+    /// `LEVEL_SLOTS·K` lanes per level: A, the children's B, and (repeated splits) their
+    /// factors and terms.
+    values: Vec<Lanes>,
+}
+
+/// Slots of K lanes per level of [`WalkStack::values`].
+const LEVEL_SLOTS: usize = 7;
+const A: usize = 0;
+const B: [usize; 2] = [1, 2];
+const G: [usize; 2] = [3, 4];
+const E: [usize; 2] = [5, 6];
+
+impl WalkStack {
+    fn reserve(&mut self, levels: usize, points: usize) {
+        self.split.resize(levels, 0);
+        self.stage.resize(levels, 0);
+        self.coefficients.resize(levels, Coefficients::default());
+        self.values.resize(levels * LEVEL_SLOTS * points, [0.0; LANES]);
+    }
+}
+
+/// Phase one for a lane group: every split's lanes going left, and lanes where the splits above
+/// on the same feature were all followed. Splits are in preorder, so `prev` is already done.
+#[inline(always)]
+fn directions(tree: &Tree, lt: &LinearTree, xs: &[Lanes], masks: &mut Vec<(u32, u32)>) {
+    const ALL: u32 = (1 << LANES) - 1;
+    masks.clear();
+    for split in &lt.splits {
+        let left = split.decision.lanes_left(tree, &xs[split.feature as usize]);
+        let hot = match split.prev {
+            None => ALL,
+            Some((p, side)) => {
+                let (pl, ph) = masks[p as usize];
+                ph & if side == 0 { pl } else { !pl & ALL }
+            }
+        };
+        masks.push((left, hot));
+    }
+}
+
+/// Phase two for a lane group: the walk, adding every split's terms to `phi` (per feature).
+#[inline(always)]
+fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkStack) {
+    let k_n = lt.points();
+    let (t, w) = (&lt.t[..], &lt.w[..]);
+    let WalkStack { split: at_split, stage, coefficients, values } = s;
+    let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * k_n;
+    // The root's A is the quadrature weights, so the terms come out integrated.
+    for k in 0..k_n {
+        values[slot(0, A) + k] = [w[k]; LANES];
+    }
+    at_split[0] = 0;
+    stage[0] = 0;
+    let mut d = 0usize;
+    loop {
+        let p = at_split[d] as usize;
+        let split = &lt.splits[p];
+        if stage[d] == 0 {
+            let co = &mut coefficients[d];
+            let (left, hot) = masks[p];
+            co.set(split, left, hot);
+            if co.repeated {
+                let zp = split.z_prev;
+                for k in 0..k_n {
+                    let inv = 1.0 / (zp + (1.0 - zp) * t[k]);
+                    for side in 0..2 {
+                        let (g, e) = co.repeated_factor_term(side, t[k], inv);
+                        values[slot(d, G[side]) + k] = g;
+                        values[slot(d, E[side]) + k] = e;
+                    }
+                }
+            } else if let [Child::Leaf(vl), Child::Leaf(vr)] = split.children {
+                // Two leaves under a first split: the terms do not depend on t, and
+                // B = Σ_c (a_c + c_c·t)·v_c = Z + t·E.
+                let mut e = [0.0; LANES];
+                let mut z = [0.0; LANES];
+                for r in 0..LANES {
+                    e[r] = co.c[0][r] * vl + co.c[1][r] * vr;
+                    z[r] = co.a[0][r] * vl + co.a[1][r] * vr;
+                }
+                let mut a_sum = [0.0; LANES];
+                for k in 0..k_n {
+                    let a = values[slot(d, A) + k];
+                    let mut b = [0.0; LANES];
+                    for r in 0..LANES {
+                        a_sum[r] += a[r];
+                        b[r] = z[r] + t[k] * e[r];
+                    }
+                    if d > 0 {
+                        values[slot(d - 1, B[stage[d - 1] as usize - 1]) + k] = b;
+                    }
+                }
+                let out = &mut phi[split.feature as usize];
+                for r in 0..LANES {
+                    out[r] += a_sum[r] * e[r];
+                }
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                continue;
+            }
+        }
+        let co = &coefficients[d];
+        // Descend into the next child that is a split; a leaf child's B is its value.
+        let mut descended = false;
+        while stage[d] < 2 {
+            let side = stage[d] as usize;
+            stage[d] += 1;
+            match split.children[side] {
+                Child::Leaf(v) => {
+                    let b = slot(d, B[side]);
+                    values[b..b + k_n].fill([v; LANES]);
+                }
+                Child::Split(c) => {
+                    for k in 0..k_n {
+                        let g = if co.repeated { values[slot(d, G[side]) + k] } else { co.first_factor(side, t[k]) };
+                        let a = values[slot(d, A) + k];
+                        let mut child = [0.0; LANES];
+                        for r in 0..LANES {
+                            child[r] = a[r] * g[r];
+                        }
+                        values[slot(d + 1, A) + k] = child;
+                    }
+                    at_split[d + 1] = c;
+                    stage[d + 1] = 0;
+                    descended = true;
+                    break;
+                }
+            }
+        }
+        if descended {
+            d += 1;
+            continue;
+        }
+        // Both children's B are in: this split's terms, and its own B for the parent.
+        let mut acc = [0.0; LANES];
+        let parent_b = if d > 0 { Some(slot(d - 1, B[stage[d - 1] as usize - 1])) } else { None };
+        for k in 0..k_n {
+            let ((gl, el), (gr, er)) = if co.repeated {
+                (
+                    (values[slot(d, G[0]) + k], values[slot(d, E[0]) + k]),
+                    (values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]),
+                )
+            } else {
+                ((co.first_factor(0, t[k]), co.c[0]), (co.first_factor(1, t[k]), co.c[1]))
+            };
+            let (bl, br, a) = (values[slot(d, B[0]) + k], values[slot(d, B[1]) + k], values[slot(d, A) + k]);
+            let mut b = [0.0; LANES];
+            for r in 0..LANES {
+                b[r] = gl[r] * bl[r] + gr[r] * br[r];
+                acc[r] += a[r] * (el[r] * bl[r] + er[r] * br[r]);
+            }
+            if let Some(parent_b) = parent_b {
+                values[parent_b + k] = b;
+            }
+        }
+        let out = &mut phi[split.feature as usize];
+        for r in 0..LANES {
+            out[r] += acc[r];
+        }
+        if d == 0 {
+            return;
+        }
+        d -= 1;
+    }
+}
+
+/// One task's rows (`groups` lane groups, already in `s.xs`): every tree, tree-major.
+#[inline(always)]
+fn explain_task(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+    let (f, g) = (p.model.num_features(), p.model.num_groups);
+    for (tree, lt) in p.model.trees.iter().zip(trees) {
+        if lt.splits.is_empty() {
+            continue; // a lone leaf attributes nothing
+        }
+        s.walk.reserve(lt.depth + 1, lt.points());
+        for lane_group in 0..groups {
+            directions(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks);
+            let phi = &mut s.phi[(lane_group * g + tree.group) * f..(lane_group * g + tree.group + 1) * f];
+            walk(lt, &s.masks, phi, &mut s.walk);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn explain_task_avx512(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+    explain_task(p, trees, groups, s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn explain_task_avx2(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+    explain_task(p, trees, groups, s)
+}
+
+/// Which compiled copy of the walk this CPU runs (decided once).
+fn dispatch(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static LEVEL: OnceLock<u8> = OnceLock::new();
+        let level = *LEVEL.get_or_init(|| {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                2
+            } else if std::arch::is_x86_feature_detected!("avx2") {
+                1
+            } else {
+                0
+            }
+        });
+        match level {
+            // SAFETY: the CPU has the feature, detected just above.
+            2 => return unsafe { explain_task_avx512(p, trees, groups, s) },
+            // SAFETY: as above.
+            1 => return unsafe { explain_task_avx2(p, trees, groups, s) },
+            _ => {}
+        }
+    }
+    explain_task(p, trees, groups, s)
+}
+
+impl Explainer for Linear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn model(&self) -> &Model {
+        &self.prepared.model
+    }
+
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let p = &*self.prepared;
+        check_block(&p.model, block)?;
+        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let w = f + 1;
+        let width = groups * w;
+        let rows = block.rows();
+        let mut values = vec![0.0; rows * width];
+        if width == 0 {
+            return Ok(Attributions { rows, groups, features: f, values });
+        }
+        // Whole lane groups per task, so no task pays for a partial group it could have shared.
+        let per_task = rows_per_task(rows).next_multiple_of(LANES);
+        values.par_chunks_mut(width * per_task).enumerate().for_each_init(Scratch::default, |s, (task, chunk)| {
+            let first = task * per_task;
+            let n = chunk.len() / width;
+            let lane_groups = n.div_ceil(LANES);
+            // Feature-major within each lane group; lanes past the last row stay NaN (missing).
+            s.xs.clear();
+            s.xs.resize(lane_groups * f, [f64::NAN; LANES]);
+            for r in 0..n {
+                for (j, &x) in block.row(first + r).iter().enumerate() {
+                    s.xs[(r / LANES) * f + j][r % LANES] = x;
+                }
+            }
+            s.phi.clear();
+            s.phi.resize(lane_groups * groups * f, [0.0; LANES]);
+            dispatch(p, &self.trees, lane_groups, s);
+            for (r, out) in chunk.chunks_mut(width).enumerate() {
+                for g in 0..groups {
+                    let phi = &s.phi[((r / LANES) * groups + g) * f..((r / LANES) * groups + g + 1) * f];
+                    for j in 0..f {
+                        out[g * w + j] = phi[j][r % LANES];
+                    }
+                    out[g * w + f] = p.bias[g];
+                }
+            }
+        });
+        Ok(Attributions { rows, groups, features: f, values })
+    }
+
+    /// Interaction values come from the quadrature engine's walk.
+    fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        self.interactions.compute(&self.prepared, block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{FeatureKind, ModelFormat, Node, Precision, SplitRule};
+
+    /// A full tree of `depth` over few features (so paths repeat them), with uneven covers.
+    fn tree(seed: &mut u64, features: u32, depth: usize) -> Tree {
+        let mut next = move || {
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (*seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut nodes = vec![Node::leaf(0.0, 1000.0)];
+        let mut stack = vec![(0usize, 0usize)];
+        while let Some((i, d)) = stack.pop() {
+            if d == depth {
+                nodes[i].value = next() - 0.5;
+                continue;
+            }
+            let cover = nodes[i].cover;
+            let frac = 0.1 + 0.8 * next();
+            let (l, r) = (nodes.len() as u32, nodes.len() as u32 + 1);
+            nodes.push(Node::leaf(0.0, cover * frac));
+            nodes.push(Node::leaf(0.0, cover * (1.0 - frac)));
+            let n = &mut nodes[i];
+            (n.left, n.right) = (l, r);
+            n.feature = (next() * features as f64) as u32;
+            n.rule = SplitRule::XgbLess { threshold: next() };
+            n.default_left = next() < 0.5;
+            stack.push((l as usize, d + 1));
+            stack.push((r as usize, d + 1));
+        }
+        Tree { nodes, category_words: vec![], group: 0, weight: 1.0 }
+    }
+
+    #[test]
+    fn every_compiled_copy_gives_the_same_bits() {
+        let (features, mut seed) = (5usize, 42u64);
+        let model = Model {
+            format: ModelFormat::XgboostJson,
+            library_version: None,
+            objective: "reg:squarederror".into(),
+            feature_names: (0..features).map(|i| format!("f{i}")).collect(),
+            feature_kinds: vec![FeatureKind::Numeric; features],
+            num_groups: 1,
+            base_margin: vec![0.0],
+            trees: (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect(),
+            precision: Precision::F64,
+        };
+        let prepared = Arc::new(PreparedModel::new(Arc::new(model)).unwrap());
+        let engine = Linear::new(prepared.clone()).unwrap();
+        let groups = 3;
+        let run = |task: &dyn Fn(&mut Scratch)| {
+            let mut s = Scratch::default();
+            s.xs = (0..groups * features)
+                .map(|i| std::array::from_fn(|r| if (i + r) % 7 == 0 { f64::NAN } else { ((i * 31 + r * 17) % 100) as f64 / 100.0 }))
+                .collect();
+            s.phi = vec![[0.0; LANES]; groups * features];
+            task(&mut s);
+            s.phi.iter().flat_map(|l| l.iter().map(|v| v.to_bits())).collect::<Vec<u64>>()
+        };
+        let baseline = run(&|s| explain_task(&prepared, &engine.trees, groups, s));
+        assert!(baseline.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "the model attributes something");
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2.
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2(&prepared, &engine.trees, groups, s) }), "AVX2");
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F.
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512(&prepared, &engine.trees, groups, s) }), "AVX-512");
+            }
+        }
+    }
+}
