@@ -45,14 +45,17 @@ class Spec:
     rows: int          # rows explained
     classes: int = 1
     note: str = ""
+    # Interactions on the first N rows only (0: all): the classic peers' pred_interactions run at
+    # ~10 rows/s per thread on the medium models, over half an hour for every row.
+    interaction_rows: int = 0
 
 
 SPECS = [
     Spec("small-8f", "xgboost", 8, 10, 3, 20000),
-    Spec("medium-8f", "xgboost", 8, 100, 8, 4000),
+    Spec("medium-8f", "xgboost", 8, 100, 8, 4000, interaction_rows=1000),
     Spec("medium-54f", "xgboost", 54, 100, 8, 2000),
     Spec("medium-128f", "xgboost", 128, 100, 8, 1000),
-    Spec("medium-multiclass", "xgboost", 20, 100, 6, 1000, classes=5, note="5 classes: 500 trees"),
+    Spec("medium-multiclass", "xgboost", 20, 100, 6, 1000, classes=5, note="5 classes: 500 trees", interaction_rows=500),
     Spec("medium-lightgbm", "lightgbm", 54, 100, 8, 2000, note="num_leaves 255, max_depth 8"),
     Spec("large-54f", "xgboost", 54, 1000, 16, 50),
 ]
@@ -109,14 +112,42 @@ def build_model(spec: Spec) -> tuple[Path, Path, str]:
     return model_path, rows_npy, note
 
 
+# Every measured process is capped, so a method that cannot take a model (FastTreeSHAP v2's
+# tables on depth 16, say) is recorded as failed instead of taking the machine down.
+TIME_LIMIT_S = 1800
+MEMORY_LIMIT_BYTES = 18 << 30
+
+
+def limit_memory():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+
+
+def first_rows(rows_npy: Path, n: int) -> tuple[Path, Path, int]:
+    """The first `n` rows of a model's rows, as .npy and .parquet beside them (cached)."""
+    npy = rows_npy.with_name(f"{rows_npy.stem}-first{n}.npy")
+    pq_path = npy.with_suffix(".parquet")
+    if not (npy.exists() and pq_path.exists()):
+        import pyarrow.parquet as pq
+        np.save(npy, np.load(rows_npy)[:n])
+        pq.write_table(pq.read_table(rows_npy.with_suffix(".parquet")).slice(0, n), pq_path)
+    return npy, pq_path, n
+
+
 def run_with_rss(cmd: list[str]) -> tuple[dict | None, float, str]:
     """Runs a command under /usr/bin/time; returns its JSON line, its own peak RSS in MiB and,
     on failure, the last line of its stderr."""
-    proc = subprocess.run(["/usr/bin/time", "-f", "PEAK_RSS_KB %M", *cmd], capture_output=True, text=True, cwd=ROOT)
+    try:
+        proc = subprocess.run(["/usr/bin/time", "-f", "PEAK_RSS_KB %M", *cmd], capture_output=True, text=True, cwd=ROOT,
+                              timeout=TIME_LIMIT_S, preexec_fn=limit_memory)
+    except subprocess.TimeoutExpired:
+        return None, float("nan"), f"not finished within {TIME_LIMIT_S} s"
     rss_lines = [l for l in proc.stderr.splitlines() if l.startswith("PEAK_RSS_KB")]
     rss_mib = int(rss_lines[-1].split()[1]) / 1024.0 if rss_lines else float("nan")
     if proc.returncode != 0:
         errs = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith(("PEAK_RSS_KB", "Command exited"))]
+        if proc.returncode in (-9, 137) or any("MemoryError" in l or "bad_alloc" in l for l in errs):
+            return None, rss_mib, f"out of memory (limit {MEMORY_LIMIT_BYTES >> 30} GiB)"
         return None, rss_mib, (errs or ["failed"])[-1][:200]
     line = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     return (json.loads(line[-1]) if line else None), rss_mib, ""
@@ -176,8 +207,11 @@ def main():
         # Interactions cost O(F²) output per row: measured on the models with at most 20 features.
         kinds = ["shap"] + ([] if args.no_interactions or spec.depth > 8 or spec.features > 20 else ["interactions"])
         for kind in kinds:
+            kind_npy, kind_pq, kind_rows = rows_npy, rows_pq, spec.rows
+            if kind == "interactions" and spec.interaction_rows:
+                kind_npy, kind_pq, kind_rows = first_rows(rows_npy, spec.interaction_rows)
             ref_out = tmp / f"{spec.name}-{kind}-ref.f64"
-            got, _, err = ours(model, rows_pq, "treeshap", max(threads_list), kind, ref_out, 1)
+            got, _, err = ours(model, kind_pq, "treeshap", max(threads_list), kind, ref_out, 1)
             if got is None:
                 print(f"{spec.name}: reference failed: {err}", file=sys.stderr)
                 continue
@@ -201,18 +235,18 @@ def main():
                     out = tmp / f"{spec.name}-{kind}-{method}-{threads}"
                     print(f"{spec.name} {kind} {label} x{threads} ...", file=sys.stderr, flush=True)
                     if python == "ours":
-                        got, rss, err = ours(model, rows_pq, method, threads, kind, out.with_suffix(".f64"), 3)
+                        got, rss, err = ours(model, kind_pq, method, threads, kind, out.with_suffix(".f64"), 3)
                     else:
-                        got, rss, err = peer(method, model, rows_npy, threads, kind, out.with_suffix(".npy"), python)
+                        got, rss, err = peer(method, model, kind_npy, threads, kind, out.with_suffix(".npy"), python)
                     row = {"model": spec.name, "kind": kind, "method": label, "threads": threads, "rss_mib": rss,
-                           "rows": spec.rows, "ours": python == "ours"}
+                           "rows": kind_rows, "ours": python == "ours"}
                     if got is None:
                         row.update(status="failed: " + err, rows_per_s=None, error=None)
                     else:
                         res, values = got
                         seconds = res.get("median_seconds", res.get("seconds"))
                         e = rel_error(values, ref)
-                        row.update(rows_per_s=spec.rows / seconds, error=e,
+                        row.update(rows_per_s=kind_rows / seconds, error=e,
                                    status="ok" if e <= 1e-6 else ("approximate" if e <= 1e-2 else "WRONG"),
                                    engine=res.get("engine"))
                     results.append(row)
@@ -262,7 +296,7 @@ def write_report(results, args):
             if not kr:
                 continue
             lines.append(f"### {m['model']} — {kind} ({spec['library']}, {spec['trees']} trees × {spec['classes']} "
-                         f"class(es), depth {spec['depth']}, {spec['features']} features, {spec['rows']} rows; "
+                         f"class(es), depth {spec['depth']}, {spec['features']} features, {kr[0].get('rows', spec['rows'])} rows; "
                          f"{m['note']}{'; ' + spec['note'] if spec['note'] else ''})")
             lines.append("")
             lines.append("| method | threads | rows/s | ratio to fastest peer | max rel. error | status | peak RSS MiB |")

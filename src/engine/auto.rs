@@ -36,9 +36,11 @@ struct Costs {
 }
 
 /// `linear`'s cost per split and quadrature point, in v2's unit (one table read per path
-/// element of a row). Fitted to the benchmark suite's timings at one thread (x86-64 with
-/// AVX-512): medium-54f (100 trees, depth 8, 4 points) runs linear and v2 about alike.
-const LINEAR_PER_SPLIT_POINT: f64 = 0.55;
+/// element of a row). Fitted to one-thread timings of the benchmark suite's models (x86-64,
+/// AVX-512, 2026-11-23): the value that would make the estimates match was 1.73 (small-8f),
+/// 1.48 (medium-8f), 1.06 (medium-54f), 0.93 (medium-128f) and 1.38 (medium-multiclass); 1.2
+/// picks the faster engine on all five (v2 only on medium-8f, where its tables are smallest).
+const LINEAR_PER_SPLIT_POINT: f64 = 1.2;
 
 fn costs(p: &PreparedModel) -> Costs {
     let mut c = Costs { linear_per_row: 0.0, v2_per_row: 0.0, v2_setup: 0.0 };
