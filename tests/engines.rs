@@ -72,7 +72,7 @@ fn interaction_values_match_the_libraries() {
         let Some(expected) = f.expected_f64("interactions") else { continue };
         let block = f.block();
         let w = f.model.num_features() + 1;
-        for a in [Algorithm::TreeShap, Algorithm::Quadrature] {
+        for a in [Algorithm::TreeShap, Algorithm::Quadrature, Algorithm::Linear] {
             let ours = engine(&f, a).interactions(&block).unwrap();
             let (err, row) = max_row_rel_error(&ours.values, &expected, w * w);
             assert!(err <= 1e-5, "{} {a}: interaction error {err:.3e} (row/group {row})", f.name);
@@ -88,9 +88,11 @@ fn interaction_engines_agree_with_the_reference() {
         let block = f.block();
         let w = f.model.num_features() + 1;
         let reference = engine(&f, Algorithm::TreeShap).interactions(&block).unwrap();
-        let ours = engine(&f, Algorithm::Quadrature).interactions(&block).unwrap();
-        let (err, row) = max_row_rel_error(&ours.values, &reference.values, w * w);
-        assert!(err <= 1e-9, "{}: quadrature interactions differ by {err:.3e} (row/group {row})", f.name);
+        for a in [Algorithm::Quadrature, Algorithm::Linear] {
+            let ours = engine(&f, a).interactions(&block).unwrap();
+            let (err, row) = max_row_rel_error(&ours.values, &reference.values, w * w);
+            assert!(err <= 1e-9, "{}: {a} interactions differ by {err:.3e} (row/group {row})", f.name);
+        }
     }
 }
 

@@ -184,12 +184,14 @@ fn empty_branches_equal_brute_force_shapley_values() {
         let model = Arc::new(random_model_with_empty_branches(&mut rng, features, trees, depth, 0.3));
         let block = random_rows(&mut rng, 8, features);
         assert_engines_equal_brute_force(&model, &block, seed);
-        // Interactions too: quadrature (sibling leaves paired) against the TreeSHAP oracle.
+        // Interactions too: quadrature (sibling leaves paired) and linear against the TreeSHAP oracle.
         let interactions = |a| build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().interactions(&block).unwrap().values;
-        let (want, got) = (interactions(Algorithm::TreeShap), interactions(Algorithm::Quadrature));
+        let want = interactions(Algorithm::TreeShap);
         let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
-        for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert!((a - b).abs() <= 1e-9 * scale, "seed {seed} interaction value {k}: {a} vs {b}");
+        for a in [Algorithm::Quadrature, Algorithm::Linear] {
+            for (k, (got, want)) in interactions(a).iter().zip(&want).enumerate() {
+                assert!((got - want).abs() <= 1e-9 * scale, "seed {seed} {a} interaction value {k}: {got} vs {want}");
+            }
         }
     }
 }
@@ -202,7 +204,7 @@ fn interactions_equal_brute_force_shapley_interaction_index() {
         let (trees, depth) = (1 + rng.below(2), 2 + rng.below(5));
         let model = Arc::new(random_model(&mut rng, features, trees, depth));
         let block = random_rows(&mut rng, 4, features);
-        for a in [Algorithm::TreeShap, Algorithm::Quadrature] {
+        for a in [Algorithm::TreeShap, Algorithm::Quadrature, Algorithm::Linear] {
         let e = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap();
         let inter = e.interactions(&block).unwrap();
         let w = features + 1;
@@ -247,6 +249,28 @@ fn deep_random_ensembles_agree_with_the_oracle() {
                 }
                 let sum: f64 = g.iter().sum();
                 assert!((sum - pred.values[r]).abs() <= 1e-9 * pred.values[r].abs().max(1.0), "additivity, seed {seed} {a}");
+            }
+        }
+    }
+}
+
+/// Interaction values of `linear` (pair terms by the product rule over each path's splits) on
+/// deep trees with repeated features and missing values, against the conditioned TreeSHAP oracle.
+#[test]
+fn deep_random_interactions_agree_with_the_oracle() {
+    for seed in 1..=8u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x94D0_49BB_1331_11EB));
+        let features = 3 + rng.below(10);
+        let depth = 6 + rng.below(7); // up to 12
+        let model = Arc::new(random_model(&mut rng, features, 2, depth));
+        let block = random_rows(&mut rng, 11, features);
+        let interactions = |a| build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().interactions(&block).unwrap().values;
+        let (want, got) = (interactions(Algorithm::TreeShap), interactions(Algorithm::Linear));
+        let w = features + 1;
+        for (r, (want, got)) in want.chunks(w * w).zip(got.chunks(w * w)).enumerate() {
+            let scale = want.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+            for (k, (a, b)) in got.iter().zip(want).enumerate() {
+                assert!((a - b).abs() <= 1e-9 * scale, "seed {seed} row {r} [{}][{}]: {a} vs {b}", k / w, k % w);
             }
         }
     }

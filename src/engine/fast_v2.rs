@@ -37,7 +37,7 @@ use super::decision::Decision;
 use super::interactions::FastInteractions;
 use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
-use super::{check_block, rows_per_task, Attributions, Explainer, FeatureBlock, Interactions, ROWS_PER_TASK};
+use super::{rows_per_task, shap_by_task, Attributions, Explainer, FeatureBlock, Interactions, ROWS_PER_TASK};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -148,12 +148,12 @@ impl FastV2 {
         match table_bytes(&prepared) {
             None => {
                 return Err(Error::Unavailable(format!(
-                    "fast-v2: a path has more than {MAX_PATH_FEATURES} distinct features; use fast-v1"
+                    "fast-v2: a path has more than {MAX_PATH_FEATURES} distinct features; use linear (or fast-v1)"
                 )))
             }
             Some(bytes) if bytes > memory_bound => {
                 return Err(Error::Unavailable(format!(
-                    "fast-v2 needs {:.1} MiB of tables for this model, over the bound of {:.1} MiB; use fast-v1 or raise the bound",
+                    "fast-v2 needs {:.1} MiB of tables for this model, over the bound of {:.1} MiB; use linear (no tables) or raise the bound",
                     bytes as f64 / (1 << 20) as f64,
                     memory_bound as f64 / (1 << 20) as f64
                 )))
@@ -481,21 +481,12 @@ impl Explainer for FastV2 {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let p = &*self.prepared;
-        check_block(&p.model, block)?;
         let (f, groups) = (p.model.num_features(), p.model.num_groups);
-        let w = f + 1;
-        let width = groups * w;
-        let rows = block.rows();
-        let mut values = vec![0.0; rows * width];
+        let (w, width) = (f + 1, p.shap_width());
         let stride = ROWS_PER_TASK;
         let max_units = self.trees.iter().map(|t| t.units.len()).max().unwrap_or(0);
         let max_depth = self.trees.iter().map(|t| t.max_depth).max().unwrap_or(0);
-        if width == 0 {
-            return Ok(Attributions { rows, groups, features: f, values });
-        }
-        let per_task = rows_per_task(rows);
-        values.par_chunks_mut(width * per_task).enumerate().for_each_init(Scratch::default, |s, (task, chunk)| {
-            let first = task * per_task;
+        shap_by_task(p, block, rows_per_task(block.rows()), Scratch::default, |s, first, chunk| {
             let n = chunk.len() / width;
             s.index.resize(max_units * stride, 0);
             s.pending.resize(max_depth + 1, 0);
@@ -513,11 +504,9 @@ impl Explainer for FastV2 {
                     for j in 0..f {
                         out[g * w + j] = s.acc[(g * f + j) * stride + r];
                     }
-                    out[g * w + f] = p.bias[g];
                 }
             }
-        });
-        Ok(Attributions { rows, groups, features: f, values })
+        })
     }
 
     /// Interaction values come from the quadrature engine's walk (exact, and far cheaper than

@@ -44,18 +44,43 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 use super::decision::Decision;
-use super::interactions::FastInteractions;
+use super::interactions::{check_size, finish_row};
 use super::prepared::{PreparedModel, PreparedTree};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
-use super::{check_block, rows_per_task, Attributions, Explainer, FeatureBlock, Interactions};
+use super::{check_block, rows_per_task, shap_by_task, Attributions, Explainer, FeatureBlock, Interactions};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
 /// Rows explained together, one per lane.
 pub(crate) const LANES: usize = 8;
 
-/// One value per row of a lane group.
-type Lanes = [f64; LANES];
+/// One value per row of a lane group, aligned to a cache line: a vector load or store then never
+/// straddles two lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[repr(C, align(64))]
+struct Lanes([f64; LANES]);
+
+impl Lanes {
+    #[inline(always)]
+    fn splat(v: f64) -> Lanes {
+        Lanes([v; LANES])
+    }
+}
+
+impl std::ops::Index<usize> for Lanes {
+    type Output = f64;
+    #[inline(always)]
+    fn index(&self, r: usize) -> &f64 {
+        &self.0[r]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Lanes {
+    #[inline(always)]
+    fn index_mut(&mut self, r: usize) -> &mut f64 {
+        &mut self.0[r]
+    }
+}
 
 /// Quadrature points that integrate every leaf's polynomial exactly when the tree's longest
 /// path has `distinct` features: ⌈d/2⌉ (at least one).
@@ -85,6 +110,9 @@ struct Split {
     /// The nearest split above on the same feature, and the side of it (0 left, 1 right) this
     /// split lies on; `None` where the path meets the feature here first.
     prev: Option<(u32, u8)>,
+    /// Position of the feature among the path's distinct features, in order of first split
+    /// (interactions keep one ratio per position).
+    slot: u8,
 }
 
 /// A tree compiled for the walk: splits in preorder (a split's ancestors come before it), and
@@ -95,8 +123,12 @@ struct LinearTree {
     /// Quadrature nodes on [0, 1] and weights; ⌈d/2⌉ of them for the tree's longest path.
     t: Vec<f64>,
     w: Vec<f64>,
+    /// `−1/(1 − t_k)`: a cold feature's `(o − z)/f` at each node.
+    cold_ratio: Vec<f64>,
     /// Deepest split, counting the root as 1.
     depth: usize,
+    /// Most distinct features on a path.
+    width: usize,
 }
 
 impl LinearTree {
@@ -137,6 +169,7 @@ impl LinearTree {
                 z: prep.ratios[i],
                 z_prev,
                 prev,
+                slot: existing.unwrap_or(path.len()) as u8,
             });
             for side in [1u8, 0] {
                 let mut next = path.clone();
@@ -156,7 +189,8 @@ impl LinearTree {
                 *slot = if tree.nodes[c].is_leaf() { Child::Leaf(prep.value[c]) } else { Child::Split(split_of[c]) };
             }
         }
-        Ok(LinearTree { splits, t, w, depth })
+        let cold_ratio = t.iter().map(|t| -1.0 / (1.0 - t)).collect();
+        Ok(LinearTree { splits, t, w, cold_ratio, depth, width: distinct })
     }
 
     fn points(&self) -> usize {
@@ -164,11 +198,10 @@ impl LinearTree {
     }
 }
 
-/// The `linear` engine: compiled trees; interactions come from the quadrature engine.
+/// The `linear` engine: compiled trees.
 pub(crate) struct Linear {
     prepared: Arc<PreparedModel>,
     trees: Vec<LinearTree>,
-    interactions: FastInteractions,
 }
 
 impl Linear {
@@ -181,7 +214,7 @@ impl Linear {
             .enumerate()
             .map(|(t, (tree, prep))| LinearTree::new(tree, prep, t))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Linear { prepared, trees, interactions: FastInteractions::default() })
+        Ok(Linear { prepared, trees })
     }
 }
 
@@ -240,7 +273,7 @@ impl Coefficients {
     #[inline(always)]
     fn first_factor(&self, side: usize, t: f64) -> Lanes {
         let (a, c) = (&self.a[side], &self.c[side]);
-        let mut g = [0.0; LANES];
+        let mut g = Lanes::default();
         for r in 0..LANES {
             g[r] = a[r] + c[r] * t;
         }
@@ -252,8 +285,8 @@ impl Coefficients {
     #[inline(always)]
     fn repeated_factor_term(&self, side: usize, t: f64, inv: f64) -> (Lanes, Lanes) {
         let (a, c) = (&self.a[side], &self.c[side]);
-        let mut g = [0.0; LANES];
-        let mut e = [0.0; LANES];
+        let mut g = Lanes::default();
+        let mut e = Lanes::default();
         for r in 0..LANES {
             let s = 1.0 + self.sel[r] * (inv - 1.0);
             g[r] = s * (a[r] + c[r] * t);
@@ -270,6 +303,9 @@ struct Scratch {
     xs: Vec<Lanes>,
     /// Attributions per lane group, output group and feature.
     phi: Vec<Lanes>,
+    /// Interactions only: per lane group and output group, `F × F` sums `P[j][i]` of the terms
+    /// of splits on j times the ratio `(o_i − z_i)/f_i` of a feature i above them.
+    pairs: Vec<Lanes>,
     /// Per split of the current tree: (lanes going left, lanes hot above on its feature).
     masks: Vec<(u32, u32)>,
     walk: WalkStack,
@@ -285,6 +321,13 @@ struct WalkStack {
     /// `LEVEL_SLOTS·K` lanes per level: A, the children's B, and (repeated splits) their
     /// factors and terms.
     values: Vec<Lanes>,
+    /// Interactions only: the split's terms per quadrature node (K lanes).
+    terms: Vec<Lanes>,
+    /// Interactions only, per level: the path's distinct features above the level's split
+    /// (`width` per level), how many, and each one's `(o − z)/f` at every node (`width·K`).
+    path_features: Vec<u32>,
+    path_len: Vec<usize>,
+    path_ratios: Vec<Lanes>,
 }
 
 /// Slots of K lanes per level of [`WalkStack::values`].
@@ -295,11 +338,15 @@ const G: [usize; 2] = [3, 4];
 const E: [usize; 2] = [5, 6];
 
 impl WalkStack {
-    fn reserve(&mut self, levels: usize, points: usize) {
+    fn reserve(&mut self, levels: usize, points: usize, width: usize) {
         self.split.resize(levels, 0);
         self.stage.resize(levels, 0);
         self.coefficients.resize(levels, Coefficients::default());
-        self.values.resize(levels * LEVEL_SLOTS * points, [0.0; LANES]);
+        self.values.resize(levels * LEVEL_SLOTS * points, Lanes::default());
+        self.terms.resize(points, Lanes::default());
+        self.path_features.resize(levels * width, 0);
+        self.path_len.resize(levels, 0);
+        self.path_ratios.resize(levels * width * points, Lanes::default());
     }
 }
 
@@ -307,35 +354,60 @@ impl WalkStack {
 /// on the same feature were all followed. Splits are in preorder, so `prev` is already done.
 #[inline(always)]
 fn directions(tree: &Tree, lt: &LinearTree, xs: &[Lanes], masks: &mut Vec<(u32, u32)>) {
-    const ALL: u32 = (1 << LANES) - 1;
     masks.clear();
     for split in &lt.splits {
-        let left = split.decision.lanes_left(tree, &xs[split.feature as usize]);
+        let left = split.decision.lanes_left(tree, &xs[split.feature as usize].0);
         let hot = match split.prev {
-            None => ALL,
+            None => ALL_LANES,
             Some((p, side)) => {
                 let (pl, ph) = masks[p as usize];
-                ph & if side == 0 { pl } else { !pl & ALL }
+                ph & if side == 0 { pl } else { !pl & ALL_LANES }
             }
         };
         masks.push((left, hot));
     }
 }
 
-/// Phase two for a lane group: the walk, adding every split's terms to `phi` (per feature).
+/// Every lane's bit set.
+const ALL_LANES: u32 = (1 << LANES) - 1;
+
+/// Phase two for a lane group: the walk, adding every split's terms to `phi` (per feature) and,
+/// with `PAIRS`, its pair terms to `pairs` (`F × F`).
 #[inline(always)]
-fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkStack) {
+fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], pairs: &mut [Lanes], s: &mut WalkStack) {
     let k_n = lt.points();
     let (t, w) = (&lt.t[..], &lt.w[..]);
-    let WalkStack { split: at_split, stage, coefficients, values } = s;
+    let WalkStack { split: at_split, stage, coefficients, values, terms, path_features, path_len, path_ratios } = s;
     let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * k_n;
+    let f = phi.len();
+    let width = lt.width;
     // The root's A is the quadrature weights, so the terms come out integrated.
     for k in 0..k_n {
-        values[slot(0, A) + k] = [w[k]; LANES];
+        values[slot(0, A) + k] = Lanes::splat(w[k]);
     }
     at_split[0] = 0;
     stage[0] = 0;
+    path_len[0] = 0;
     let mut d = 0usize;
+    // With PAIRS: a split's terms (in `terms`) times each path feature's ratio, into `pairs`.
+    let add_pairs = |d: usize, feature: u32, terms: &[Lanes], path_features: &[u32], path_len: &[usize], path_ratios: &[Lanes], pairs: &mut [Lanes]| {
+        for (i, &fi) in path_features[d * width..d * width + path_len[d]].iter().enumerate() {
+            if fi == feature {
+                continue; // the split's own feature, met above
+            }
+            let ratios = &path_ratios[(d * width + i) * k_n..(d * width + i + 1) * k_n];
+            let mut acc = Lanes::default();
+            for k in 0..k_n {
+                for r in 0..LANES {
+                    acc[r] += ratios[k][r] * terms[k][r];
+                }
+            }
+            let out = &mut pairs[feature as usize * f + fi as usize];
+            for r in 0..LANES {
+                out[r] += acc[r];
+            }
+        }
+    };
     loop {
         let p = at_split[d] as usize;
         let split = &lt.splits[p];
@@ -356,16 +428,16 @@ fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkSt
             } else if let [Child::Leaf(vl), Child::Leaf(vr)] = split.children {
                 // Two leaves under a first split: the terms do not depend on t, and
                 // B = Σ_c (a_c + c_c·t)·v_c = Z + t·E.
-                let mut e = [0.0; LANES];
-                let mut z = [0.0; LANES];
+                let mut e = Lanes::default();
+                let mut z = Lanes::default();
                 for r in 0..LANES {
                     e[r] = co.c[0][r] * vl + co.c[1][r] * vr;
                     z[r] = co.a[0][r] * vl + co.a[1][r] * vr;
                 }
-                let mut a_sum = [0.0; LANES];
+                let mut a_sum = Lanes::default();
                 for k in 0..k_n {
                     let a = values[slot(d, A) + k];
-                    let mut b = [0.0; LANES];
+                    let mut b = Lanes::default();
                     for r in 0..LANES {
                         a_sum[r] += a[r];
                         b[r] = z[r] + t[k] * e[r];
@@ -373,10 +445,18 @@ fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkSt
                     if d > 0 {
                         values[slot(d - 1, B[stage[d - 1] as usize - 1]) + k] = b;
                     }
+                    if PAIRS {
+                        for r in 0..LANES {
+                            terms[k][r] = a[r] * e[r];
+                        }
+                    }
                 }
                 let out = &mut phi[split.feature as usize];
                 for r in 0..LANES {
                     out[r] += a_sum[r] * e[r];
+                }
+                if PAIRS {
+                    add_pairs(d, split.feature, terms, path_features, path_len, path_ratios, pairs);
                 }
                 if d == 0 {
                     return;
@@ -394,17 +474,20 @@ fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkSt
             match split.children[side] {
                 Child::Leaf(v) => {
                     let b = slot(d, B[side]);
-                    values[b..b + k_n].fill([v; LANES]);
+                    values[b..b + k_n].fill(Lanes::splat(v));
                 }
                 Child::Split(c) => {
                     for k in 0..k_n {
                         let g = if co.repeated { values[slot(d, G[side]) + k] } else { co.first_factor(side, t[k]) };
                         let a = values[slot(d, A) + k];
-                        let mut child = [0.0; LANES];
+                        let mut child = Lanes::default();
                         for r in 0..LANES {
                             child[r] = a[r] * g[r];
                         }
                         values[slot(d + 1, A) + k] = child;
+                    }
+                    if PAIRS {
+                        descend_path(lt, split, side, masks[p], d, path_features, path_len, path_ratios);
                     }
                     at_split[d + 1] = c;
                     stage[d + 1] = 0;
@@ -418,7 +501,7 @@ fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkSt
             continue;
         }
         // Both children's B are in: this split's terms, and its own B for the parent.
-        let mut acc = [0.0; LANES];
+        let mut acc = Lanes::default();
         let parent_b = if d > 0 { Some(slot(d - 1, B[stage[d - 1] as usize - 1])) } else { None };
         for k in 0..k_n {
             let ((gl, el), (gr, er)) = if co.repeated {
@@ -430,10 +513,15 @@ fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkSt
                 ((co.first_factor(0, t[k]), co.c[0]), (co.first_factor(1, t[k]), co.c[1]))
             };
             let (bl, br, a) = (values[slot(d, B[0]) + k], values[slot(d, B[1]) + k], values[slot(d, A) + k]);
-            let mut b = [0.0; LANES];
+            let mut b = Lanes::default();
+            let mut term = Lanes::default();
             for r in 0..LANES {
                 b[r] = gl[r] * bl[r] + gr[r] * br[r];
-                acc[r] += a[r] * (el[r] * bl[r] + er[r] * br[r]);
+                term[r] = a[r] * (el[r] * bl[r] + er[r] * br[r]);
+                acc[r] += term[r];
+            }
+            if PAIRS {
+                terms[k] = term;
             }
             if let Some(parent_b) = parent_b {
                 values[parent_b + k] = b;
@@ -443,6 +531,9 @@ fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkSt
         for r in 0..LANES {
             out[r] += acc[r];
         }
+        if PAIRS {
+            add_pairs(d, split.feature, terms, path_features, path_len, path_ratios, pairs);
+        }
         if d == 0 {
             return;
         }
@@ -450,37 +541,73 @@ fn walk(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], s: &mut WalkSt
     }
 }
 
+/// Interactions: the path features below `split` (level `d`) toward child `side`, at level
+/// `d + 1`: the parent's, with the split's feature set to its new ratio `(o − z)/f`, which is
+/// `(1 − z)/(z + (1 − z)·t)` in lanes that follow every split on it and `−1/(1 − t)` elsewhere.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn descend_path(
+    lt: &LinearTree,
+    split: &Split,
+    side: usize,
+    (left, hot): (u32, u32),
+    d: usize,
+    path_features: &mut [u32],
+    path_len: &mut [usize],
+    path_ratios: &mut [Lanes],
+) {
+    let (k_n, width) = (lt.points(), lt.width);
+    let n = path_len[d];
+    path_features.copy_within(d * width..d * width + n, (d + 1) * width);
+    path_ratios.copy_within(d * width * k_n..(d * width + n) * k_n, (d + 1) * width * k_n);
+    let at = split.slot as usize;
+    path_features[(d + 1) * width + at] = split.feature;
+    path_len[d + 1] = n.max(at + 1);
+    let follows = hot & if side == 0 { left } else { !left };
+    let z = split.z_prev * split.z[side];
+    for k in 0..k_n {
+        let (hot_ratio, cold_ratio) = ((1.0 - z) / (z + (1.0 - z) * lt.t[k]), lt.cold_ratio[k]);
+        let mut ratio = Lanes::default();
+        for r in 0..LANES {
+            ratio[r] = if (follows >> r) & 1 == 1 { hot_ratio } else { cold_ratio };
+        }
+        path_ratios[((d + 1) * width + at) * k_n + k] = ratio;
+    }
+}
+
 /// One task's rows (`groups` lane groups, already in `s.xs`): every tree, tree-major.
 #[inline(always)]
-fn explain_task(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+fn explain_task<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
     let (f, g) = (p.model.num_features(), p.model.num_groups);
     for (tree, lt) in p.model.trees.iter().zip(trees) {
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
         }
-        s.walk.reserve(lt.depth + 1, lt.points());
+        s.walk.reserve(lt.depth + 1, lt.points(), lt.width);
         for lane_group in 0..groups {
             directions(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks);
-            let phi = &mut s.phi[(lane_group * g + tree.group) * f..(lane_group * g + tree.group + 1) * f];
-            walk(lt, &s.masks, phi, &mut s.walk);
+            let at = lane_group * g + tree.group;
+            let phi = &mut s.phi[at * f..(at + 1) * f];
+            let pairs = if PAIRS { &mut s.pairs[at * f * f..(at + 1) * f * f] } else { &mut [][..] };
+            walk::<PAIRS>(lt, &s.masks, phi, pairs, &mut s.walk);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn explain_task_avx512(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
-    explain_task(p, trees, groups, s)
+unsafe fn explain_task_avx512<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+    explain_task::<PAIRS>(p, trees, groups, s)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn explain_task_avx2(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
-    explain_task(p, trees, groups, s)
+unsafe fn explain_task_avx2<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+    explain_task::<PAIRS>(p, trees, groups, s)
 }
 
 /// Which compiled copy of the walk this CPU runs (decided once).
-fn dispatch(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+fn dispatch<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
     {
         static LEVEL: OnceLock<u8> = OnceLock::new();
@@ -495,13 +622,39 @@ fn dispatch(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scra
         });
         match level {
             // SAFETY: the CPU has the feature, detected just above.
-            2 => return unsafe { explain_task_avx512(p, trees, groups, s) },
+            2 => return unsafe { explain_task_avx512::<PAIRS>(p, trees, groups, s) },
             // SAFETY: as above.
-            1 => return unsafe { explain_task_avx2(p, trees, groups, s) },
+            1 => return unsafe { explain_task_avx2::<PAIRS>(p, trees, groups, s) },
             _ => {}
         }
     }
-    explain_task(p, trees, groups, s)
+    explain_task::<PAIRS>(p, trees, groups, s)
+}
+
+impl Linear {
+    /// Loads a task's rows (`rows` from `first`) into `s` as lane groups and runs every tree;
+    /// returns the number of lane groups.
+    fn run_task<const PAIRS: bool>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch) -> usize {
+        let p = &*self.prepared;
+        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let lane_groups = rows.div_ceil(LANES);
+        // Feature-major within each lane group; lanes past the last row stay NaN (missing).
+        s.xs.clear();
+        s.xs.resize(lane_groups * f, Lanes::splat(f64::NAN));
+        for r in 0..rows {
+            for (j, &x) in block.row(first + r).iter().enumerate() {
+                s.xs[(r / LANES) * f + j][r % LANES] = x;
+            }
+        }
+        s.phi.clear();
+        s.phi.resize(lane_groups * groups * f, Lanes::default());
+        if PAIRS {
+            s.pairs.clear();
+            s.pairs.resize(lane_groups * groups * f * f, Lanes::default());
+        }
+        dispatch::<PAIRS>(p, &self.trees, lane_groups, s);
+        lane_groups
+    }
 }
 
 impl Explainer for Linear {
@@ -515,48 +668,61 @@ impl Explainer for Linear {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let p = &*self.prepared;
-        check_block(&p.model, block)?;
         let (f, groups) = (p.model.num_features(), p.model.num_groups);
-        let w = f + 1;
-        let width = groups * w;
-        let rows = block.rows();
-        let mut values = vec![0.0; rows * width];
-        if width == 0 {
-            return Ok(Attributions { rows, groups, features: f, values });
-        }
+        let (w, width) = (f + 1, p.shap_width());
         // Whole lane groups per task, so no task pays for a partial group it could have shared.
-        let per_task = rows_per_task(rows).next_multiple_of(LANES);
-        values.par_chunks_mut(width * per_task).enumerate().for_each_init(Scratch::default, |s, (task, chunk)| {
-            let first = task * per_task;
-            let n = chunk.len() / width;
-            let lane_groups = n.div_ceil(LANES);
-            // Feature-major within each lane group; lanes past the last row stay NaN (missing).
-            s.xs.clear();
-            s.xs.resize(lane_groups * f, [f64::NAN; LANES]);
-            for r in 0..n {
-                for (j, &x) in block.row(first + r).iter().enumerate() {
-                    s.xs[(r / LANES) * f + j][r % LANES] = x;
-                }
-            }
-            s.phi.clear();
-            s.phi.resize(lane_groups * groups * f, [0.0; LANES]);
-            dispatch(p, &self.trees, lane_groups, s);
+        let per_task = rows_per_task(block.rows()).next_multiple_of(LANES);
+        shap_by_task(p, block, per_task, Scratch::default, |s, first, chunk| {
+            self.run_task::<false>(block, first, chunk.len() / width, s);
             for (r, out) in chunk.chunks_mut(width).enumerate() {
                 for g in 0..groups {
                     let phi = &s.phi[((r / LANES) * groups + g) * f..((r / LANES) * groups + g + 1) * f];
                     for j in 0..f {
                         out[g * w + j] = phi[j][r % LANES];
                     }
-                    out[g * w + f] = p.bias[g];
                 }
             }
-        });
-        Ok(Attributions { rows, groups, features: f, values })
+        })
     }
 
-    /// Interaction values come from the quadrature engine's walk.
+    /// Interactions from the same walk: a leaf's pair term `v·(o_i−z_i)(o_j−z_j)·∫Π_{k≠i,j} f_k`
+    /// is, by the product rule over the path's splits, the sum of each split's own terms times
+    /// the ratio `(o−z)/f` of every other feature above it; both orders are summed and halved.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        self.interactions.compute(&self.prepared, block)
+        let p = &*self.prepared;
+        check_block(&p.model, block)?;
+        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let w = f + 1;
+        let width = groups * w * w;
+        let rows = block.rows();
+        check_size(rows, width)?;
+        let mut values = vec![0.0; rows * width];
+        let per_task = rows_per_task(rows).next_multiple_of(LANES);
+        values.par_chunks_mut(width * per_task).enumerate().for_each_init(
+            || (Scratch::default(), vec![0.0; groups * w]),
+            |(s, shap), (task, chunk)| {
+                self.run_task::<true>(block, task * per_task, chunk.len() / width, s);
+                for (r, out) in chunk.chunks_mut(width).enumerate() {
+                    let lane = r % LANES;
+                    for g in 0..groups {
+                        let at = (r / LANES) * groups + g;
+                        let (phi, pairs) = (&s.phi[at * f..(at + 1) * f], &s.pairs[at * f * f..(at + 1) * f * f]);
+                        let matrix = &mut out[g * w * w..(g + 1) * w * w];
+                        for i in 0..f {
+                            for j in 0..f {
+                                if i != j {
+                                    matrix[i * w + j] = 0.5 * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
+                                }
+                            }
+                            shap[g * w + i] = phi[i][lane];
+                        }
+                        shap[g * w + f] = p.bias[g];
+                    }
+                    finish_row(out, shap, f, groups);
+                }
+            },
+        );
+        Ok(Interactions { rows, groups, features: f, values })
     }
 }
 
@@ -611,26 +777,31 @@ mod tests {
         let prepared = Arc::new(PreparedModel::new(Arc::new(model)).unwrap());
         let engine = Linear::new(prepared.clone()).unwrap();
         let groups = 3;
+        // (SHAP values, pair sums) as bits.
         let run = |task: &dyn Fn(&mut Scratch)| {
             let mut s = Scratch::default();
             s.xs = (0..groups * features)
-                .map(|i| std::array::from_fn(|r| if (i + r) % 7 == 0 { f64::NAN } else { ((i * 31 + r * 17) % 100) as f64 / 100.0 }))
+                .map(|i| Lanes(std::array::from_fn(|r| if (i + r) % 7 == 0 { f64::NAN } else { ((i * 31 + r * 17) % 100) as f64 / 100.0 })))
                 .collect();
-            s.phi = vec![[0.0; LANES]; groups * features];
+            s.phi = vec![Lanes::default(); groups * features];
+            s.pairs = vec![Lanes::default(); groups * features * features];
             task(&mut s);
-            s.phi.iter().flat_map(|l| l.iter().map(|v| v.to_bits())).collect::<Vec<u64>>()
+            let bits = |v: &[Lanes]| v.iter().flat_map(|l| l.0.iter().map(|v| v.to_bits())).collect::<Vec<u64>>();
+            (bits(&s.phi), bits(&s.pairs))
         };
-        let baseline = run(&|s| explain_task(&prepared, &engine.trees, groups, s));
-        assert!(baseline.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "the model attributes something");
+        let baseline = run(&|s| explain_task::<true>(&prepared, &engine.trees, groups, s));
+        assert!(baseline.0.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "the model attributes something");
+        assert!(baseline.1.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "and has interactions");
+        assert_eq!(baseline.0, run(&|s| explain_task::<false>(&prepared, &engine.trees, groups, s)).0, "SHAP values without pairs");
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2(&prepared, &engine.trees, groups, s) }), "AVX2");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true>(&prepared, &engine.trees, groups, s) }), "AVX2");
             }
             if std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512(&prepared, &engine.trees, groups, s) }), "AVX-512");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true>(&prepared, &engine.trees, groups, s) }), "AVX-512");
             }
         }
     }

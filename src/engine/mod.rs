@@ -357,6 +357,33 @@ pub(crate) fn shap_row_by_tree<S>(p: &PreparedModel, x: &[f64], out: &mut [f64],
     }
 }
 
+/// SHAP values of every row of `block`, in parallel tasks of `per_task` rows: `task_fn(scratch,
+/// first, out)` writes the attributions of rows `first..` into `out` (`rows × G × (F+1)`,
+/// row-major, zeroed; one chunk per task), leaving the bias slots, which are filled in after.
+/// Shared by the CPU engines, which differ only in how a task computes its rows.
+pub(crate) fn shap_by_task<S, I, F>(p: &PreparedModel, block: &FeatureBlock, per_task: usize, init: I, task_fn: F) -> Result<Attributions>
+where
+    I: Fn() -> S + Sync + Send,
+    F: Fn(&mut S, usize, &mut [f64]) + Sync + Send,
+{
+    check_block(&p.model, block)?;
+    let width = p.shap_width();
+    let w = p.model.num_features() + 1;
+    let rows = block.rows();
+    let mut values = vec![0.0; rows * width];
+    if width > 0 {
+        values.par_chunks_mut(width * per_task.max(1)).enumerate().for_each_init(init, |scratch, (task, chunk)| {
+            task_fn(scratch, task * per_task, chunk);
+            for out in chunk.chunks_mut(width) {
+                for (g, b) in p.bias.iter().enumerate() {
+                    out[g * w + w - 1] = *b;
+                }
+            }
+        });
+    }
+    Ok(Attributions { rows, groups: p.model.num_groups, features: p.model.num_features(), values })
+}
+
 /// SHAP values of every row of `block`, in parallel. Within each task the loop is tree-major:
 /// one tree is applied to all the task's rows before the next, so the tree's nodes stay in
 /// cache instead of the whole model streaming from memory for every row. Each row still
@@ -366,29 +393,15 @@ where
     I: Fn() -> S + Sync + Send,
     F: Fn(usize, &[f64], &mut [f64], &mut S) + Sync + Send,
 {
-    check_block(&p.model, block)?;
-    let width = p.shap_width();
-    let w = p.model.num_features() + 1;
-    let rows = block.rows();
-    let mut values = vec![0.0; rows * width];
-    if width > 0 {
-        let per_task = rows_per_task(rows);
-        values.par_chunks_mut(width * per_task).enumerate().for_each_init(&init, |scratch, (task, chunk)| {
-            let first = task * per_task;
-            for (t, tree) in p.model.trees.iter().enumerate() {
-                let g = tree.group;
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    tree_fn(t, block.row(first + i), &mut out[g * w..(g + 1) * w], scratch);
-                }
+    let (width, w) = (p.shap_width(), p.model.num_features() + 1);
+    shap_by_task(p, block, rows_per_task(block.rows()), init, |scratch, first, chunk| {
+        for (t, tree) in p.model.trees.iter().enumerate() {
+            let g = tree.group;
+            for (i, out) in chunk.chunks_mut(width).enumerate() {
+                tree_fn(t, block.row(first + i), &mut out[g * w..(g + 1) * w], scratch);
             }
-            for out in chunk.chunks_mut(width) {
-                for (g, b) in p.bias.iter().enumerate() {
-                    out[g * w + w - 1] = *b;
-                }
-            }
-        });
-    }
-    Ok(Attributions { rows, groups: p.model.num_groups, features: p.model.num_features(), values })
+        }
+    })
 }
 
 /// Runs `row_fn(x, out, scratch)` for every row, `width` outputs per row, in parallel blocks of
