@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     //    values are rounded to float32 because XGBoost compares in float32.
     let block = FeatureColumns::resolve(&batch.schema(), &model)?.block(&batch, &model)?;
 
-    // 4. The engine: `auto` picks fast-v1 or fast-v2 from the model's shape and the row count.
+    // 4. The engine: `auto` picks fast-v2 or linear from the model's shape and the row count.
     let explainer = build_explainer(model.clone(), Algorithm::Auto, Some(block.rows()), &EngineOptions::default())?;
     let shap = explainer.shap(&block)?;
     let margin = explainer.predict(&block)?;
