@@ -41,13 +41,11 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rayon::prelude::*;
-
 use super::decision::Decision;
-use super::interactions::{check_size, finish_row};
+use super::interactions::finish_row;
 use super::prepared::{PreparedModel, PreparedTree};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
-use super::{check_block, rows_per_task, shap_by_task, Attributions, Explainer, FeatureBlock, Interactions};
+use super::{interactions_by_task, rows_per_task, shap_by_task, Attributions, Explainer, FeatureBlock, Interactions};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -690,39 +688,32 @@ impl Explainer for Linear {
     /// the ratio `(o−z)/f` of every other feature above it; both orders are summed and halved.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
         let p = &*self.prepared;
-        check_block(&p.model, block)?;
         let (f, groups) = (p.model.num_features(), p.model.num_groups);
         let w = f + 1;
         let width = groups * w * w;
-        let rows = block.rows();
-        check_size(rows, width)?;
-        let mut values = vec![0.0; rows * width];
-        let per_task = rows_per_task(rows).next_multiple_of(LANES);
-        values.par_chunks_mut(width * per_task).enumerate().for_each_init(
-            || (Scratch::default(), vec![0.0; groups * w]),
-            |(s, shap), (task, chunk)| {
-                self.run_task::<true>(block, task * per_task, chunk.len() / width, s);
-                for (r, out) in chunk.chunks_mut(width).enumerate() {
-                    let lane = r % LANES;
-                    for g in 0..groups {
-                        let at = (r / LANES) * groups + g;
-                        let (phi, pairs) = (&s.phi[at * f..(at + 1) * f], &s.pairs[at * f * f..(at + 1) * f * f]);
-                        let matrix = &mut out[g * w * w..(g + 1) * w * w];
-                        for i in 0..f {
-                            for j in 0..f {
-                                if i != j {
-                                    matrix[i * w + j] = 0.5 * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
-                                }
+        let per_task = rows_per_task(block.rows()).next_multiple_of(LANES);
+        let init = || (Scratch::default(), vec![0.0; groups * w]);
+        interactions_by_task(p, block, per_task, init, |(s, shap), first, chunk| {
+            self.run_task::<true>(block, first, chunk.len() / width, s);
+            for (r, out) in chunk.chunks_mut(width).enumerate() {
+                let lane = r % LANES;
+                for g in 0..groups {
+                    let at = (r / LANES) * groups + g;
+                    let (phi, pairs) = (&s.phi[at * f..(at + 1) * f], &s.pairs[at * f * f..(at + 1) * f * f]);
+                    let matrix = &mut out[g * w * w..(g + 1) * w * w];
+                    for i in 0..f {
+                        for j in 0..f {
+                            if i != j {
+                                matrix[i * w + j] = 0.5 * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
                             }
-                            shap[g * w + i] = phi[i][lane];
                         }
-                        shap[g * w + f] = p.bias[g];
+                        shap[g * w + i] = phi[i][lane];
                     }
-                    finish_row(out, shap, f, groups);
+                    shap[g * w + f] = p.bias[g];
                 }
-            },
-        );
-        Ok(Interactions { rows, groups, features: f, values })
+                finish_row(out, shap, f, groups);
+            }
+        })
     }
 }
 

@@ -384,6 +384,25 @@ where
     Ok(Attributions { rows, groups: p.model.num_groups, features: p.model.num_features(), values })
 }
 
+/// Interaction values of every row of `block`, in parallel tasks of `per_task` rows:
+/// `task_fn(scratch, first, out)` fills rows `first..` of `out` (`rows × G × (F+1)²`, zeroed;
+/// one chunk per task). Checks the block and the output size first.
+pub(crate) fn interactions_by_task<S, I, F>(p: &PreparedModel, block: &FeatureBlock, per_task: usize, init: I, task_fn: F) -> Result<Interactions>
+where
+    I: Fn() -> S + Sync + Send,
+    F: Fn(&mut S, usize, &mut [f64]) + Sync + Send,
+{
+    check_block(&p.model, block)?;
+    let (f, g) = (p.model.num_features(), p.model.num_groups);
+    let width = g * (f + 1) * (f + 1);
+    interactions::check_size(block.rows(), width)?;
+    let mut values = vec![0.0; block.rows() * width];
+    values.par_chunks_mut(width * per_task.max(1)).enumerate().for_each_init(init, |scratch, (task, chunk)| {
+        task_fn(scratch, task * per_task, chunk);
+    });
+    Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
+}
+
 /// SHAP values of every row of `block`, in parallel. Within each task the loop is tree-major:
 /// one tree is applied to all the task's rows before the next, so the tree's nodes stay in
 /// cache instead of the whole model streaming from memory for every row. Each row still

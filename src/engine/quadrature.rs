@@ -20,10 +20,9 @@
 
 use std::sync::Arc;
 
-use super::interactions::{check_size, finish_row};
+use super::interactions::finish_row;
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{check_block, rows_per_task, shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
-use rayon::prelude::*;
+use super::{interactions_by_task, rows_per_task, shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -594,17 +593,12 @@ impl Explainer for Quadrature {
     /// Interactions from the same walk: SHAP values and all pair terms in one pass per tree.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
         let p = &*self.prepared;
-        check_block(&p.model, block)?;
         let (f, g) = (p.model.num_features(), p.model.num_groups);
         let w = f + 1;
-        check_size(block.rows(), g * w * w)?;
         let width = g * w * w;
-        let mut values = vec![0.0; block.rows() * width];
-        let per_task = rows_per_task(block.rows());
         // Tree-major within a task, as for SHAP values: the tree's tables stay in cache while
         // it meets every row of the task (row by row, the whole model streams from memory).
-        values.par_chunks_mut(width * per_task).enumerate().for_each_init(Vec::new, |shap: &mut Vec<f64>, (task, chunk)| {
-            let first = task * per_task;
+        interactions_by_task(p, block, rows_per_task(block.rows()), Vec::new, |shap: &mut Vec<f64>, first, chunk| {
             let rows = chunk.len() / width;
             shap.clear();
             shap.resize(rows * g * w, 0.0);
@@ -621,8 +615,7 @@ impl Explainer for Quadrature {
                 }
                 finish_row(out, shap, f, g);
             }
-        });
-        Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
+        })
     }
 }
 
