@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 
 def call_options(token):
-    """Bearer-token header when the worker was started with --auth-token-file."""
+    """Bearer-token header when the worker was started with --token-file."""
     headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
     return flight.FlightCallOptions(headers=headers)
 

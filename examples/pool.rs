@@ -34,9 +34,12 @@ async fn start_worker() -> shapfusion::Result<String> {
         model_dir: Some("examples/models".into()),
         token: None,
         device: "cpu (1 thread)".into(),
+        stuck_after: shapfusion::flight::worker::DEFAULT_STUCK_AFTER,
+        limits: Default::default(),
     };
-    let service = WorkerService::new(Arc::new(ModelRegistry::new(None)), config)?;
-    let listen = ListenOptions { listen: "127.0.0.1:0".into(), tls: None, max_message_bytes: 64 << 20 };
+    // A worker serves the models its operator configured, by name: never a path a client sends.
+    let service = WorkerService::new(Arc::new(ModelRegistry::names_only(None)), config)?;
+    let listen = ListenOptions { max_message_bytes: 64 << 20, ..ListenOptions::local("127.0.0.1:0") };
     let (listener, addr) = transport::bind(&listen, "example worker").await?;
     tokio::spawn(async move { transport::serve(service, listener, &listen, std::future::pending()).await });
     Ok(format!("http://{addr}"))
@@ -60,7 +63,7 @@ async fn main() -> shapfusion::Result<()> {
     // Workers resolve "fraud" in their model directory (a URL or a shared path works too).
     let pool = WorkerPool::new(&urls, PoolOptions::default())?;
     let start = Instant::now();
-    let remote = pool.explain("fraud", OutputKind::Shap, input.clone()).await?;
+    let remote = pool.explain("fraud", None, OutputKind::Shap, input.clone()).await?;
     let seconds = start.elapsed().as_secs_f64();
     println!("{} rows on {} workers in {seconds:.2}s ({:.0} rows/s)", remote.num_rows(), urls.len(), remote.num_rows() as f64 / seconds);
     for state in pool.status() {

@@ -27,6 +27,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 started=$(date +%s)
+scripts/cluster-token.sh
 scripts/build-image.sh "$bin" shapfusion:local
 compose config -q
 compose --profile gpu config -q
@@ -50,5 +51,6 @@ done
 echo "healthy after $(( $(date +%s) - started ))s: coordinator + 3 workers"
 
 timeout "$(( deadline - $(date +%s) ))" "$py" scripts/cluster_check.py \
-  --server "grpc+tcp://127.0.0.1:${SHAPFUSION_PORT}" --bin "$bin" --kill "$(compose ps -q worker2)"
+  --server "grpc+tcp://127.0.0.1:${SHAPFUSION_PORT}" --bin "$bin" --kill "$(compose ps -q worker2)" \
+  --token-file "${SHAPFUSION_TOKEN_FILE:-.cluster/token}"
 echo "cluster test passed in $(( $(date +%s) - started ))s"

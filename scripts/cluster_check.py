@@ -41,11 +41,24 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--kill", required=True, help="container id of the worker to kill")
     p.add_argument("--repeat", type=int, default=30, help="copies of the data in the long query")
+    p.add_argument("--token-file", required=True, help="the cluster's bearer token")
     args = p.parse_args()
+    token = open(args.token_file).readline().strip()
     local = local_explain(args.bin)
     want = local.drop_columns(["id"])
 
-    with flight_sql.connect(args.server) as conn:
+    # Without the token the coordinator refuses the query.
+    refused = None
+    try:
+        with flight_sql.connect(args.server) as anonymous:
+            flight_sql.query(anonymous, "SELECT 1")
+    except Exception as e:  # noqa: BLE001 (the ADBC error classes vary between versions)
+        refused = str(e)
+    assert refused is not None, "the coordinator answered a client without the token"
+    assert "token" in refused.lower() or "unauthenticated" in refused.lower(), refused
+    print("ok: a client without the token is refused")
+
+    with flight_sql.connect(args.server, token) as conn:
         got = flight_sql.query(conn, f"SELECT id, shap('fraud', {flight_sql.FEATURES}) AS s FROM payments ORDER BY id")
         check_same(pa.Table.from_struct_array(got["s"].combine_chunks()), want, "Flight SQL query on the cluster")
 

@@ -99,9 +99,13 @@ pub struct SqlArgs {
 #[cfg(feature = "flight")]
 #[derive(Debug, Args)]
 pub struct ServerArgs {
-    /// File whose first line is the bearer token clients must send (no file: no auth).
-    #[arg(long)]
-    pub auth_token_file: Option<PathBuf>,
+    /// File whose first line is the bearer token clients must send. Required to listen on
+    /// anything but loopback (unless --insecure-no-auth).
+    #[arg(long, alias = "auth-token-file")]
+    pub token_file: Option<PathBuf>,
+    /// Listen on a non-loopback address without a token: anyone who reaches it can use the server.
+    #[arg(long, conflicts_with = "token_file")]
+    pub insecure_no_auth: bool,
     /// PEM certificate chain: serve TLS (with --tls-key).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -117,6 +121,18 @@ pub struct ServerArgs {
     /// Where a model named NAME is looked up as NAME.json|.ubj|.txt (a directory or URL prefix).
     #[arg(long)]
     pub model_dir: Option<String>,
+    /// Requests (exchanges, statements) running at once; more are refused as busy.
+    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().max_concurrent)]
+    pub max_concurrent: usize,
+    /// Seconds one request may run, its reply stream included.
+    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().deadline.as_secs())]
+    pub request_timeout_secs: u64,
+    /// Rows one DoExchange may send (workers).
+    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().max_rows)]
+    pub max_request_rows: u64,
+    /// MiB of Arrow data one DoExchange may send (workers).
+    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().max_bytes >> 20)]
+    pub max_request_mb: u64,
 }
 
 #[cfg(feature = "flight")]
@@ -126,19 +142,31 @@ impl ServerArgs {
             listen: listen.to_string(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             max_message_bytes: self.max_message_mb << 20,
+            authenticated: self.token_file.is_some(),
+            insecure_no_auth: self.insecure_no_auth,
+        }
+    }
+
+    fn limits(&self) -> shapfusion::flight::limits::RequestLimits {
+        shapfusion::flight::limits::RequestLimits {
+            max_concurrent: self.max_concurrent,
+            deadline: std::time::Duration::from_secs(self.request_timeout_secs),
+            max_rows: self.max_request_rows,
+            max_bytes: self.max_request_mb << 20,
         }
     }
 
     fn token(&self) -> Result<Option<String>> {
-        self.auth_token_file.as_deref().map(shapfusion::flight::auth::read_token_file).transpose()
+        self.token_file.as_deref().map(shapfusion::flight::auth::read_token_file).transpose()
     }
 }
 
 #[cfg(feature = "flight")]
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    /// Address to listen on (port 0: any free port; the address is printed).
-    #[arg(long, default_value = "0.0.0.0:50061")]
+    /// Address to listen on (port 0: any free port; the address is printed). Loopback by
+    /// default; any other address needs --token-file (or --insecure-no-auth).
+    #[arg(long, default_value = "127.0.0.1:50061")]
     pub listen: String,
     /// auto (GPU when usable, else CPU), cpu, or gpu.
     #[arg(long, default_value = "auto")]
@@ -152,6 +180,9 @@ pub struct WorkerArgs {
     /// Memory bound for fast-v2's tables, in MiB.
     #[arg(long, default_value_t = DEFAULT_V2_MEMORY_BYTES >> 20)]
     pub v2_memory_mb: usize,
+    /// Seconds one batch may compute before `health` reports the worker stuck.
+    #[arg(long, default_value_t = shapfusion::flight::worker::DEFAULT_STUCK_AFTER.as_secs())]
+    pub stuck_after_secs: u64,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -159,8 +190,9 @@ pub struct WorkerArgs {
 #[cfg(feature = "flight")]
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (port 0: any free port; the address is printed).
-    #[arg(long, default_value = "0.0.0.0:50051")]
+    /// Address to listen on (port 0: any free port; the address is printed). Loopback by
+    /// default; any other address needs --token-file (or --insecure-no-auth).
+    #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: String,
     /// Compute on these Flight workers (comma separated URLs); default: in this process.
     #[arg(long)]
@@ -172,8 +204,40 @@ pub struct ServeArgs {
     /// store); repeatable. Clients can also run CREATE EXTERNAL TABLE themselves.
     #[arg(long = "table")]
     pub tables: Vec<String>,
+    /// A directory or URL prefix under which clients may CREATE EXTERNAL TABLE; repeatable
+    /// (none: clients use the --table tables only).
+    #[arg(long = "data-root")]
+    pub data_roots: Vec<String>,
+    /// A directory or URL prefix under which clients may COPY … TO; repeatable (none: no writes).
+    #[arg(long = "allow-write")]
+    pub allow_write: Vec<String>,
+    /// Memory DataFusion's operators may hold across all clients (sorts, joins, aggregations),
+    /// e.g. 8G or 512M; a query needing more fails with a message instead of the process.
+    #[arg(long, default_value = "8G")]
+    pub memory_limit: ByteSize,
     #[command(flatten)]
     pub server: ServerArgs,
+}
+
+/// A size given as bytes with an optional K, M or G suffix (powers of 1024).
+#[cfg(feature = "flight")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub usize);
+
+#[cfg(feature = "flight")]
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let t = s.trim();
+        let (digits, shift) = match t.char_indices().last() {
+            Some((i, 'k' | 'K')) => (&t[..i], 10),
+            Some((i, 'm' | 'M')) => (&t[..i], 20),
+            Some((i, 'g' | 'G')) => (&t[..i], 30),
+            _ => (t, 0),
+        };
+        let n: usize = digits.trim().parse().map_err(|_| format!("{s:?} is not a size (e.g. 8G, 512M, 1048576)"))?;
+        n.checked_mul(1 << shift).map(ByteSize).ok_or_else(|| format!("{s:?} is too large"))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -271,6 +335,8 @@ pub fn run(cli: Cli) -> Result<()> {
                     model_dir: a.model_dir,
                     workers: a.workers,
                     worker_token_file: a.worker_token_file,
+                    names_only: false,
+                    memory_limit: None,
                 },
                 format: a.format,
                 output: a.output,
@@ -331,12 +397,14 @@ fn explain_remote(
     let pool = shapfusion::flight::shared_pool(workers, token_file)?;
     // A local file travels as an absolute file:// URL (workers on this machine, or with the same
     // path mounted, can read it); anything else is a name or URL the workers resolve.
-    let reference = if model.is_file() {
-        shapfusion::registry::to_url(&model.to_string_lossy())?.to_string()
+    // The local file's content pins the version the workers must have.
+    let (reference, version) = if model.is_file() {
+        let bytes = std::fs::read(model).map_err(|e| shapfusion::Error::io(model, e))?;
+        (shapfusion::registry::to_url(&model.to_string_lossy())?.to_string(), Some(shapfusion::registry::content_hash(&bytes)))
     } else {
-        model.to_string_lossy().into_owned()
+        (model.to_string_lossy().into_owned(), None)
     };
-    shapfusion::flight::explain_on_workers(pool, &reference, input, output, options)
+    shapfusion::flight::explain_on_workers(pool, &reference, version, input, output, options)
 }
 
 #[cfg(feature = "flight")]
@@ -357,8 +425,11 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
             Device::Gpu => "gpu".to_string(),
             _ => format!("cpu ({threads} threads)"),
         },
+        stuck_after: std::time::Duration::from_secs(a.stuck_after_secs),
+        limits: a.server.limits(),
     };
-    let registry = std::sync::Arc::new(shapfusion::registry::ModelRegistry::new(None));
+    // Workers load the models the operator configured, never a path or URL a client names.
+    let registry = std::sync::Arc::new(shapfusion::registry::ModelRegistry::names_only(None));
     for m in &a.server.models {
         registry.register_arg(m)?;
     }
@@ -372,9 +443,11 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
 
 #[cfg(feature = "flight")]
 fn run_serve(a: ServeArgs) -> Result<()> {
+    use shapfusion::flight::access::AccessPolicy;
     use shapfusion::flight::sql_server::SqlService;
     use shapfusion::flight::transport;
     let token = a.server.token()?;
+    let policy = AccessPolicy::new(&a.data_roots, &a.allow_write)?;
     let listen = a.server.listen(&a.listen);
     async_runtime()?.block_on(async move {
         let setup = SessionSetup {
@@ -382,9 +455,12 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             model_dir: a.server.model_dir.clone(),
             workers: a.workers.clone(),
             worker_token_file: a.worker_token_file.clone(),
+            names_only: true,
+            memory_limit: Some(a.memory_limit.0),
         };
-        let (ctx, _registry, _stores) = shell::new_session(&setup).await?;
-        let service = SqlService::new(ctx, token);
+        let (ctx, registry, _stores) = shell::new_session(&setup).await?;
+        let admission = shapfusion::flight::limits::Admission::new(a.server.limits());
+        let service = SqlService::new(ctx, registry, token, policy, admission);
         for t in &a.tables {
             service.register_table(t).await?;
         }

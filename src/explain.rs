@@ -17,6 +17,7 @@ use parquet::arrow::{ArrowWriter, ProjectionMask};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
+use crate::atomic_file::AtomicFile;
 use crate::engine::{build_explainer, Algorithm, EngineOptions, Explainer};
 use crate::error::{Error, Result};
 use crate::features::FeatureColumns;
@@ -237,7 +238,9 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
 /// The streaming loop shared by local and remote (worker pool) explanation: reads `input`
 /// (the `features` and the kept columns only), hands each batch to `compute` for the
 /// attribution columns (laid out as `out_fields`), and writes kept columns + attributions as
-/// Parquet with bounded row groups. Returns the number of rows written.
+/// Parquet with bounded row groups. The output appears (replacing any previous file) only once
+/// every row is written; an output that is the input is refused. Returns the number of rows
+/// written.
 pub fn explain_rows(
     input: &Path,
     output: &Path,
@@ -249,6 +252,8 @@ pub fn explain_rows(
     if options.batch_rows == 0 {
         return Err(Error::Input("--batch-rows must be at least 1".into()));
     }
+    // Before the input is even opened: an output that is the input would destroy it.
+    let pending = AtomicFile::create(output, &[input])?;
     let mut wanted = features.to_vec();
     wanted.extend(options.keep.iter().cloned());
     let mut reader = InputReader::open(input, &wanted, features, options.batch_rows)?;
@@ -272,7 +277,7 @@ pub fn explain_rows(
     fields.extend(out_fields);
     let out_schema = Arc::new(Schema::new(fields));
 
-    let file = File::create(output).map_err(|e| Error::io(output, e))?;
+    let file = pending.file()?;
     // Keep row groups near 64 MiB of values whatever the row width, so memory stays bounded.
     let row_bytes: usize = out_schema.fields().iter().map(|f| value_bytes(f.data_type())).sum::<usize>().max(8);
     let props = WriterProperties::builder()
@@ -294,6 +299,7 @@ pub fn explain_rows(
         progress.inc(batch.num_rows() as u64);
     }
     writer.close().map_err(|e| Error::parquet(format!("closing {}", output.display()), e))?;
+    pending.commit()?;
     progress.finish_and_clear();
     Ok(rows)
 }

@@ -27,6 +27,7 @@
 //! # Ok::<(), shapfusion::Error>(())
 //! ```
 
+pub mod atomic_file;
 pub mod engine;
 pub mod error;
 pub mod explain;

@@ -39,6 +39,8 @@ pub struct LoadedModel {
     pub url: String,
     /// The store's version of the object when it was loaded.
     pub version: String,
+    /// [`content_hash`] of the file: equal on every machine that has the same model.
+    pub content_hash: String,
     /// The model.
     pub model: Arc<Model>,
     explainers: Mutex<HashMap<(Algorithm, Device), Arc<dyn Explainer>>>,
@@ -71,6 +73,9 @@ pub struct ModelRegistry {
     cache: Mutex<HashMap<String, Vec<Arc<LoadedModel>>>>,
     stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
     runtime_env: Option<Arc<RuntimeEnv>>,
+    /// Servers resolve registered names (and names under their model directory) only, never a
+    /// path or URL a client sends.
+    names_only: bool,
 }
 
 impl std::fmt::Debug for ModelRegistry {
@@ -87,6 +92,12 @@ impl ModelRegistry {
     /// An empty registry that looks up object stores on `runtime_env` first.
     pub fn new(runtime_env: Option<Arc<RuntimeEnv>>) -> Self {
         ModelRegistry { runtime_env, ..Default::default() }
+    }
+
+    /// A registry for a server: model references are registered names or names under the
+    /// model directory; a path or URL from a client is refused with the names it may use.
+    pub fn names_only(runtime_env: Option<Arc<RuntimeEnv>>) -> Self {
+        ModelRegistry { runtime_env, names_only: true, ..Default::default() }
     }
 
     /// Registers `name` for the model at `url` (a URL or a local path).
@@ -128,6 +139,21 @@ impl ModelRegistry {
             if names.is_empty() { "none".to_string() } else { names.join(", ") }
         }));
         if looks_like_location(reference) {
+            if self.names_only {
+                // The URL of a model this server serves (what a coordinator's pool sends) is
+                // accepted; any other location is not.
+                if let Some(url) = self.served_url(reference, model_dir) {
+                    return self.load_url(&url);
+                }
+                let mut names: Vec<String> = self.names().into_iter().map(|(n, _)| n).collect();
+                if let Some(dir) = model_dir.filter(|d| !d.is_empty()) {
+                    names.extend(self.list_dir(dir).unwrap_or_default());
+                }
+                return Err(Error::ModelNotFound(format!(
+                    "model {reference:?} is a path or URL; this server serves registered models only: {}",
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                )));
+            }
             return self.load_url(&to_url(reference)?);
         }
         searched.push("not a URL or path".into());
@@ -145,6 +171,21 @@ impl ModelRegistry {
             None => searched.push("no model directory set (shap.model_dir / --model-dir)".into()),
         }
         Err(Error::ModelNotFound(format!("unknown model {reference:?}; searched: {}", searched.join("; "))))
+    }
+
+    /// `reference` as a URL when it is a registered model's URL or a model file directly under
+    /// `model_dir` (`<dir>/<name>.json|.ubj|.txt`).
+    fn served_url(&self, reference: &str, model_dir: Option<&str>) -> Option<Url> {
+        let url = to_url(reference).ok()?;
+        if self.names.read().expect("names").values().any(|u| u == url.as_str()) {
+            return Some(url);
+        }
+        let base = to_url(model_dir.filter(|d| !d.is_empty())?).ok()?;
+        let base = join_url(&base, "").ok()?;
+        let file = url.as_str().strip_prefix(base.as_str())?;
+        let (stem, ext) = file.rsplit_once('.')?;
+        let plain = !stem.is_empty() && !file.contains(['/', '\\', '%', '?', '#']) && !stem.starts_with('.');
+        (plain && MODEL_EXTENSIONS.contains(&ext)).then_some(url)
     }
 
     /// Names of the models directly under `dir` (files ending in `.json`, `.ubj` or `.txt`),
@@ -188,8 +229,9 @@ impl ModelRegistry {
         let bytes = run_io(async move { store.get(&path).await?.bytes().await })
             .map_err(|e| Error::Input(format!("cannot read model {url}: {e}")))?;
         let model = Arc::new(Model::from_bytes(&bytes, url)?);
-        tracing::info!(url, version, trees = model.trees.len(), "loaded model");
-        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, model, explainers: Mutex::new(HashMap::new()) });
+        let content_hash = content_hash(&bytes);
+        tracing::info!(url, version, content_hash, trees = model.trees.len(), "loaded model");
+        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, content_hash, model, explainers: Mutex::new(HashMap::new()) });
         let mut cache = self.cache.lock().expect("cache");
         let versions = cache.entry(url.to_string()).or_default();
         versions.insert(0, loaded.clone());
@@ -224,6 +266,11 @@ impl ModelRegistry {
         let store = stores.entry(key).or_insert_with(|| Arc::from(built)).clone();
         Ok((store, path))
     }
+}
+
+/// The version of a model that every machine agrees on: a hash of the file's bytes.
+pub fn content_hash(bytes: &[u8]) -> String {
+    format!("blake3:{}", blake3::hash(bytes).to_hex())
 }
 
 /// Whether a model reference is a URL or a path rather than a name.
@@ -287,6 +334,20 @@ mod tests {
         assert!(looks_like_location("models/fraud.json"));
         assert!(!looks_like_location("fraud"));
         assert_eq!(to_url("/tmp/x.json").unwrap().as_str(), "file:///tmp/x.json");
+    }
+
+    #[test]
+    fn a_server_registry_refuses_paths_and_urls_naming_what_it_serves() {
+        let r = ModelRegistry::names_only(None);
+        r.register("fraud", "/nowhere/fraud.json").unwrap();
+        for reference in ["/etc/passwd", "file:///etc/passwd", "http://169.254.169.254/x.json", "../m.json", "/models/sub/m.json", "/models/../etc/m.json"] {
+            let e = r.resolve(reference, Some("/models")).unwrap_err().to_string();
+            assert!(e.contains("registered models only: fraud"), "{e}");
+        }
+        // What a coordinator sends: a registered model's URL, or a file directly under the
+        // model directory.
+        assert_eq!(r.served_url("file:///nowhere/fraud.json", None).unwrap().as_str(), "file:///nowhere/fraud.json");
+        assert_eq!(r.served_url("file:///models/churn.ubj", Some("/models")).unwrap().as_str(), "file:///models/churn.ubj");
     }
 
     #[test]

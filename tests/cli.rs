@@ -330,3 +330,52 @@ fn device_gpu_without_a_usable_gpu_names_what_is_missing_and_auto_uses_the_cpu()
     assert!(stderr(&o).contains("computing on the CPU"), "auto says where it computes: {}", stderr(&o));
     assert_eq!(read_parquet(&out).num_rows(), f.batch.num_rows());
 }
+
+#[test]
+fn explain_refuses_to_write_over_its_input() {
+    let dir = tmp();
+    let input = dir.path().join("rows.csv");
+    std::fs::write(&input, "amount,age,account_days,hour,tx_24h,merchant_risk,country_code,card_present\n1,2,3,4,5,6,7,1\n").unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/models/fraud.json");
+    // The same file under another spelling.
+    let same = dir.path().join(".").join("rows.csv");
+    let e = fails(&["explain", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", same.to_str().unwrap()]);
+    assert!(e.contains("would destroy the input"), "{e}");
+    assert_eq!(std::fs::read(&input).unwrap(), before, "the input is untouched");
+}
+
+#[test]
+fn a_killed_explain_leaves_the_previous_output_intact() {
+    let dir = tmp();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (model, input) = (root.join("examples/models/fraud.json"), root.join("examples/data/payments.parquet"));
+    let output = dir.path().join("shap.parquet");
+    let o = explain(&model, &input, &output, &["--predict"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let previous = std::fs::read(&output).unwrap();
+
+    // A slow run (the reference engine's interactions, one thread, tiny batches), killed once it
+    // has started writing.
+    let mut child = bin()
+        .args(["explain", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()])
+        .args(["--interactions", "--algorithm", "treeshap", "--threads", "1", "--batch-rows", "16", "--no-progress"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let partial = || std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".partial"));
+    let started = std::time::Instant::now();
+    while !partial() {
+        assert!(child.try_wait().unwrap().is_none(), "explain ended before it could be killed");
+        assert!(started.elapsed().as_secs() < 60, "no partial output appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "explain ended before it could be killed");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert_eq!(std::fs::read(&output).unwrap(), previous, "the previous output is intact");
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| n == "shap.parquet" || (n.starts_with(".shap.parquet.") && n.ends_with(".partial"))), "{names:?}");
+}

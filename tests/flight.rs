@@ -2,9 +2,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,49 +21,20 @@ use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
 use shapfusion::model::Model;
 use tonic::Code;
 
-const BIN: &str = env!("CARGO_BIN_EXE_shapfusion");
+use common::server::{sql_client, sql_result, Server, BIN};
 
-/// A server process, killed when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// A worker serving the example model as `fraud` and every fixture model by its fixture name
+/// (workers serve configured models only; the pool sends their URLs).
+fn worker(extra: &[&str]) -> Server {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut models = vec![format!("fraud={}", root.join("examples/models/fraud.json").display())];
+    models.extend(fixtures().iter().map(|f| format!("{}={}", f.name, f.model_path.display())));
+    let mut args = vec!["worker", "--device", "cpu", "--threads", "1"];
+    for m in &models {
+        args.extend(["--model", m.as_str()]);
     }
-}
-
-impl Server {
-    /// Starts `shapfusion <args> --listen 127.0.0.1:0` and waits for its address line.
-    fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .args(["--listen", "127.0.0.1:0", "--log", "warn"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start shapfusion");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
-        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_string();
-        assert!(url.starts_with("http://127.0.0.1:") || url.starts_with("https://127.0.0.1:"), "unexpected first line {line:?}");
-        Server { child, url }
-    }
-
-    fn worker(extra: &[&str]) -> Server {
-        let mut args = vec!["worker", "--device", "cpu", "--threads", "1"];
-        args.extend_from_slice(extra);
-        Server::start(&args)
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
-        assert!(ok, "kill {sig}");
-    }
+    args.extend_from_slice(extra);
+    Server::start(&args)
 }
 
 fn file_url(p: &Path) -> String {
@@ -127,14 +97,14 @@ fn small_chunks() -> PoolOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_of_three_equals_local_explain_on_every_fixture() {
-    let workers: Vec<Server> = (0..3).map(|_| Server::worker(&[])).collect();
+    let workers: Vec<Server> = (0..3).map(|_| worker(&[])).collect();
     let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
     let pool = WorkerPool::new(&urls, PoolOptions { min_chunk_rows: 16, ..Default::default() }).unwrap();
     for f in fixtures() {
         let url = file_url(&f.model_path);
         let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
         for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Predict] {
-            let got = pool.explain(&url, output, input.clone()).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
+            let got = pool.explain(&url, None, output, input.clone()).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
             assert_same(&got, &local(&f.model, &f.input_path(), output), &format!("{} {output:?}", f.name));
         }
     }
@@ -150,7 +120,7 @@ async fn pool_of_three_equals_local_explain_on_every_fixture() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_query_loses_no_rows() {
-    let workers: Vec<Server> = (0..3).map(|_| Server::worker(&[])).collect();
+    let workers: Vec<Server> = (0..3).map(|_| worker(&[])).collect();
     let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
     let (model, model_path, batch) = payments(12);
     let input = feature_batch(&batch, &model.feature_names).unwrap();
@@ -158,7 +128,7 @@ async fn a_worker_killed_mid_query_loses_no_rows() {
     let url = file_url(&model_path);
     let query = {
         let (pool, input) = (pool.clone(), input.clone());
-        tokio::spawn(async move { pool.explain(&url, OutputKind::Shap, input).await })
+        tokio::spawn(async move { pool.explain(&url, None, OutputKind::Shap, input).await })
     };
     // Kill a worker once it is busy with this query.
     let victim = &workers[1];
@@ -199,7 +169,7 @@ async fn with_every_worker_down_the_query_fails_clearly_and_in_time() {
     let (model, model_path, batch) = payments(1);
     let input = feature_batch(&batch, &model.feature_names).unwrap();
     let began = Instant::now();
-    let err = pool.explain(&file_url(&model_path), OutputKind::Shap, input).await.unwrap_err().to_string();
+    let err = pool.explain(&file_url(&model_path), None, OutputKind::Shap, input).await.unwrap_err().to_string();
     assert!(began.elapsed() < Duration::from_secs(15), "took {:?}", began.elapsed());
     assert!(err.contains("no worker could explain"), "{err}");
     for u in &urls {
@@ -214,7 +184,7 @@ async fn tokens_bad_requests_and_oversized_batches_get_the_right_status() {
     std::fs::write(&token_file, "s3cret\n").unwrap();
     let (model, model_path, batch) = payments(1);
     let model_dir = model_path.parent().unwrap().to_str().unwrap().to_string();
-    let w = Server::worker(&["--auth-token-file", token_file.to_str().unwrap(), "--model-dir", &model_dir, "--max-message-mb", "1"]);
+    let w = worker(&["--auth-token-file", token_file.to_str().unwrap(), "--model-dir", &model_dir, "--max-message-mb", "1"]);
     let input = feature_batch(&batch.slice(0, 100), &model.feature_names).unwrap();
 
     // No token, wrong token: refused before anything is computed.
@@ -271,7 +241,7 @@ fn base64_encode(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_flights_schema_and_info_describe_the_models() {
     let (model, model_path, _) = payments(1);
-    let w = Server::worker(&["--model", &format!("fraud={}", model_path.display())]);
+    let w = Server::start(&["worker", "--device", "cpu", "--threads", "1", "--model", &format!("fraud={}", model_path.display())]);
     let mut c = client(&w.url, None).await;
     let infos: Vec<_> = c.list_flights(Bytes::new()).await.unwrap().try_collect().await.unwrap();
     assert_eq!(infos.len(), 1);
@@ -290,7 +260,7 @@ async fn list_flights_schema_and_info_describe_the_models() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_the_request_in_flight_finish() {
     let (model, model_path, batch) = payments(6);
-    let w = Server::worker(&["--model", &format!("fraud={}", model_path.display())]);
+    let w = worker(&["--model", &format!("fraud={}", model_path.display())]);
     let input = feature_batch(&batch, &model.feature_names).unwrap();
     let mut c = client(&w.url, None).await;
     let request = tokio::spawn(async move { exchange(&mut c, cmd("fraud", "predict"), input, 4 << 20).await });
@@ -303,20 +273,8 @@ async fn sigterm_lets_the_request_in_flight_finish() {
     assert!(status.success(), "worker exit status after SIGTERM: {status}");
 }
 
-async fn sql_client(url: &str) -> FlightSqlServiceClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await.unwrap();
-    FlightSqlServiceClient::new(channel)
-}
-
 async fn sql_query(c: &mut FlightSqlServiceClient<tonic::transport::Channel>, sql: &str) -> RecordBatch {
-    let info = c.execute(sql.to_string(), None).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let schema = Arc::new(info.clone().try_decode_schema().unwrap());
-    let mut batches = Vec::new();
-    for endpoint in info.endpoint {
-        let stream = c.do_get(endpoint.ticket.unwrap()).await.unwrap();
-        batches.extend(stream.try_collect::<Vec<_>>().await.unwrap());
-    }
-    concat_batches(&schema, &batches).unwrap()
+    sql_result(c, sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,13 +284,14 @@ async fn flight_sql_serves_shap_over_tables_locally_and_on_workers() {
     let data = root.join("examples/data/payments.parquet");
     let want = local(&model, &data, OutputKind::Shap);
     let features = model.feature_names.join(", ");
-    let w1 = Server::worker(&[]);
-    let w2 = Server::worker(&[]);
+    let w1 = worker(&[]);
+    let w2 = worker(&[]);
     let workers = format!("{},{}", w1.url, w2.url);
     let model_arg = format!("fraud={}", model_path.display());
     let table_arg = format!("payments={}", data.display());
+    let data_root = root.join("examples/data").display().to_string();
     for extra in [vec![], vec!["--workers", workers.as_str()]] {
-        let mut args = vec!["serve", "--model", &model_arg, "--table", &table_arg];
+        let mut args = vec!["serve", "--model", &model_arg, "--table", &table_arg, "--data-root", &data_root];
         args.extend(extra.iter().copied());
         let serve = Server::start(&args);
         let mut c = sql_client(&serve.url).await;
@@ -376,7 +335,7 @@ async fn tls_workers_serve_the_pool_and_refuse_plaintext() {
     }
     let cert = PathBuf::from(cert);
     let key = PathBuf::from(key);
-    let w = Server::worker(&["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    let w = worker(&["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
     assert!(w.url.starts_with("https://"), "{}", w.url);
     let url = w.url.clone();
     let (model, model_path, batch) = payments(1);
@@ -384,25 +343,25 @@ async fn tls_workers_serve_the_pool_and_refuse_plaintext() {
     let mut options = PoolOptions::default();
     options.connect.ca_cert = Some(PathBuf::from(ca));
     let pool = WorkerPool::new(&[url.clone()], options).unwrap();
-    let got = pool.explain(&file_url(&model_path), OutputKind::Predict, input.clone()).await.unwrap();
+    let got = pool.explain(&file_url(&model_path), None, OutputKind::Predict, input.clone()).await.unwrap();
     assert_eq!(got.num_rows(), 500);
     // Plaintext to a TLS port is a transport failure, reported as such once retries run out.
     let plain = PoolOptions { retry_for: Duration::from_secs(1), ..Default::default() };
     let pool = WorkerPool::new(&[url.replace("https://", "http://")], plain).unwrap();
-    let err = pool.explain(&file_url(&model_path), OutputKind::Predict, input).await.unwrap_err().to_string();
+    let err = pool.explain(&file_url(&model_path), None, OutputKind::Predict, input).await.unwrap_err().to_string();
     assert!(err.contains("no worker could explain"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_query_cancels_its_requests() {
-    let w = Server::worker(&[]);
+    let w = worker(&[]);
     let (model, model_path, batch) = payments(12);
     let input = feature_batch(&batch, &model.feature_names).unwrap();
     let pool = Arc::new(WorkerPool::new(&[w.url.clone()], small_chunks()).unwrap());
     let url = file_url(&model_path);
     let query = {
         let pool = pool.clone();
-        tokio::spawn(async move { pool.explain(&url, OutputKind::Interactions, input).await })
+        tokio::spawn(async move { pool.explain(&url, None, OutputKind::Interactions, input).await })
     };
     let started = Instant::now();
     while pool.status()[0].in_flight == 0 && started.elapsed() < Duration::from_secs(20) {

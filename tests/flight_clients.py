@@ -56,7 +56,7 @@ def main(binary):
         subprocess.run([binary, "explain", "--model", MODEL, "--input", DATA, "--output", local_path, "--no-progress"], check=True)
         local = pq.read_table(local_path)
         try:
-            worker, worker_url = start(binary, "worker", "--model-dir", os.path.join(ROOT, "examples/models"), "--auth-token-file", token_file)
+            worker, worker_url = start(binary, "worker", "--model-dir", os.path.join(ROOT, "examples/models"), "--token-file", token_file)
             procs.append(worker)
 
             # pyarrow.flight, through the example client.
@@ -80,7 +80,8 @@ def main(binary):
 
             serve, serve_url = start(
                 binary, "serve", "--workers", worker_url.replace("grpc+tcp://", "http://"), "--worker-token-file", token_file,
-                "--model", f"fraud={MODEL}", "--table", f"payments={DATA}", "--auth-token-file", token_file,
+                "--model", f"fraud={MODEL}", "--table", f"payments={DATA}", "--token-file", token_file,
+                "--data-root", os.path.dirname(DATA),
             )
             procs.append(serve)
 
@@ -93,7 +94,18 @@ def main(binary):
                 fs.query(conn, f"CREATE EXTERNAL TABLE p2 STORED AS PARQUET LOCATION '{DATA}'")
                 n = fs.query(conn, "SELECT count(*) AS n FROM p2")["n"][0].as_py()
                 assert n == local.num_rows, n
-                print("ok: CREATE EXTERNAL TABLE over Flight SQL")
+                print("ok: CREATE EXTERNAL TABLE over Flight SQL (under --data-root)")
+                for attack in ["CREATE EXTERNAL TABLE pw STORED AS CSV LOCATION '/etc/passwd'",
+                               "SET shap.workers = 'http://127.0.0.1:1'",
+                               "COPY (SELECT 1 AS x) TO '/tmp/shapfusion-adbc.csv' STORED AS CSV"]:
+                    try:
+                        fs.query(conn, attack)
+                        raise AssertionError(f"accepted: {attack}")
+                    except AssertionError:
+                        raise
+                    except Exception as e:  # noqa: BLE001 (the DB-API error class varies by version)
+                        assert "not allowed" in str(e) or "may not" in str(e) or "cannot be set" in str(e), e
+                print("ok: ADBC cannot read, write or reroute outside what the operator configured")
                 top = fs.query(conn, f"SELECT id, shap('fraud', {fs.FEATURES})['amount'] AS e FROM payments ORDER BY e DESC LIMIT 5")
                 assert top.num_rows == 5 and pc.max(local["amount"]).as_py() == top["e"][0].as_py()
             try:

@@ -72,6 +72,12 @@ fn costs(p: &PreparedModel) -> Costs {
 /// The estimates are operation counts; the benchmark suite checks the choice against timings.
 pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, options: &EngineOptions) -> AutoChoice {
     let rows = rows_hint.unwrap_or(DEFAULT_ROWS) as f64;
+    if p.max_depth > super::MAX_RECURSIVE_DEPTH {
+        return AutoChoice {
+            algorithm: Algorithm::Linear,
+            reason: format!("depth {} is over fast-v2's limit of {}", p.max_depth, super::MAX_RECURSIVE_DEPTH),
+        };
+    }
     let bytes = match table_bytes(p) {
         None => return AutoChoice { algorithm: Algorithm::Linear, reason: "paths too long for fast-v2 tables".into() },
         Some(b) => b,

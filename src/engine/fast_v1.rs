@@ -28,9 +28,10 @@ pub(crate) struct FastV1 {
 }
 
 impl FastV1 {
-    pub fn new(prepared: Arc<PreparedModel>) -> Self {
+    pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
+        super::check_depth("fast-v1", &prepared)?;
         let weights = ShapleyWeights::new(prepared.max_depth);
-        FastV1 { prepared, weights, interactions: FastInteractions::default() }
+        Ok(FastV1 { prepared, weights, interactions: FastInteractions::default() })
     }
 }
 

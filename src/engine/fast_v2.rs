@@ -145,6 +145,7 @@ pub(crate) struct FastV2 {
 
 impl FastV2 {
     pub fn new(prepared: Arc<PreparedModel>, memory_bound: usize) -> Result<Self> {
+        super::check_depth("fast-v2", &prepared)?;
         match table_bytes(&prepared) {
             None => {
                 return Err(Error::Unavailable(format!(

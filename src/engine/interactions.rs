@@ -15,7 +15,7 @@ use super::Explainer;
 use super::prepared::PreparedModel;
 use super::treeshap::{path_scratch, shap_row, Condition, Walk};
 use super::{check_block, par_rows, FeatureBlock, Interactions};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Interaction values for the engines without a walk of their own: the quadrature engine's
 /// (built on first use), or the conditioned TreeSHAP walks when quadrature cannot take the model.
@@ -33,8 +33,6 @@ impl FastInteractions {
     }
 }
 
-/// Largest interaction output we will allocate for one block, in f64 values.
-const MAX_BLOCK_VALUES: usize = 1 << 31;
 
 struct Scratch {
     path: Vec<PathElem>,
@@ -93,12 +91,7 @@ pub fn finish_row(out: &mut [f64], shap: &[f64], f: usize, groups: usize) {
     }
 }
 
-/// Checks the output size of an interaction request before allocating it.
+/// Refuses an interaction output over [`MAX_OUTPUT_VALUES`](super::MAX_OUTPUT_VALUES).
 pub(crate) fn check_size(rows: usize, width: usize) -> Result<()> {
-    if rows.saturating_mul(width) > MAX_BLOCK_VALUES {
-        return Err(Error::Input(format!(
-            "{rows} rows × {width} interaction values is too large for one batch; use smaller batches (--batch-rows)"
-        )));
-    }
-    Ok(())
+    super::check_output(rows, width, "interaction values")
 }

@@ -212,7 +212,9 @@ impl Linear {
             .enumerate()
             .map(|(t, (tree, prep))| LinearTree::new(tree, prep, t))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Linear { prepared, trees })
+        let linear = Linear { prepared, trees };
+        linear.check_scratch(false)?;
+        Ok(linear)
     }
 }
 
@@ -336,15 +338,50 @@ const G: [usize; 2] = [3, 4];
 const E: [usize; 2] = [5, 6];
 
 impl WalkStack {
-    fn reserve(&mut self, levels: usize, points: usize, width: usize) {
+    /// Sizes the stack for a tree; the interaction buffers only when `pairs` (they are `width`
+    /// times larger per level).
+    fn reserve(&mut self, levels: usize, points: usize, width: usize, pairs: bool) {
         self.split.resize(levels, 0);
         self.stage.resize(levels, 0);
         self.coefficients.resize(levels, Coefficients::default());
         self.values.resize(levels * LEVEL_SLOTS * points, Lanes::default());
         self.terms.resize(points, Lanes::default());
-        self.path_features.resize(levels * width, 0);
-        self.path_len.resize(levels, 0);
-        self.path_ratios.resize(levels * width * points, Lanes::default());
+        if pairs {
+            self.path_features.resize(levels * width, 0);
+            self.path_len.resize(levels, 0);
+            self.path_ratios.resize(levels * width * points, Lanes::default());
+        }
+    }
+
+    /// Bytes [`reserve`](Self::reserve) takes for a tree.
+    fn bytes(levels: usize, points: usize, width: usize, pairs: bool) -> usize {
+        let per_level = size_of::<Coefficients>() + 5 + LEVEL_SLOTS * points * size_of::<Lanes>();
+        let pair_level = if pairs { width * (4 + points * size_of::<Lanes>()) + 8 } else { 0 };
+        levels.saturating_mul(per_level + pair_level)
+    }
+}
+
+/// Most scratch memory one thread's walk may take (the stack grows with a tree's depth times
+/// its quadrature points; for interactions, times its path width too).
+pub(crate) const MAX_WALK_BYTES: usize = 256 << 20;
+
+impl Linear {
+    /// Refuses a tree whose walk would need more than [`MAX_WALK_BYTES`] per thread.
+    fn check_scratch(&self, pairs: bool) -> Result<()> {
+        for (t, lt) in self.trees.iter().enumerate() {
+            let bytes = WalkStack::bytes(lt.depth + 1, lt.points(), lt.width, pairs);
+            if bytes > MAX_WALK_BYTES {
+                let what = if pairs { "interaction values" } else { "SHAP values" };
+                return Err(Error::Unavailable(format!(
+                    "linear: tree {t} (depth {}, {} distinct features on a path) needs {} MiB of scratch per thread for {what}, over the bound of {} MiB",
+                    lt.depth,
+                    lt.width,
+                    bytes >> 20,
+                    MAX_WALK_BYTES >> 20
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -385,7 +422,10 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
     }
     at_split[0] = 0;
     stage[0] = 0;
-    path_len[0] = 0;
+    if PAIRS {
+        // The path buffers are sized only for interactions.
+        path_len[0] = 0;
+    }
     let mut d = 0usize;
     // With PAIRS: a split's terms (in `terms`) times each path feature's ratio, into `pairs`.
     let add_pairs = |d: usize, feature: u32, terms: &[Lanes], path_features: &[u32], path_len: &[usize], path_ratios: &[Lanes], pairs: &mut [Lanes]| {
@@ -581,7 +621,7 @@ fn explain_task<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], grou
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
         }
-        s.walk.reserve(lt.depth + 1, lt.points(), lt.width);
+        s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
         for lane_group in 0..groups {
             directions(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks);
             let at = lane_group * g + tree.group;
@@ -687,6 +727,7 @@ impl Explainer for Linear {
     /// is, by the product rule over the path's splits, the sum of each split's own terms times
     /// the ratio `(o−z)/f` of every other feature above it; both orders are summed and halved.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        self.check_scratch(true)?;
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups);
         let w = f + 1;

@@ -48,6 +48,45 @@ pub(crate) fn rows_per_task(rows: usize) -> usize {
     rows.div_ceil(rayon::current_num_threads()).clamp(1, ROWS_PER_TASK)
 }
 
+/// Deepest tree the engines that recurse along a path (`treeshap`, `fast-v1`, `quadrature`) or
+/// size per-thread tables by depth squared (`treeshap`, `fast-v1`, `fast-v2`) take. A tree's
+/// depth comes from its file (a chain of 100,000 splits is legal), so these engines refuse deeper
+/// trees instead of overflowing the stack or asking for gigabytes; `linear` walks with an explicit
+/// stack and takes any depth its scratch bound allows. Real models are far shallower (XGBoost's
+/// `max_depth` is usually 6–16).
+pub const MAX_RECURSIVE_DEPTH: usize = 512;
+
+/// Refuses a model deeper than [`MAX_RECURSIVE_DEPTH`] for `engine`, naming the tree and the
+/// engine that can take it.
+pub(crate) fn check_depth(engine: &str, p: &PreparedModel) -> Result<()> {
+    if p.max_depth <= MAX_RECURSIVE_DEPTH {
+        return Ok(());
+    }
+    let tree = p.trees.iter().position(|t| t.depth == p.max_depth).unwrap_or(0);
+    Err(Error::Unavailable(format!(
+        "{engine}: tree {tree} has depth {}, deeper than the {MAX_RECURSIVE_DEPTH} this engine takes (its recursion and per-thread scratch grow with depth); the linear engine takes it",
+        p.max_depth
+    )))
+}
+
+/// Most values one call of an engine returns for one block (2 GiB of f64). Outputs are sized
+/// by the model (`G·(F+1)` per row, `G·(F+1)²` for interactions), which a file declares, so
+/// they are checked before they are allocated; the caller explains fewer rows at a time.
+pub const MAX_OUTPUT_VALUES: usize = 1 << 28;
+
+/// Refuses an output of `rows × width` values over [`MAX_OUTPUT_VALUES`].
+pub(crate) fn check_output(rows: usize, width: usize, what: &str) -> Result<()> {
+    let values = rows.saturating_mul(width);
+    if values > MAX_OUTPUT_VALUES {
+        return Err(Error::Input(format!(
+            "{rows} rows × {width} {what} per row is {} MiB, over the limit of {} MiB for one batch; explain fewer rows at a time",
+            values.saturating_mul(8) >> 20,
+            MAX_OUTPUT_VALUES * 8 >> 20
+        )));
+    }
+    Ok(())
+}
+
 /// The engines callers can ask for by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
@@ -266,6 +305,7 @@ pub trait Explainer: Send + Sync {
         let model = self.model();
         check_block(model, block)?;
         let g = model.num_groups;
+        check_output(block.rows(), g, "predictions")?;
         let values = par_rows(block, g, || (), |x, out, _| model.predict_row(x, out));
         Ok(Predictions { rows: block.rows(), groups: g, values })
     }
@@ -292,8 +332,8 @@ pub fn build_explainer(
         a => a,
     };
     Ok(match algorithm {
-        Algorithm::TreeShap => Arc::new(treeshap::TreeShap::new(prepared)),
-        Algorithm::FastV1 => Arc::new(fast_v1::FastV1::new(prepared)),
+        Algorithm::TreeShap => Arc::new(treeshap::TreeShap::new(prepared)?),
+        Algorithm::FastV1 => Arc::new(fast_v1::FastV1::new(prepared)?),
         Algorithm::FastV2 => Arc::new(fast_v2::FastV2::new(prepared, options.v2_memory_bytes)?),
         Algorithm::Quadrature => Arc::new(quadrature::Quadrature::new(prepared)?),
         Algorithm::Linear => Arc::new(linear::Linear::new(prepared)?),
@@ -370,6 +410,7 @@ where
     let width = p.shap_width();
     let w = p.model.num_features() + 1;
     let rows = block.rows();
+    check_output(rows, width, "SHAP values")?;
     let mut values = vec![0.0; rows * width];
     if width > 0 {
         values.par_chunks_mut(width * per_task.max(1)).enumerate().for_each_init(init, |scratch, (task, chunk)| {

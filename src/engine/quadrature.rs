@@ -206,6 +206,7 @@ const _: () = assert!(2 * MAX_POINTS <= u128::BITS as usize);
 
 impl Quadrature {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
+        super::check_depth("quadrature", &prepared)?;
         let mut rules = Vec::with_capacity(prepared.trees.len());
         for (t, (tree, prep)) in prepared.model.trees.iter().zip(&prepared.trees).enumerate() {
             let d = prep.leaf_path_lengths(tree).max().unwrap_or(0);

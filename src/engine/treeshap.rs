@@ -19,8 +19,9 @@ pub(crate) struct TreeShap {
 }
 
 impl TreeShap {
-    pub fn new(prepared: Arc<PreparedModel>) -> Self {
-        TreeShap { prepared }
+    pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
+        super::check_depth("treeshap", &prepared)?;
+        Ok(TreeShap { prepared })
     }
 }
 

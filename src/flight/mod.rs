@@ -11,7 +11,9 @@
 //! A worker computes through the same features → engine → layout path as `explain`, so a row
 //! explained remotely is bit-identical to the same row explained locally.
 
+pub mod access;
 pub mod auth;
+pub mod limits;
 pub mod pool;
 pub mod protocol;
 pub mod sql_server;
@@ -52,8 +54,18 @@ pub fn feature_batch(batch: &RecordBatch, features: &[String]) -> Result<RecordB
 
 /// `shapfusion explain --workers`: streams `input` through the pool, writing the same Parquet
 /// layout as a local run. `model` is sent to the workers as given (a name they serve, or a URL
-/// they can read); the model's features come from the workers.
-pub fn explain_on_workers(pool: Arc<WorkerPool>, model: &str, input: &Path, output: &Path, options: &ExplainOptions) -> Result<ExplainSummary> {
+/// they can read); the model's features come from the workers. Every chunk is pinned to one
+/// model version: `version` (the content hash of the caller's copy) when given, else the
+/// version the first worker to answer has, so workers with another file refuse instead of
+/// mixing versions.
+pub fn explain_on_workers(
+    pool: Arc<WorkerPool>,
+    model: &str,
+    version: Option<String>,
+    input: &Path,
+    output: &Path,
+    options: &ExplainOptions,
+) -> Result<ExplainSummary> {
     let start = Instant::now();
     let info_pool = pool.clone();
     let (info, schema) = {
@@ -62,10 +74,11 @@ pub fn explain_on_workers(pool: Arc<WorkerPool>, model: &str, input: &Path, outp
     };
     tracing::info!(model, url = info.url, workers = pool.status().len(), "explaining {} on the worker pool", input.display());
     let features = info.features.clone();
+    let version = version.or_else(|| Some(info.content_hash.clone()).filter(|v| !v.is_empty()));
     let rows = explain_rows(input, output, options, &features, schema.fields().iter().cloned().collect(), |batch| {
         let chunk = feature_batch(batch, &features)?;
-        let (pool, m, kind) = (pool.clone(), model.to_string(), options.output);
-        let out = run_io(async move { pool.explain(&m, kind, chunk).await })?;
+        let (pool, m, v, kind) = (pool.clone(), model.to_string(), version.clone(), options.output);
+        let out = run_io(async move { pool.explain(&m, v.as_deref(), kind, chunk).await })?;
         Ok(out.columns().to_vec())
     })?;
     Ok(ExplainSummary { rows, algorithm: "worker pool", seconds: start.elapsed().as_secs_f64() })

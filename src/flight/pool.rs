@@ -6,9 +6,11 @@
 //! refused or reset, a worker killed mid-stream, a timeout) is sent again elsewhere after a short
 //! backoff, and its worker is marked down; down workers are probed with the `health` action
 //! before they get work again. Errors that every worker would repeat (bad input, unknown model,
-//! refused token) fail the batch at once with the worker's message. A reply whose row count
-//! differs from its chunk's is an error, never accepted. Dropping the future cancels every
-//! request it started.
+//! refused token, a model version other than the one planned) fail the batch at once with the
+//! worker's message. An internal error from a worker is tried on one other worker, never
+//! replayed across the fleet. A reply whose row count differs from its chunk's is an error,
+//! never accepted. Every call has one overall deadline ([`PoolOptions::deadline`]), always
+//! enforced. Dropping the future cancels every request it started.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,6 +47,8 @@ pub struct PoolOptions {
     pub request_timeout: Duration,
     /// How long a chunk keeps being retried while no worker can serve it.
     pub retry_for: Duration,
+    /// Time one call ([`WorkerPool::explain`], [`WorkerPool::model_info`]) may take in all.
+    pub deadline: Duration,
 }
 
 impl Default for PoolOptions {
@@ -56,6 +60,7 @@ impl Default for PoolOptions {
             max_in_flight: 2,
             request_timeout: Duration::from_secs(600),
             retry_for: Duration::from_secs(30),
+            deadline: Duration::from_secs(900),
         }
     }
 }
@@ -95,7 +100,10 @@ pub struct WorkerState {
 
 /// A failed attempt: retried on another worker, or final.
 enum Failure {
+    /// Transport trouble (refused, reset, unavailable, timed out): any other worker may do.
     Retry(String),
+    /// The worker answered with an internal error: tried on one other worker, no more.
+    Internal(String),
     Fatal(Error),
 }
 
@@ -295,7 +303,12 @@ impl WorkerPool {
         let began = Instant::now();
         let mut errors: Vec<String> = Vec::new();
         let mut avoid = None;
+        let mut internal: Option<String> = None;
         for tries in 0u32.. {
+            // Checked after every failure too, not only while waiting for a free worker.
+            if began.elapsed() >= self.options.retry_for && tries > 0 {
+                break;
+            }
             let Some(slot) = self.acquire(avoid, began + self.options.retry_for).await else { break };
             let i = slot.index;
             let outcome = match tokio::time::timeout(self.options.request_timeout, attempt(i)).await {
@@ -309,6 +322,19 @@ impl WorkerPool {
                     return Ok(value);
                 }
                 Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Internal(message)) => {
+                    let here = format!("{}: {message}", self.workers[i].url);
+                    if let Some(first) = internal {
+                        return Err(Error::Remote {
+                            worker: self.workers[i].url.clone(),
+                            message: format!("{}: internal error on two workers, not retried further: {first}; {here}", what()),
+                        });
+                    }
+                    // The worker answered, so it is not down; the chunk goes elsewhere once.
+                    tracing::warn!("internal error from {here}; trying one other worker");
+                    internal = Some(here);
+                    avoid = Some(i);
+                }
                 Err(Failure::Retry(message)) => {
                     self.mark_down(i, &message);
                     errors.push(format!("{}: {message}", self.workers[i].url));
@@ -368,9 +394,27 @@ impl WorkerPool {
     }
 
     /// Explains `batch` (the model's feature columns, by name) with `model` on the workers and
-    /// returns the `explain` layout, one row per input row in input order.
-    pub async fn explain(&self, model: &str, output: OutputKind, batch: RecordBatch) -> Result<RecordBatch> {
-        let command = ExchangeCommand::new(model, output);
+    /// returns the `explain` layout, one row per input row in input order. With `version` (a
+    /// [`content_hash`](crate::registry::content_hash)), a worker whose model differs refuses,
+    /// so the reply never mixes versions. Fails once [`PoolOptions::deadline`] has passed.
+    pub async fn explain(&self, model: &str, version: Option<&str>, output: OutputKind, batch: RecordBatch) -> Result<RecordBatch> {
+        let rows = batch.num_rows();
+        self.within_deadline(|| format!("explaining {rows} rows with model {model:?}"), self.explain_chunks(model, version, output, batch)).await
+    }
+
+    /// Runs `call` under the pool's overall deadline.
+    async fn within_deadline<T>(&self, what: impl Fn() -> String, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.options.deadline, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Remote {
+                worker: "pool".into(),
+                message: format!("{} did not finish within the pool's deadline of {}; {}", what(), human_duration(self.options.deadline), self.describe_workers()),
+            }),
+        }
+    }
+
+    async fn explain_chunks(&self, model: &str, version: Option<&str>, output: OutputKind, batch: RecordBatch) -> Result<RecordBatch> {
+        let command = ExchangeCommand::new(model, output).pinned(version.map(str::to_string));
         let rows = batch.num_rows();
         let step = self.chunk_rows(rows);
         let chunks: Vec<(usize, RecordBatch)> = if rows == 0 {
@@ -395,7 +439,7 @@ impl WorkerPool {
     pub async fn model_info(&self, model: &str, output: OutputKind) -> Result<(ModelInfo, SchemaRef)> {
         let command = ExchangeCommand::new(model, output);
         let what = || format!("no worker answered for model {model:?}");
-        self.retrying(what, |i| {
+        let info = self.retrying(what, |i| {
             let command = &command;
             async move {
                 let url = &self.workers[i].url;
@@ -406,8 +450,8 @@ impl WorkerPool {
                 let schema = info.try_decode_schema().map_err(|e| unreadable("schema", e.to_string()))?;
                 Ok((meta, Arc::new(schema)))
             }
-        })
-        .await
+        });
+        self.within_deadline(|| format!("asking for model {model:?}"), info).await
     }
 }
 
@@ -427,6 +471,11 @@ fn classify(url: &str, e: FlightError) -> Failure {
                 worker: url.to_string(),
                 message: format!("{} ({:?})", status.message(), status.code()),
             }),
+            // An error status the worker sent; one raised here by the transport (a connection
+            // reset mid-stream) carries its cause and is retried like any transport failure.
+            Code::Internal | Code::Unknown | Code::DataLoss if std::error::Error::source(&*status).is_none() => {
+                Failure::Internal(format!("{} ({:?})", status.message(), status.code()))
+            }
             code => Failure::Retry(format!("{} ({code:?})", status.message())),
         },
         other => Failure::Retry(other.to_string()),
@@ -457,5 +506,7 @@ mod tests {
         assert!(matches!(fatal, Failure::Fatal(Error::Remote { ref message, .. }) if message.contains("unknown model")));
         let retry = classify("w", FlightError::Tonic(Box::new(tonic::Status::unavailable("connection refused"))));
         assert!(matches!(retry, Failure::Retry(_)));
+        let internal = classify("w", FlightError::Tonic(Box::new(tonic::Status::internal("boom"))));
+        assert!(matches!(internal, Failure::Internal(_)));
     }
 }

@@ -39,12 +39,22 @@ pub struct ExchangeCommand {
     /// `shap` (default), `interactions` or `predict`.
     #[serde(default, with = "output_name")]
     pub output: OutputKind,
+    /// The content hash of the model the caller planned with ([`ModelInfo::content_hash`]): a
+    /// worker whose copy differs refuses the request instead of mixing versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<String>,
 }
 
 impl ExchangeCommand {
     /// A command for `model` and `output`.
     pub fn new(model: impl Into<String>, output: OutputKind) -> Self {
-        ExchangeCommand { model: model.into(), output }
+        ExchangeCommand { model: model.into(), output, model_version: None }
+    }
+
+    /// The same command, pinned to the model version with content hash `version`.
+    pub fn pinned(mut self, version: Option<String>) -> Self {
+        self.model_version = version;
+        self
     }
 
     /// The command-type descriptor carrying this command.
@@ -122,6 +132,9 @@ pub struct ModelInfo {
     pub url: String,
     /// The store's version of that object.
     pub version: String,
+    /// A hash of the model file's content (`blake3:…`): what requests pin.
+    #[serde(default)]
+    pub content_hash: String,
     /// Input feature columns, in the model's order.
     pub features: Vec<String>,
     /// Output groups (classes for multiclass models).

@@ -3,12 +3,16 @@
 //! `SELECT shap('fraud', amount, age) FROM payments` over tables on disk or object stores.
 //!
 //! Statements go through the standard path: `GetFlightInfo(CommandStatementQuery)` plans the
-//! statement (DDL such as `CREATE EXTERNAL TABLE` and `SET` take effect here) and returns a
-//! ticket; `DoGet` on the ticket streams the result. Prepared statements (used by JDBC) plan
-//! the same way. All clients share one session: tables registered by one are visible to all.
+//! statement (`SET` and the permitted DDL take effect here) and returns a ticket; `DoGet` on the
+//! ticket streams the result. Prepared statements (used by JDBC) plan the same way.
+//!
+//! **One session per client.** Each client connection (its gRPC connection, identified by the
+//! peer address) gets its own DataFusion session: the operator's `--table` tables and the shap
+//! functions, with its own `SET` values and its own external tables. Statement tickets and
+//! prepared-statement handles are random, bound to the session that made them, expire, and are
+//! capped per session. What a client may do to the server is [`AccessPolicy`]'s to decide.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,26 +27,73 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, IpcMessage, SchemaAsIpc, Ticket};
 use bytes::Bytes;
+use datafusion::catalog::TableProvider;
 use datafusion::dataframe::DataFrame;
+use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::access::AccessPolicy;
 use super::auth;
+use super::limits::Admission;
 use crate::error::{Error, Result};
+use crate::registry::ModelRegistry;
 
 /// Planned statements wait this long for their `DoGet` before they are dropped.
 const TICKET_TTL: Duration = Duration::from_secs(600);
 
+/// Planned statements and prepared statements one session may hold at once.
+pub const MAX_HANDLES_PER_SESSION: usize = 64;
+
+/// A session unused this long is dropped (with its tables, settings and handles).
+const SESSION_IDLE: Duration = Duration::from_secs(1800);
+
+/// Sessions held at once; a new client beyond this is refused until one goes idle.
+pub const MAX_SESSIONS: usize = 256;
+
+/// One client's state.
+struct Session {
+    ctx: SessionContext,
+    last_used: Instant,
+    /// Planned statements by ticket handle.
+    planned: HashMap<Bytes, (Instant, DataFrame)>,
+    /// Prepared statements' SQL by handle.
+    prepared: HashMap<Bytes, (Instant, String)>,
+}
+
+impl Session {
+    fn handles(&self) -> usize {
+        self.planned.len() + self.prepared.len()
+    }
+
+    fn expire(&mut self) {
+        self.planned.retain(|_, (at, _)| at.elapsed() < TICKET_TTL);
+        self.prepared.retain(|_, (at, _)| at.elapsed() < SESSION_IDLE);
+    }
+}
+
+/// What every new session starts from: the operator's configuration.
+struct SessionTemplate {
+    config: SessionConfig,
+    runtime: Arc<RuntimeEnv>,
+    registry: Arc<ModelRegistry>,
+    tables: Vec<(String, Arc<dyn TableProvider>)>,
+}
+
 /// The Flight SQL service of `shapfusion serve`.
 pub struct SqlService {
-    ctx: SessionContext,
+    /// The operator's session: `--table` tables are registered here and shared (read-only) with
+    /// every client session.
+    base: SessionContext,
+    template: Mutex<SessionTemplate>,
     token: Option<String>,
-    planned: Mutex<HashMap<Bytes, (Instant, DataFrame)>>,
-    next_handle: AtomicU64,
+    policy: AccessPolicy,
+    admission: Admission,
+    sessions: Mutex<HashMap<String, Session>>,
 }
 
 fn df_status(e: datafusion::error::DataFusionError) -> Status {
@@ -53,14 +104,35 @@ fn df_status(e: datafusion::error::DataFusionError) -> Status {
     }
 }
 
+/// A random, unguessable handle (128 bits from the OS).
+fn random_handle(prefix: &str) -> std::result::Result<Bytes, Status> {
+    let mut raw = [0u8; 16];
+    getrandom::fill(&mut raw).map_err(|e| Status::internal(format!("no randomness for a handle: {e}")))?;
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(Bytes::from(format!("{prefix}-{hex}")))
+}
+
+/// The session key of a request: its connection's peer address.
+fn client_of<T>(request: &Request<T>) -> String {
+    request.remote_addr().map_or_else(|| "unknown-peer".to_string(), |a| a.to_string())
+}
+
 impl SqlService {
-    /// A service running statements on `ctx` (set up with the shap UDFs).
-    pub fn new(ctx: SessionContext, token: Option<String>) -> Self {
-        SqlService { ctx, token, planned: Mutex::new(HashMap::new()), next_handle: AtomicU64::new(1) }
+    /// A service whose sessions start from `ctx`'s configuration, runtime and shap functions
+    /// (resolving models through `registry`), under `policy`, admitting statements through
+    /// `admission`.
+    pub fn new(ctx: SessionContext, registry: Arc<ModelRegistry>, token: Option<String>, policy: AccessPolicy, admission: Admission) -> Self {
+        let state = ctx.state();
+        // Each client session gets its own default catalog (the operator's session may have
+        // turned creating one off once it had its own).
+        let config = state.config().clone().with_create_default_catalog_and_schema(true);
+        let template = SessionTemplate { config, runtime: ctx.runtime_env(), registry, tables: Vec::new() };
+        SqlService { base: ctx, template: Mutex::new(template), token, policy, admission, sessions: Mutex::new(HashMap::new()) }
     }
 
     /// Registers `NAME=URL` (`--table`): a Parquet or CSV (with header) file or directory,
     /// local or on an object store; the format comes from the extension, Parquet by default.
+    /// Every client session sees it.
     pub async fn register_table(&self, arg: &str) -> Result<()> {
         let (name, location) = arg
             .split_once('=')
@@ -74,8 +146,16 @@ impl SqlService {
             ("PARQUET", "")
         };
         let sql = format!("CREATE EXTERNAL TABLE \"{}\" STORED AS {format} LOCATION '{}' {options}", name.replace('"', "\"\""), location.replace('\'', "''"));
-        let frame = self.plan(&sql).await.map_err(|s| Error::Input(format!("--table {name}: {}", s.message())))?;
-        frame.collect().await.map_err(|e| Error::Input(format!("--table {name}: {e}")))?;
+        let fail = |e: String| Error::Input(format!("--table {name}: {e}"));
+        let plan = self.base.state().create_logical_plan(&sql).await.map_err(|e| fail(e.to_string()))?;
+        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = &plan {
+            for location in &cmd.locations {
+                register_store(&self.base, location, &cmd.options).map_err(|e| fail(e.to_string()))?;
+            }
+        }
+        self.base.execute_logical_plan(plan).await.map_err(|e| fail(e.to_string()))?.collect().await.map_err(|e| fail(e.to_string()))?;
+        let provider = self.base.table_provider(name).await.map_err(|e| fail(e.to_string()))?;
+        self.template.lock().expect("template").tables.push((name.to_string(), provider));
         tracing::info!(table = name, location, "registered table");
         Ok(())
     }
@@ -84,29 +164,72 @@ impl SqlService {
         auth::check(metadata, self.token.as_deref())
     }
 
-    /// Plans `sql`; DDL and `SET` run now (as DataFusion does for `ctx.sql`). Object stores
-    /// for `CREATE EXTERNAL TABLE … LOCATION 's3://…'` are registered from the environment and
-    /// the statement's options first.
-    async fn plan(&self, sql: &str) -> std::result::Result<DataFrame, Status> {
-        let state = self.ctx.state();
-        let plan = state.create_logical_plan(sql).await.map_err(df_status)?;
-        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = &plan {
-            for location in &cmd.locations {
-                register_store(&self.ctx, location, &cmd.options).map_err(|e| Status::invalid_argument(e.to_string()))?;
-            }
+    /// A new client session: the operator's configuration, tables and functions; no URL tables
+    /// (`SELECT * FROM '/path'`), so files are reached only through tables.
+    fn new_session(&self) -> std::result::Result<SessionContext, Status> {
+        let template = self.template.lock().expect("template");
+        let ctx = SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone());
+        crate::sql::register_with(&ctx, template.registry.clone()).map_err(|e| Status::internal(e.to_string()))?;
+        for (name, provider) in &template.tables {
+            ctx.register_table(name.as_str(), provider.clone()).map_err(df_status)?;
         }
-        self.ctx.execute_logical_plan(plan).await.map_err(df_status)
+        Ok(ctx)
     }
 
-    /// Keeps a planned statement for its `DoGet` and returns the FlightInfo pointing at it.
-    fn ticket_for(&self, frame: DataFrame, descriptor: FlightDescriptor) -> std::result::Result<FlightInfo, Status> {
-        let schema = frame.schema().as_arrow().clone();
-        let handle = Bytes::from(format!("stmt-{}-{}", std::process::id(), self.next_handle.fetch_add(1, Ordering::Relaxed)));
-        {
-            let mut planned = self.planned.lock().expect("planned statements");
-            planned.retain(|_, (at, _)| at.elapsed() < TICKET_TTL);
-            planned.insert(handle.clone(), (Instant::now(), frame));
+    /// Runs `f` on the caller's session, creating it on first use.
+    fn with_session<T>(&self, client: &str, f: impl FnOnce(&mut Session) -> std::result::Result<T, Status>) -> std::result::Result<T, Status> {
+        let mut sessions = self.sessions.lock().expect("sessions");
+        if !sessions.contains_key(client) {
+            sessions.retain(|_, s| s.last_used.elapsed() < SESSION_IDLE);
+            if sessions.len() >= MAX_SESSIONS {
+                return Err(Status::resource_exhausted(format!(
+                    "this server holds {MAX_SESSIONS} client sessions; try again when one has been idle for {} minutes",
+                    SESSION_IDLE.as_secs() / 60
+                )));
+            }
+            let ctx = self.new_session()?;
+            sessions.insert(client.to_string(), Session { ctx, last_used: Instant::now(), planned: HashMap::new(), prepared: HashMap::new() });
         }
+        let session = sessions.get_mut(client).expect("inserted above");
+        session.last_used = Instant::now();
+        session.expire();
+        f(session)
+    }
+
+    fn session_ctx(&self, client: &str) -> std::result::Result<SessionContext, Status> {
+        self.with_session(client, |s| Ok(s.ctx.clone()))
+    }
+
+    /// Plans `sql` in the client's session after the access policy allowed it; DDL and `SET`
+    /// run now (as DataFusion does for `ctx.sql`). Object stores for a permitted `CREATE
+    /// EXTERNAL TABLE … LOCATION 's3://…'` are registered from the environment and the
+    /// statement's options first.
+    async fn plan(&self, client: &str, sql: &str) -> std::result::Result<DataFrame, Status> {
+        let ctx = self.session_ctx(client)?;
+        let plan = ctx.state().create_logical_plan(sql).await.map_err(df_status)?;
+        self.policy.check(&plan).map_err(Status::permission_denied)?;
+        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = &plan {
+            for location in &cmd.locations {
+                register_store(&ctx, location, &cmd.options).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            }
+        }
+        ctx.execute_logical_plan(plan).await.map_err(df_status)
+    }
+
+    /// Keeps a planned statement for the client's `DoGet` and returns the FlightInfo pointing
+    /// at it.
+    fn ticket_for(&self, client: &str, frame: DataFrame, descriptor: FlightDescriptor) -> std::result::Result<FlightInfo, Status> {
+        let schema = frame.schema().as_arrow().clone();
+        let handle = random_handle("stmt")?;
+        self.with_session(client, |s| {
+            if s.handles() >= MAX_HANDLES_PER_SESSION {
+                return Err(Status::resource_exhausted(format!(
+                    "this session holds {MAX_HANDLES_PER_SESSION} planned or prepared statements; fetch or close some first"
+                )));
+            }
+            s.planned.insert(handle.clone(), (Instant::now(), frame));
+            Ok(())
+        })?;
         let ticket = TicketStatementQuery { statement_handle: handle };
         let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
         Ok(FlightInfo::new()
@@ -114,6 +237,16 @@ impl SqlService {
             .map_err(|e| Status::internal(format!("encoding schema: {e}")))?
             .with_endpoint(endpoint)
             .with_descriptor(descriptor))
+    }
+
+    /// The SQL of the client's prepared statement `handle`.
+    fn prepared_sql(&self, client: &str, handle: &Bytes) -> std::result::Result<String, Status> {
+        self.with_session(client, |s| {
+            s.prepared
+                .get(handle)
+                .map(|(_, sql)| sql.clone())
+                .ok_or_else(|| Status::not_found("unknown or closed prepared statement (handles belong to the connection that made them)"))
+        })
     }
 }
 
@@ -154,9 +287,11 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         self.authorize(request.metadata())?;
-        tracing::debug!(sql = query.query, "statement");
-        let frame = self.plan(&query.query).await?;
-        Ok(Response::new(self.ticket_for(frame, request.into_inner())?))
+        let client = client_of(&request);
+        tracing::debug!(sql = query.query, client, "statement");
+        let _planning = self.admission.admit()?;
+        let frame = self.plan(&client, &query.query).await?;
+        Ok(Response::new(self.ticket_for(&client, frame, request.into_inner())?))
     }
 
     async fn get_flight_info_prepared_statement(
@@ -165,10 +300,11 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         self.authorize(request.metadata())?;
-        let sql = String::from_utf8(query.prepared_statement_handle.to_vec())
-            .map_err(|_| Status::invalid_argument("prepared statement handle is not one of ours"))?;
-        let frame = self.plan(&sql).await?;
-        Ok(Response::new(self.ticket_for(frame, request.into_inner())?))
+        let client = client_of(&request);
+        let sql = self.prepared_sql(&client, &query.prepared_statement_handle)?;
+        let _planning = self.admission.admit()?;
+        let frame = self.plan(&client, &sql).await?;
+        Ok(Response::new(self.ticket_for(&client, frame, request.into_inner())?))
     }
 
     async fn do_get_statement(
@@ -177,19 +313,20 @@ impl FlightSqlService for SqlService {
         request: Request<Ticket>,
     ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         self.authorize(request.metadata())?;
-        let (_, frame) = self
-            .planned
-            .lock()
-            .expect("planned statements")
-            .remove(&ticket.statement_handle)
-            .ok_or_else(|| Status::not_found("unknown or already used ticket; run the statement again"))?;
+        let client = client_of(&request);
+        let (_, frame) = self.with_session(&client, |s| {
+            s.planned.remove(&ticket.statement_handle).ok_or_else(|| {
+                Status::not_found("unknown, expired or already used ticket (tickets belong to the connection that planned them); run the statement again")
+            })
+        })?;
+        let permit = self.admission.admit()?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
         let batches = frame.execute_stream().await.map_err(df_status)?;
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .build(batches.map_err(|e| FlightError::Tonic(Box::new(df_status(e)))))
             .map_err(Status::from);
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(self.admission.bounded(Box::pin(stream), permit)))
     }
 
     async fn do_put_statement_update(
@@ -198,8 +335,13 @@ impl FlightSqlService for SqlService {
         request: Request<arrow_flight::sql::server::PeekableFlightDataStream>,
     ) -> std::result::Result<i64, Status> {
         self.authorize(request.metadata())?;
-        let frame = self.plan(&command.query).await?;
-        let batches = frame.collect().await.map_err(df_status)?;
+        let client = client_of(&request);
+        let _running = self.admission.admit()?;
+        let frame = self.plan(&client, &command.query).await?;
+        let batches = tokio::time::timeout(self.admission.limits().deadline, frame.collect())
+            .await
+            .map_err(|_| Status::deadline_exceeded(format!("the statement ran longer than this server's limit of {}s", self.admission.limits().deadline.as_secs())))?
+            .map_err(df_status)?;
         // DDL returns no rows; DML (INSERT/COPY) returns one `count` row.
         let affected = batches
             .first()
@@ -215,15 +357,29 @@ impl FlightSqlService for SqlService {
         request: Request<arrow_flight::Action>,
     ) -> std::result::Result<ActionCreatePreparedStatementResult, Status> {
         self.authorize(request.metadata())?;
-        // Plan only to report the schema (and refuse bad SQL now); DDL waits for execution.
-        let plan = self.ctx.state().create_logical_plan(&query.query).await.map_err(df_status)?;
+        let client = client_of(&request);
+        // Plan only to report the schema (and refuse bad or forbidden SQL now); DDL waits for
+        // execution.
+        let ctx = self.session_ctx(&client)?;
+        let plan = ctx.state().create_logical_plan(&query.query).await.map_err(df_status)?;
+        self.policy.check(&plan).map_err(Status::permission_denied)?;
         let schema = plan.schema().as_arrow().clone();
         let options = arrow::ipc::writer::IpcWriteOptions::default();
         let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &options)
             .try_into()
             .map_err(|e: arrow::error::ArrowError| Status::internal(format!("encoding schema: {e}")))?;
+        let handle = random_handle("prep")?;
+        self.with_session(&client, |s| {
+            if s.handles() >= MAX_HANDLES_PER_SESSION {
+                return Err(Status::resource_exhausted(format!(
+                    "this session holds {MAX_HANDLES_PER_SESSION} planned or prepared statements; close some first"
+                )));
+            }
+            s.prepared.insert(handle.clone(), (Instant::now(), query.query.clone()));
+            Ok(())
+        })?;
         Ok(ActionCreatePreparedStatementResult {
-            prepared_statement_handle: Bytes::from(query.query.into_bytes()),
+            prepared_statement_handle: handle,
             dataset_schema,
             parameter_schema: Bytes::new(),
         })
@@ -231,10 +387,15 @@ impl FlightSqlService for SqlService {
 
     async fn do_action_close_prepared_statement(
         &self,
-        _query: ActionClosePreparedStatementRequest,
+        query: ActionClosePreparedStatementRequest,
         request: Request<arrow_flight::Action>,
     ) -> std::result::Result<(), Status> {
-        self.authorize(request.metadata())
+        self.authorize(request.metadata())?;
+        let client = client_of(&request);
+        self.with_session(&client, |s| {
+            s.prepared.remove(&query.prepared_statement_handle);
+            Ok(())
+        })
     }
 
     /// The `health` action, as on workers (no token needed), so one health check serves both.

@@ -30,6 +30,9 @@ fn install_crypto_provider() {
     });
 }
 
+/// The address servers listen on unless told otherwise: this machine only.
+pub const DEFAULT_LISTEN_HOST: &str = "127.0.0.1";
+
 /// Where and how a server listens.
 #[derive(Debug, Clone)]
 pub struct ListenOptions {
@@ -39,15 +42,56 @@ pub struct ListenOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Largest gRPC message accepted or sent, in bytes.
     pub max_message_bytes: usize,
+    /// Whether calls must carry a token (`--token-file`).
+    pub authenticated: bool,
+    /// `--insecure-no-auth`: listen beyond loopback without a token (warned at every start).
+    pub insecure_no_auth: bool,
+}
+
+impl ListenOptions {
+    /// Loopback plaintext without a token: for tests and in-process examples.
+    pub fn local(listen: &str) -> ListenOptions {
+        ListenOptions {
+            listen: listen.to_string(),
+            tls: None,
+            max_message_bytes: super::protocol::DEFAULT_MAX_MESSAGE_BYTES,
+            authenticated: false,
+            insecure_no_auth: false,
+        }
+    }
+}
+
+/// Refuses to expose an unauthenticated server beyond this machine: a non-loopback address
+/// needs a token, or `--insecure-no-auth`, which is warned about at every start. A token sent in
+/// clear over a network is warned about too.
+pub fn check_exposure(addr: SocketAddr, options: &ListenOptions, what: &str) -> Result<()> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    if !options.authenticated {
+        if !options.insecure_no_auth {
+            return Err(Error::Input(format!(
+                "{what}: refusing to listen on {addr} without authentication: anyone who reaches that address could use it. \
+                 Pass --token-file FILE (clients then send 'authorization: Bearer <token>'), listen on 127.0.0.1, \
+                 or pass --insecure-no-auth to accept unauthenticated calls from the network"
+            )));
+        }
+        tracing::warn!("{what}: listening on {addr} with --insecure-no-auth: anyone who reaches this address can run requests");
+    } else if options.tls.is_none() {
+        tracing::warn!("{what}: listening on {addr} without TLS: the bearer token travels in clear; pass --tls-cert and --tls-key");
+    }
+    Ok(())
 }
 
 /// Binds the listener and says where it listens on stdout (`listening on http://…`), which
-/// scripts and tests read to find a port-0 server.
+/// scripts and tests read to find a port-0 server. Refuses an unauthenticated non-loopback
+/// address (see [`check_exposure`]) before accepting anything.
 pub async fn bind(options: &ListenOptions, what: &str) -> Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind(&options.listen)
         .await
         .map_err(|e| Error::Input(format!("{what}: cannot listen on {}: {e}", options.listen)))?;
     let addr = listener.local_addr().map_err(|e| Error::Input(format!("{what}: {e}")))?;
+    check_exposure(addr, options, what)?;
     let scheme = if options.tls.is_some() { "https" } else { "http" };
     println!("{what} listening on {scheme}://{addr}");
     use std::io::Write;
@@ -132,7 +176,8 @@ pub async fn shutdown_signal() {
 pub struct ConnectOptions {
     /// Time allowed to open the connection.
     pub connect_timeout: Duration,
-    /// Bearer token sent on every call.
+    /// Bearer token sent on every call (warned about once per URL over plaintext `http://` to
+    /// another machine).
     pub token: Option<String>,
     /// PEM CA certificate to trust for `https://` servers (system roots otherwise).
     pub ca_cert: Option<PathBuf>,
@@ -161,6 +206,9 @@ pub fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint> {
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(10));
+    if options.token.is_some() && url.starts_with("http://") && !is_loopback_url(url) {
+        warn_once(url);
+    }
     if url.starts_with("https://") {
         install_crypto_provider();
         let mut tls = ClientTlsConfig::new().with_enabled_roots();
@@ -171,6 +219,23 @@ pub fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint> {
         endpoint = endpoint.tls_config(tls).map_err(|e| Error::Input(format!("TLS for {url}: {e}")))?;
     }
     Ok(endpoint)
+}
+
+/// Whether `url`'s host is this machine.
+fn is_loopback_url(url: &str) -> bool {
+    let host = url.split("://").nth(1).unwrap_or("").split(['/', '?']).next().unwrap_or("");
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h).trim_matches(['[', ']']);
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Warns once per URL that a token is sent in clear.
+fn warn_once(url: &str) {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if !warned.iter().any(|u| u == url) {
+        warned.push(url.to_string());
+        tracing::warn!("sending the worker token to {url} in clear (http://); use https:// workers (--tls-cert/--tls-key on the worker)");
+    }
 }
 
 /// A Flight client on `channel` with our message limits and the bearer token.

@@ -26,6 +26,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth;
+use super::limits::{Admission, RequestLimits};
 use super::protocol::{
     output_schema, status_from_error, ExchangeCommand, ModelInfo, WorkerStats,
     ACTION_HEALTH, ACTION_STATS, ACTION_VERSION, PROTOCOL_VERSION,
@@ -51,7 +52,16 @@ pub struct WorkerConfig {
     pub token: Option<String>,
     /// Device description reported by `stats` and `version`.
     pub device: String,
+    /// A batch computing longer than this makes `health` report the worker stuck, so pools and
+    /// orchestrators stop sending it work.
+    pub stuck_after: std::time::Duration,
+    /// Exchanges at once, time per exchange, rows and bytes per exchange.
+    pub limits: RequestLimits,
 }
+
+/// Default of [`WorkerConfig::stuck_after`]: far beyond any healthy batch (a 64k-row batch of a
+/// 1000-tree depth-16 model takes about 15 minutes on 2 cores).
+pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Counters behind the `stats` action.
 #[derive(Debug, Default)]
@@ -61,6 +71,35 @@ struct Counters {
     requests: AtomicU64,
     failed: AtomicU64,
     in_flight: AtomicUsize,
+    /// When each batch now computing started, by a running number.
+    computing: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
+    next_compute: AtomicU64,
+}
+
+impl Counters {
+    /// Marks a batch as computing until the returned guard drops.
+    fn computing(self: &Arc<Self>) -> Computing {
+        let id = self.next_compute.fetch_add(1, Ordering::Relaxed);
+        self.computing.lock().expect("computing").insert(id, Instant::now());
+        Computing { counters: self.clone(), id }
+    }
+
+    /// How long the oldest batch now computing has been at it.
+    fn longest_compute(&self) -> Option<std::time::Duration> {
+        self.computing.lock().expect("computing").values().map(Instant::elapsed).max()
+    }
+}
+
+/// A batch on the compute pool (see [`Counters::computing`]).
+struct Computing {
+    counters: Arc<Counters>,
+    id: u64,
+}
+
+impl Drop for Computing {
+    fn drop(&mut self) {
+        self.counters.computing.lock().expect("computing").remove(&self.id);
+    }
 }
 
 /// Counts one exchange as in flight until dropped (when its reply stream ends or is dropped).
@@ -90,6 +129,7 @@ impl Drop for InFlight {
 pub struct WorkerService {
     registry: Arc<ModelRegistry>,
     config: WorkerConfig,
+    admission: Admission,
     compute: Arc<rayon::ThreadPool>,
     counters: Arc<Counters>,
     started: Instant,
@@ -105,7 +145,8 @@ impl WorkerService {
             builder = builder.num_threads(n);
         }
         let compute = builder.build().map_err(|e| Error::Input(format!("cannot start compute threads: {e}")))?;
-        Ok(WorkerService { registry, config, compute: Arc::new(compute), counters: Default::default(), started: Instant::now() })
+        let admission = Admission::new(config.limits.clone());
+        Ok(WorkerService { registry, config, admission, compute: Arc::new(compute), counters: Default::default(), started: Instant::now() })
     }
 
     fn authorize(&self, metadata: &MetadataMap) -> std::result::Result<(), Status> {
@@ -139,6 +180,7 @@ impl WorkerService {
             model: command.model.clone(),
             url: loaded.url.clone(),
             version: loaded.version.clone(),
+            content_hash: loaded.content_hash.clone(),
             features: loaded.model.feature_names.clone(),
             output_groups: loaded.model.num_groups,
         };
@@ -256,6 +298,7 @@ impl FlightService for WorkerService {
 
     async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> std::result::Result<Response<Self::DoExchangeStream>, Status> {
         self.authorize(request.metadata())?;
+        let permit = self.admission.admit()?;
         let mut input = request.into_inner();
         let first = input.message().await?.ok_or_else(|| {
             Status::invalid_argument("DoExchange received no messages: the first must carry the descriptor with the command")
@@ -265,6 +308,12 @@ impl FlightService for WorkerService {
         })?;
         let command = ExchangeCommand::from_descriptor(descriptor)?;
         let loaded = self.resolve(&command.model).await?;
+        if let Some(planned) = command.model_version.as_deref().filter(|v| *v != loaded.content_hash) {
+            return Err(Status::failed_precondition(format!(
+                "model {:?} here ({}) is version {}, but the request was planned with version {planned}: the coordinator and the workers must serve the same model file",
+                command.model, loaded.url, loaded.content_hash
+            )));
+        }
         let model = loaded.model.clone();
         // A schema in the first message lets us refuse missing columns before any data moves.
         if !first.data_header.is_empty() {
@@ -279,22 +328,45 @@ impl FlightService for WorkerService {
 
         // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
         // neither carries IPC data for the decoder.
+        let (max_rows, max_bytes) = (self.config.limits.max_rows, self.config.limits.max_bytes);
+        let mut bytes = 0u64;
         let data = stream::once(async { Ok(first) })
             .chain(input)
             .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
+            .and_then(move |m| {
+                bytes += (m.data_header.len() + m.data_body.len()) as u64;
+                std::future::ready(if bytes > max_bytes {
+                    Err(Status::out_of_range(format!(
+                        "this exchange sent more than {max_bytes} bytes, the most one request may send; split the rows over several requests"
+                    )))
+                } else {
+                    Ok(m)
+                })
+            })
             .map_err(FlightError::from);
         let reply_schema = schema.clone();
         let batches = FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
             FlightError::Tonic(status) => FlightError::Tonic(status),
             other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
         });
+        let mut rows_seen = 0u64;
         let results = batches.and_then(move |batch| {
             let (compute, counters, explainer, model, schema, guard) =
                 (compute.clone(), counters.clone(), explainer.clone(), model.clone(), reply_schema.clone(), guard.clone());
+            rows_seen += batch.num_rows() as u64;
+            let too_many = rows_seen > max_rows;
             async move {
+                if too_many {
+                    guard.failed.store(true, Ordering::Relaxed);
+                    return Err(FlightError::Tonic(Box::new(Status::out_of_range(format!(
+                        "this exchange sent more than {max_rows} rows, the most one request may send; split the rows over several requests"
+                    )))));
+                }
                 let rows = batch.num_rows();
                 let timing = counters.clone();
+                let computing = counters.computing();
                 let result = on_pool(&compute, move || -> Result<RecordBatch> {
+                    let _computing = computing;
                     let start = Instant::now();
                     let features = FeatureColumns::resolve(batch.schema_ref(), &model)?;
                     let columns = explain_batch(explainer.as_ref(), &features, &batch, output)?;
@@ -318,7 +390,7 @@ impl FlightService for WorkerService {
             .with_max_flight_data_size(super::protocol::REPLY_MESSAGE_BYTES)
             .build(results)
             .map_err(Status::from);
-        Ok(Response::new(Box::pin(encoded)))
+        Ok(Response::new(self.admission.bounded(Box::pin(encoded), permit)))
     }
 
     async fn do_action(&self, request: Request<Action>) -> std::result::Result<Response<Self::DoActionStream>, Status> {
@@ -328,7 +400,16 @@ impl FlightService for WorkerService {
             self.authorize(request.metadata())?;
         }
         let body = match action.as_str() {
-            ACTION_HEALTH => json_result(&serde_json::json!({"status": "serving", "device": self.config.device})),
+            ACTION_HEALTH => {
+                if let Some(busy) = self.counters.longest_compute().filter(|d| *d > self.config.stuck_after) {
+                    return Err(Status::unavailable(format!(
+                        "stuck: a batch has been computing for {}s, longer than the {}s limit",
+                        busy.as_secs(),
+                        self.config.stuck_after.as_secs()
+                    )));
+                }
+                json_result(&serde_json::json!({"status": "serving", "device": self.config.device}))
+            }
             ACTION_VERSION => json_result(&serde_json::json!({
                 "name": "shapfusion",
                 "version": env!("CARGO_PKG_VERSION"),

@@ -115,6 +115,13 @@ impl GpuExplainer {
     /// An error when there is no usable GPU.
     pub fn new(model: Arc<Model>) -> Result<Option<Self>> {
         let kernels = kernels()?;
+        // Each path keeps every split on it, so a deep chain (legal in the file formats) would
+        // need memory quadratic in its depth; such models run on the CPU's `linear`.
+        let depth = model.trees.iter().map(crate::model::Tree::depth).max().unwrap_or(0);
+        if depth > crate::engine::MAX_RECURSIVE_DEPTH {
+            tracing::warn!("GPU engine not used: a tree has depth {depth}, over {}; computing on the CPU", crate::engine::MAX_RECURSIVE_DEPTH);
+            return Ok(None);
+        }
         let set = extract(model.clone())?;
         let bins = match pack(&set.lengths(), WARP_LANES) {
             Ok(bins) => bins,
@@ -149,6 +156,7 @@ impl GpuExplainer {
             Output::InteractionPairs => (g * (f + 1) * (f + 1), &kernels.interactions),
         };
         let rows = block.rows();
+        crate::engine::check_output(rows, width, "values")?;
         let mut values = vec![0.0; rows * width];
         if rows == 0 || width == 0 {
             return Ok(values);

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::{FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF};
+use super::{as_index, check_count, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
 use crate::error::{Error, Result};
 
 pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
@@ -38,7 +38,7 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
     let parse_usize = |k: &str| -> Result<usize> {
         get(k)?.trim().parse::<usize>().map_err(|_| err(format!("header {k}= is not a count")))
     };
-    let num_class = parse_usize("num_class")?;
+    let num_class = check_count(parse_usize("num_class")?, MAX_GROUPS, "num_class").map_err(err)?;
     let per_iter = header
         .get("num_tree_per_iteration")
         .map(|v| v.trim().parse::<usize>())
@@ -46,8 +46,12 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
         .map_err(|_| err("num_tree_per_iteration= is not a count".into()))?
         .unwrap_or(num_class)
         .max(1);
+    let per_iter = check_count(per_iter, MAX_GROUPS, "num_tree_per_iteration").map_err(err)?;
     let max_feature_idx: i64 = get("max_feature_idx")?.trim().parse().map_err(|_| err("max_feature_idx= is not a number".into()))?;
-    let num_features = (max_feature_idx + 1).max(0) as usize;
+    if !(-1..MAX_FEATURES as i64).contains(&max_feature_idx) {
+        return Err(err(format!("max_feature_idx={max_feature_idx} is not a feature count shapfusion takes (0 to {})", MAX_FEATURES - 1)));
+    }
+    let num_features = (max_feature_idx + 1) as usize;
     let feature_names: Vec<String> = match header.get("feature_names") {
         Some(v) => v.split_whitespace().map(str::to_string).collect(),
         None => (0..num_features).map(|i| format!("Column_{i}")).collect(),
@@ -95,6 +99,10 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
     }
     if trees.is_empty() {
         return Err(err("no Tree= sections (the file looks truncated)".into()));
+    }
+    // LightGBM writes num_tree_per_iteration trees per iteration.
+    if per_iter > trees.len() {
+        return Err(err(format!("num_tree_per_iteration={per_iter} but the file has only {} trees", trees.len())));
     }
     if average_output {
         let iterations = trees.len().div_ceil(per_iter) as f64;
@@ -183,7 +191,11 @@ fn parse_tree(
     } else {
         (vec![], vec![])
     };
-    let category_words: Vec<u32> = cat_threshold.iter().map(|&w| w as u32).collect();
+    let category_words: Vec<u32> = cat_threshold
+        .iter()
+        .map(|&w| as_index(w, 1 << 32).map(|w| w as u32))
+        .collect::<Option<_>>()
+        .ok_or_else(|| err("cat_threshold= has a value that is not a 32-bit word".into()))?;
 
     let total = n_int + num_leaves;
     let child = |c: f64, node: usize| -> Result<u32> {
@@ -202,34 +214,30 @@ fn parse_tree(
 
     let mut nodes = Vec::with_capacity(total);
     for i in 0..n_int {
-        let dt = decision_type[i] as u32;
-        let feat = split_feature[i];
-        if feat < 0.0 || feat as usize >= num_features {
-            return Err(Error::InvalidTree {
-                path: name.into(),
-                tree: t,
-                node: i,
-                detail: format!("splits on feature {feat} but the model has {num_features} features"),
-            });
-        }
+        let bad = |detail: String| Error::InvalidTree { path: name.into(), tree: t, node: i, detail };
+        let dt = as_index(decision_type[i], 256)
+            .ok_or_else(|| bad(format!("decision_type {:?} is not a byte of flags", decision_type[i])))? as u32;
+        let feat = as_index(split_feature[i], num_features)
+            .ok_or_else(|| bad(format!("splits on feature {:?} but the model has {num_features} features", split_feature[i])))?;
         let categorical = dt & 1 == 1;
         let default_left = dt & 2 == 2;
         let missing = match (dt >> 2) & 3 {
             0 => MissingType::None,
             1 => MissingType::Zero,
             2 => MissingType::NaN,
-            m => return Err(Error::InvalidTree { path: name.into(), tree: t, node: i, detail: format!("unknown missing type {m} in decision_type {dt}") }),
+            m => return Err(bad(format!("unknown missing type {m} in decision_type {dt}"))),
         };
         let (rule, categories) = if categorical {
-            kinds[feat as usize] = FeatureKind::Categorical;
-            let ci = threshold[i] as usize;
-            if ci + 1 >= cat_boundaries.len() {
-                return Err(Error::InvalidTree { path: name.into(), tree: t, node: i, detail: format!("category set {ci} not in cat_boundaries") });
-            }
-            let (s, e) = (cat_boundaries[ci] as u32, cat_boundaries[ci + 1] as u32);
-            if e < s {
-                return Err(Error::InvalidTree { path: name.into(), tree: t, node: i, detail: "cat_boundaries decrease".into() });
-            }
+            kinds[feat] = FeatureKind::Categorical;
+            // The threshold of a categorical split is the index of its set in cat_boundaries.
+            let sets = cat_boundaries.len().saturating_sub(1);
+            let ci = as_index(threshold[i], sets)
+                .ok_or_else(|| bad(format!("category set {:?} is not one of the tree's {sets} (cat_boundaries)", threshold[i])))?;
+            let words = category_words.len() + 1;
+            let (s, e) = match (as_index(cat_boundaries[ci], words), as_index(cat_boundaries[ci + 1], words)) {
+                (Some(s), Some(e)) if s <= e => (s as u32, e as u32),
+                _ => return Err(bad(format!("cat_boundaries {}..{} is not a range of the tree's {} cat_threshold words", cat_boundaries[ci], cat_boundaries[ci + 1], words - 1))),
+            };
             (SplitRule::LgbCategories, (s, e - s))
         } else {
             (SplitRule::LgbLessEqual { threshold: threshold[i], missing }, (0, 0))

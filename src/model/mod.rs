@@ -17,6 +17,28 @@ use crate::error::{Error, Result};
 /// Marker for "no child": the node is a leaf.
 pub const LEAF: u32 = u32::MAX;
 
+/// Most features a model may declare. A count read from a file is checked against this before
+/// anything is sized by it (a file saying `num_feature = 4000000000` is refused, not allocated).
+pub const MAX_FEATURES: usize = 1 << 20;
+
+/// Most output groups (classes) a model may declare, checked likewise.
+pub const MAX_GROUPS: usize = 1 << 16;
+
+/// `x` as an index below `len`, when it is an integral value in range. Readers turn floats into
+/// indices only through this, never by a saturating `as` cast (which makes NaN, -1 and 1e300 into
+/// 0 or `usize::MAX`).
+pub(crate) fn as_index(x: f64, len: usize) -> Option<usize> {
+    (x >= 0.0 && x.fract() == 0.0 && x < len as f64).then_some(x as usize)
+}
+
+/// Checks a count read from a model file against a limit, before anything is sized by it.
+pub(crate) fn check_count(count: usize, limit: usize, what: &str) -> std::result::Result<usize, String> {
+    if count > limit {
+        return Err(format!("{what} = {count} is more than shapfusion takes ({limit})"));
+    }
+    Ok(count)
+}
+
 /// Which library and file format a model came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelFormat {
@@ -288,23 +310,31 @@ impl Model {
         Model::from_bytes(&bytes, &path.display().to_string())
     }
 
-    /// Parses a model from bytes; `name` is used in error messages.
+    /// Parses a model from bytes, detecting the format from the content; `name` is used in
+    /// error messages.
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Model> {
-        let model = match detect_format(bytes) {
-            Some(ModelFormat::XgboostJson) => xgboost::from_json_bytes(bytes, name)?,
-            Some(ModelFormat::XgboostUbjson) => xgboost::from_ubjson_bytes(bytes, name)?,
-            Some(ModelFormat::LightgbmText) => lightgbm::from_text(bytes, name)?,
-            None => {
-                return Err(Error::ModelFormat {
-                    path: name.to_string(),
-                    format: "XGBoost or LightGBM",
-                    detail: if bytes.is_empty() {
-                        "the file is empty".into()
-                    } else {
-                        "content is neither XGBoost JSON/UBJSON nor a LightGBM text model".into()
-                    },
-                })
-            }
+        match detect_format(bytes) {
+            Some(format) => Model::from_bytes_as(bytes, name, format),
+            None => Err(Error::ModelFormat {
+                path: name.to_string(),
+                format: "XGBoost or LightGBM",
+                detail: if bytes.is_empty() {
+                    "the file is empty".into()
+                } else {
+                    "content is neither XGBoost JSON/UBJSON nor a LightGBM text model".into()
+                },
+            }),
+        }
+    }
+
+    /// Parses a model from bytes in the given format (no detection), and validates it. Any
+    /// bytes give a model or an error, never a panic or an abort: the fuzz harness in `fuzz/`
+    /// drives each reader through this.
+    pub fn from_bytes_as(bytes: &[u8], name: &str, format: ModelFormat) -> Result<Model> {
+        let model = match format {
+            ModelFormat::XgboostJson => xgboost::from_json_bytes(bytes, name)?,
+            ModelFormat::XgboostUbjson => xgboost::from_ubjson_bytes(bytes, name)?,
+            ModelFormat::LightgbmText => lightgbm::from_text(bytes, name)?,
         };
         model.validate(name)?;
         Ok(model)

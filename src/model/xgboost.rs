@@ -10,8 +10,11 @@
 
 use serde_json::Value;
 
-use super::{FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF};
+use super::{as_index, check_count, FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
 use crate::error::{Error, Result};
+
+/// Most 32-bit words of category bitsets one tree may need (64 MiB).
+const MAX_CATEGORY_WORDS: usize = 1 << 24;
 
 pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| Error::ModelFormat {
@@ -85,6 +88,8 @@ impl Reader<'_> {
             None => 1,
         };
         let num_groups = num_class.max(num_target).max(1);
+        check_count(num_groups, MAX_GROUPS, "learner_model_param.num_class").map_err(|e| self.err(e))?;
+        check_count(num_feature, MAX_FEATURES, "learner_model_param.num_feature").map_err(|e| self.err(e))?;
 
         let objective = learner
             .get("objective")
@@ -138,7 +143,12 @@ impl Reader<'_> {
 
         let mut trees = Vec::with_capacity(trees_json.len());
         for (t, tj) in trees_json.iter().enumerate() {
-            let group = tree_info[t] as usize;
+            let group = as_index(tree_info[t], num_groups).ok_or_else(|| Error::InvalidTree {
+                path: self.name.into(),
+                tree: t,
+                node: 0,
+                detail: format!("model.tree_info[{t}] = {:?} is not an output group (the model has {num_groups})", tree_info[t]),
+            })?;
             let weight = weights.as_ref().map_or(1.0, |w| w[t]);
             trees.push(self.tree(tj, t, group, weight, &feature_kinds)?);
         }
@@ -294,16 +304,25 @@ impl Reader<'_> {
         let mut words = Vec::new();
         let mut node_cats = vec![None; n];
         for k in 0..cat_nodes.len() {
-            let node = cat_nodes[k] as usize;
-            let (seg, size) = (cat_segments[k] as usize, cat_sizes[k] as usize);
-            if node >= n || seg + size > categories.len() {
+            let node = as_index(cat_nodes[k], n).ok_or_else(|| {
+                self.err(format!("{}[{k}] = {:?} is not a node of the tree ({n} nodes)", at("categories_nodes"), cat_nodes[k]))
+            })?;
+            // Segment start and size as indices into `categories` (the end may equal its length).
+            let seg = as_index(cat_segments[k], categories.len() + 1);
+            let size = seg.and_then(|s| as_index(cat_sizes[k], categories.len() - s + 1));
+            let (Some(seg), Some(size)) = (seg, size) else {
                 return Err(Error::InvalidTree {
                     path: self.name.into(),
                     tree: t,
                     node,
-                    detail: "category list points outside the tree's categories array".into(),
+                    detail: format!(
+                        "category list (segment {:?}, size {:?}) points outside the tree's {} categories",
+                        cat_segments[k],
+                        cat_sizes[k],
+                        categories.len()
+                    ),
                 });
-            }
+            };
             let codes = &categories[seg..seg + size];
             let max = codes.iter().fold(0.0f64, |m, &c| m.max(c));
             if codes.iter().any(|&c| c < 0.0 || c.fract() != 0.0 || c >= 16_777_216.0) {
@@ -311,6 +330,16 @@ impl Reader<'_> {
             }
             let nwords = if size == 0 { 0 } else { max as usize / 32 + 1 };
             let start = words.len();
+            // One code near 2^24 makes a 2 MiB bitset: bound the tree's total, which the file's
+            // size does not.
+            if start + nwords > MAX_CATEGORY_WORDS {
+                return Err(Error::InvalidTree {
+                    path: self.name.into(),
+                    tree: t,
+                    node,
+                    detail: format!("category sets need more than {} MiB of bitsets", MAX_CATEGORY_WORDS * 4 >> 20),
+                });
+            }
             words.resize(start + nwords, 0u32);
             for &c in codes {
                 let c = c as usize;
@@ -322,15 +351,13 @@ impl Reader<'_> {
         let child = |c: f64, node: usize| -> Result<u32> {
             if c == -1.0 {
                 Ok(LEAF)
-            } else if c < 0.0 || c.fract() != 0.0 || c >= n as f64 {
-                Err(Error::InvalidTree {
+            } else {
+                as_index(c, n).map(|c| c as u32).ok_or_else(|| Error::InvalidTree {
                     path: self.name.into(),
                     tree: t,
                     node,
                     detail: format!("child index {c} is out of range (tree has {n} nodes)"),
                 })
-            } else {
-                Ok(c as u32)
             }
         };
 
@@ -342,15 +369,12 @@ impl Reader<'_> {
                 nodes.push(Node::leaf(cond[i], cover[i]));
                 continue;
             }
-            let f = feature[i];
-            if f < 0.0 || f.fract() != 0.0 || f >= kinds.len() as f64 {
-                return Err(Error::InvalidTree {
-                    path: self.name.into(),
-                    tree: t,
-                    node: i,
-                    detail: format!("splits on feature {f} but the model has {} features", kinds.len()),
-                });
-            }
+            let f = as_index(feature[i], kinds.len()).ok_or_else(|| Error::InvalidTree {
+                path: self.name.into(),
+                tree: t,
+                node: i,
+                detail: format!("splits on feature {:?} but the model has {} features", feature[i], kinds.len()),
+            })?;
             let is_cat = split_type.get(i).copied().unwrap_or(0.0) == 1.0;
             let (rule, categories) = if is_cat {
                 let cats = node_cats[i].ok_or_else(|| Error::InvalidTree {

@@ -59,6 +59,11 @@ pub struct SessionSetup {
     pub workers: Option<String>,
     /// Initial `shap.worker_token_file`.
     pub worker_token_file: Option<String>,
+    /// Resolve registered model names (and names under the model directory) only, never a path
+    /// or URL in a query: what a server does for its clients.
+    pub names_only: bool,
+    /// Bytes DataFusion's operators (sorts, joins, aggregations) may hold; `None`: no limit.
+    pub memory_limit: Option<usize>,
 }
 
 /// Options of `shapfusion sql`.
@@ -82,11 +87,21 @@ pub struct ShellOptions {
 pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<ModelRegistry>, Arc<InstrumentedObjectStoreRegistry>)> {
     let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
     let stores = Arc::new(InstrumentedObjectStoreRegistry::new());
-    let runtime = RuntimeEnvBuilder::new().with_object_store_registry(stores.clone()).build_arc().map_err(df)?;
+    let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(stores.clone());
+    if let Some(bytes) = setup.memory_limit {
+        runtime = runtime.with_memory_limit(bytes, 1.0);
+    }
+    let runtime = runtime.build_arc().map_err(df)?;
     let ctx = SessionContext::new_with_config_rt(super::session_config(), runtime).enable_url_table();
     ctx.refresh_catalogs().await.map_err(df)?;
     ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(ctx.state().catalog_list().clone(), ctx.state_weak_ref())));
-    let registry = super::register(&ctx)?;
+    let registry = if setup.names_only {
+        let registry = Arc::new(ModelRegistry::names_only(Some(ctx.runtime_env())));
+        super::register_with(&ctx, registry.clone())?;
+        registry
+    } else {
+        super::register(&ctx)?
+    };
     for m in &setup.models {
         registry.register_arg(m)?;
     }

@@ -87,8 +87,8 @@ impl ShapUdf {
         let fields: Vec<Field> =
             model.feature_names.iter().zip(&columns).map(|(n, c)| Field::new(n, c.data_type().clone(), true)).collect();
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
-        let (url, kind) = (loaded.url.clone(), self.kind);
-        let out = crate::registry::run_io(async move { pool.explain(&url, kind, batch).await }).map_err(df_err)?;
+        let (url, version, kind) = (loaded.url.clone(), loaded.content_hash.clone(), self.kind);
+        let out = crate::registry::run_io(async move { pool.explain(&url, Some(&version), kind, batch).await }).map_err(df_err)?;
         Ok(match self.kind {
             OutputKind::Shap => Arc::new(
                 StructArray::try_new(layout::shap_fields(model), out.columns().to_vec(), None)
@@ -130,6 +130,10 @@ impl Hash for ShapUdf {
 /// process, shared by every UDF instance (the three functions, and the copies `SET` makes), so
 /// concurrent partitions and functions never run more compute threads than asked for.
 fn shared_pool(threads: usize) -> crate::Result<Arc<rayon::ThreadPool>> {
+    // Capped at the machine's cores: a client's `SET shap.threads = 100000` gets all cores, not
+    // a pool of 100,000 threads (and at most one pool per core count exists).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = if threads >= cores { 0 } else { threads };
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let mut pools = POOLS.get_or_init(Default::default).lock().expect("pool cache");
     if let Some(pool) = pools.get(&threads) {

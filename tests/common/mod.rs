@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: fixture discovery and loading.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,37 @@
+//! What every target does with its input: read it as one format, and when it is a model, use
+//! it the way every front end does (summary, a prediction, SHAP values of two rows with the
+//! engine `auto` picks), so a model that reads but breaks an engine is found too.
+
+use std::sync::Arc;
+
+use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, FeatureBlock};
+use shapfusion::model::{Model, ModelFormat};
+
+/// Largest model (in nodes) the targets explain; bigger ones are only read, to keep runs fast.
+const EXPLAIN_NODES: usize = 20_000;
+
+pub fn check(bytes: &[u8], format: ModelFormat) {
+    let Ok(model) = Model::from_bytes_as(bytes, "fuzz", format) else { return };
+    let summary = model.summary();
+    assert_eq!(summary.features.len(), model.num_features());
+    let nodes: usize = model.trees.iter().map(|t| t.nodes.len()).sum();
+    if nodes > EXPLAIN_NODES || model.num_features() > 256 || model.num_groups > 16 {
+        return;
+    }
+    let f = model.num_features();
+    let rows = vec![vec![0.0; f], vec![f64::NAN; f]];
+    let block = FeatureBlock::from_rows(&rows, f, model.precision);
+    let mut margin = vec![0.0; model.num_groups];
+    model.predict_row(&rows[0], &mut margin);
+    let model = Arc::new(model);
+    let Ok(explainer) = build_explainer(model, Algorithm::Auto, None, &EngineOptions::default()) else { return };
+    if let Ok(shap) = explainer.shap(&block) {
+        // Additivity holds for every model the readers accept, up to rounding of its terms.
+        let row = shap.row(0, 0);
+        let total: f64 = row.iter().sum();
+        let scale: f64 = row.iter().map(|v| v.abs()).sum::<f64>() + margin[0].abs();
+        if total.is_finite() && scale.is_finite() {
+            assert!((total - margin[0]).abs() <= 1e-8 * scale.max(1.0), "attributions sum to {total}, the prediction is {}", margin[0]);
+        }
+    }
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Fuzzes the model readers with libFuzzer on the stable toolchain.
+#
+#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s each; all three targets)
+#
+# Targets: xgboost_json, xgboost_ubjson, lightgbm_text. Each starts from the committed models
+# (tests/fixtures/**, the crafted corpus, and fuzz/regressions/<target>/) plus what earlier
+# runs found, kept in $FUZZ_WORK (default ~/.cache/shapfusion/fuzz). An input that crashes,
+# aborts, allocates more than 2 GiB or runs longer than 10 s is saved under
+# $FUZZ_WORK/artifacts/<target>/ and the script fails; copy it to fuzz/regressions/<target>/
+# once fixed: `cargo test --test crafted_models` replays every file there.
+set -euo pipefail
+cd "$(dirname "$0")"
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(xgboost_json xgboost_ubjson lightgbm_text)
+work="${FUZZ_WORK:-$HOME/.cache/shapfusion/fuzz}"
+
+# What `cargo fuzz build --sanitizer none` passes: coverage counters, comparison tracing and
+# the `fuzzing` cfg, with debug assertions and overflow checks on. All stable flags.
+export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares -Cdebug-assertions -Coverflow-checks"
+export CARGO_TARGET_DIR="$work/target"
+cargo build --locked --release --bins
+
+status=0
+for target in "${targets[@]}"; do
+  case "$target" in
+    xgboost_json) pattern='*.json' ;;
+    xgboost_ubjson) pattern='*.ubj' ;;
+    lightgbm_text) pattern='*.txt' ;;
+    *) echo "unknown target $target" >&2; exit 2 ;;
+  esac
+  corpus="$work/corpus/$target"
+  artifacts="$work/artifacts/$target"
+  mkdir -p "$corpus" "$artifacts" "regressions/$target"
+  find ../tests/fixtures -name "$pattern" -size -2M -exec cp -n {} "$corpus/" \; 2>/dev/null
+  cp -n regressions/"$target"/* "$corpus/" 2>/dev/null || true
+  echo "== $target: $seconds s from $(ls "$corpus" | wc -l) inputs"
+  if ! "$CARGO_TARGET_DIR/release/$target" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+      -timeout=10 -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>"$work/$target.log"; then
+    status=1
+    echo "$target: libFuzzer found a failing input (saved in $artifacts):" >&2
+  fi
+  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done|#[0-9]+ +DONE)|ERROR|panicked" "$work/$target.log" | tail -n 8 || true
+done
+exit "$status"

@@ -1,0 +1,219 @@
+//! Crafted models: files that are well-formed but lie about their counts, indices, nesting or
+//! depth. Each once aborted the process (allocation failure, stack overflow, a panic on a float
+//! used as an index) or was silently misread; each must now be a clear error naming the file,
+//! with the process carrying on. The small corpus is committed (`tests/make_crafted_models.py`
+//! writes it, with the expected messages in `EXPECTED.tsv`); the large cases are built here.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use shapfusion::engine::{auto_choice, build_explainer, Algorithm, EngineOptions, FeatureBlock, MAX_RECURSIVE_DEPTH};
+use shapfusion::model::{Model, Precision};
+
+fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crafted")
+}
+
+/// (file, expected error substring; empty when the model must load).
+fn corpus() -> Vec<(PathBuf, String)> {
+    let text = std::fs::read_to_string(corpus_dir().join("EXPECTED.tsv")).unwrap();
+    let cases: Vec<_> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (file, expected) = l.split_once('\t').unwrap();
+            (corpus_dir().join(file), expected.to_string())
+        })
+        .collect();
+    assert!(cases.len() >= 20, "the corpus lost its cases: {}", cases.len());
+    cases
+}
+
+#[test]
+fn every_crafted_model_is_a_clear_error_naming_the_file() {
+    for (path, expected) in corpus() {
+        let result = Model::load(&path);
+        if expected.is_empty() {
+            let model = result.unwrap_or_else(|e| panic!("{} should load: {e}", path.display()));
+            assert!(!model.trees.is_empty());
+            continue;
+        }
+        let e = result.err().unwrap_or_else(|| panic!("{} loaded, expected an error with {expected:?}", path.display())).to_string();
+        assert!(e.contains(&expected), "{}: {e:?} lacks {expected:?}", path.display());
+        assert!(e.contains(path.file_name().unwrap().to_str().unwrap()), "error does not name the file: {e}");
+    }
+}
+
+#[test]
+fn models_inspect_and_explain_refuse_crafted_models_without_crashing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("rows.csv");
+    std::fs::write(&input, "f0,f1,x,colour\n0.25,1,0.5,3\n0.75,2,0.1,1\n").unwrap();
+    let output = dir.path().join("out.parquet");
+    for (path, expected) in corpus() {
+        let inspect = Command::new(env!("CARGO_BIN_EXE_shapfusion")).args(["models", "inspect"]).arg(&path).output().unwrap();
+        let explain = Command::new(env!("CARGO_BIN_EXE_shapfusion"))
+            .args(["explain", "--no-progress", "--model"])
+            .arg(&path)
+            .arg("--input")
+            .arg(&input)
+            .arg("--output")
+            .arg(&output)
+            .output()
+            .unwrap();
+        for (what, out) in [("models inspect", inspect), ("explain", explain)] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if expected.is_empty() {
+                assert!(out.status.success(), "{what} {}: {stderr}", path.display());
+            } else {
+                // Exit status 1 is an error reported; a crash would be a signal or 101.
+                assert_eq!(out.status.code(), Some(1), "{what} {}: {stderr}", path.display());
+                assert!(stderr.contains(&expected), "{what} {}: {stderr}", path.display());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_megabyte_of_nested_ubjson_is_refused() {
+    let mut bytes = b"{i\x07learner".to_vec();
+    bytes.extend(std::iter::repeat_n(b'[', 1 << 20));
+    let e = Model::from_bytes(&bytes, "nested.ubj").unwrap_err().to_string();
+    assert!(e.contains("nested.ubj") && e.contains("nested more than 128"), "{e}");
+    // The same in JSON (serde_json's own limit).
+    let mut bytes = b"{\"learner\": ".to_vec();
+    bytes.extend(std::iter::repeat_n(b'[', 1 << 20));
+    let e = Model::from_bytes(&bytes, "nested.json").unwrap_err().to_string();
+    assert!(e.contains("nested.json") && e.contains("recursion limit"), "{e}");
+}
+
+/// An XGBoost JSON model that is one chain of `depth` splits over `features` features: split k
+/// tests feature k % features against k, goes left to split k+1 and right to a leaf.
+fn chain_model(depth: usize, features: usize) -> Vec<u8> {
+    let n = 2 * depth + 1;
+    let (mut left, mut right, mut feature, mut cond, mut cover) = (vec![], vec![], vec![], vec![], vec![]);
+    for i in 0..n {
+        if i < depth {
+            // Internal node i: left child i+1 (the next split, or the last leaf), right a leaf.
+            left.push(if i + 1 < depth { (i + 1) as i64 } else { (2 * depth) as i64 });
+            right.push((depth + i) as i64);
+            feature.push(i % features);
+            cond.push(i as f64 + 0.5);
+            cover.push((depth - i + 1) as f64);
+        } else {
+            left.push(-1);
+            right.push(-1);
+            feature.push(0);
+            cond.push(((i * 7919) % 13) as f64 - 6.0);
+            cover.push(1.0);
+        }
+    }
+    let zeros = vec![0; n];
+    let tree = serde_json::json!({
+        "left_children": left, "right_children": right, "split_indices": feature,
+        "split_conditions": cond, "default_left": zeros, "sum_hessian": cover, "split_type": zeros,
+        "categories": [], "categories_nodes": [], "categories_segments": [], "categories_sizes": [],
+    });
+    let model = serde_json::json!({
+        "learner": {
+            "learner_model_param": {"num_feature": features.to_string(), "num_class": "0", "base_score": "5E-1"},
+            "objective": {"name": "reg:squarederror"},
+            "gradient_booster": {"name": "gbtree", "model": {"trees": [tree], "tree_info": [0]}},
+        }
+    });
+    serde_json::to_vec(&model).unwrap()
+}
+
+fn rows(features: usize, count: usize) -> FeatureBlock {
+    let rows: Vec<Vec<f64>> = (0..count).map(|r| (0..features).map(|f| ((r * 37 + f * 101) % 1000) as f64 * 2.0).collect()).collect();
+    FeatureBlock::from_rows(&rows, features, Precision::F32)
+}
+
+#[test]
+fn a_chain_of_100000_splits_is_refused_by_the_recursive_engines_and_explained_by_linear() {
+    let model = Arc::new(Model::from_bytes(&chain_model(100_000, 2), "chain.json").unwrap());
+    assert_eq!(model.summary().max_depth, 100_000);
+    let options = EngineOptions::default();
+    for algorithm in [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature] {
+        let e = build_explainer(model.clone(), algorithm, None, &options).err().expect("refused").to_string();
+        assert!(e.contains(algorithm.name()) && e.contains("depth 100000") && e.contains("linear"), "{e}");
+    }
+    assert_eq!(auto_choice(model.clone(), None, &options).unwrap().algorithm, Algorithm::Linear);
+    let linear = build_explainer(model.clone(), Algorithm::Auto, None, &options).unwrap();
+    assert_eq!(linear.name(), "linear");
+    let block = rows(2, 16);
+    let shap = linear.shap(&block).unwrap();
+    let mut margin = [0.0];
+    for r in 0..block.rows() {
+        model.predict_row(block.row(r), &mut margin);
+        let total: f64 = shap.row(r, 0).iter().sum();
+        assert!((total - margin[0]).abs() <= 1e-9 * margin[0].abs().max(1.0), "row {r}: {total} vs {}", margin[0]);
+    }
+    linear.interactions(&block).unwrap();
+}
+
+#[test]
+fn linear_refuses_a_walk_over_its_scratch_bound() {
+    // 128 distinct features along 100,000 levels: 64 quadrature points at every level.
+    let model = Arc::new(Model::from_bytes(&chain_model(100_000, 128), "wide_chain.json").unwrap());
+    let e = build_explainer(model, Algorithm::Linear, None, &EngineOptions::default()).err().expect("refused").to_string();
+    assert!(e.contains("linear: tree 0") && e.contains("MiB of scratch per thread"), "{e}");
+}
+
+#[test]
+fn every_engine_takes_a_tree_at_the_depth_limit() {
+    // 100 distinct features: quadrature's widest rule, so its recursion has its largest frames.
+    let model = Arc::new(Model::from_bytes(&chain_model(MAX_RECURSIVE_DEPTH, 100), "limit.json").unwrap());
+    let block = rows(100, 8);
+    let options = EngineOptions::default();
+    let reference = build_explainer(model.clone(), Algorithm::Linear, None, &options).unwrap().shap(&block).unwrap();
+    for algorithm in [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::Quadrature] {
+        let shap = build_explainer(model.clone(), algorithm, None, &options).unwrap().shap(&block).unwrap();
+        for (a, b) in shap.values.iter().zip(&reference.values) {
+            assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{algorithm}: {a} vs {b}");
+        }
+    }
+}
+
+/// Every file `dir` holds, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_reader_survives_every_committed_input_and_fuzz_regression() {
+    use shapfusion::model::ModelFormat;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut inputs = files_under(&root.join("tests/fixtures"));
+    inputs.extend(files_under(&root.join("fuzz/regressions")));
+    inputs.retain(|p| p.extension().is_some_and(|e| e != "parquet") && std::fs::metadata(p).unwrap().len() < 4 << 20);
+    assert!(inputs.len() > 30, "too few inputs: {}", inputs.len());
+    let mut loaded = 0;
+    for path in &inputs {
+        let bytes = std::fs::read(path).unwrap();
+        for format in [ModelFormat::XgboostJson, ModelFormat::XgboostUbjson, ModelFormat::LightgbmText] {
+            match Model::from_bytes_as(&bytes, "replay", format) {
+                Ok(model) => {
+                    loaded += 1;
+                    model.summary();
+                }
+                Err(e) => assert!(e.to_string().starts_with("replay"), "{}: error without the file name: {e}", path.display()),
+            }
+        }
+    }
+    // The fixture models themselves read in their own format.
+    assert!(loaded >= 15, "only {loaded} inputs read as models");
+}
