@@ -23,7 +23,10 @@ export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-co
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares -Cdebug-assertions -Coverflow-checks"
 export CARGO_TARGET_DIR="$work/target"
-cargo build --locked --release --bins
+# An explicit --target keeps these flags off build scripts and proc macros, as cargo fuzz does.
+host="$(rustc -vV | sed -n 's/^host: //p')"
+cargo build --locked --release --bins --target "$host"
+bin_dir="$CARGO_TARGET_DIR/$host/release"
 
 status=0
 for target in "${targets[@]}"; do
@@ -39,8 +42,8 @@ for target in "${targets[@]}"; do
   find ../tests/fixtures -name "$pattern" -size -2M -exec cp -n {} "$corpus/" \; 2>/dev/null
   cp -n regressions/"$target"/* "$corpus/" 2>/dev/null || true
   echo "== $target: $seconds s from $(ls "$corpus" | wc -l) inputs"
-  if ! "$CARGO_TARGET_DIR/release/$target" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-      -timeout=10 -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>"$work/$target.log"; then
+  if ! "$bin_dir/$target" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 \
+      -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>"$work/$target.log"; then
     status=1
     echo "$target: libFuzzer found a failing input (saved in $artifacts):" >&2
   fi

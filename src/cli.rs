@@ -305,7 +305,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 keep: a.keep,
                 batch_rows: a.batch_rows,
                 progress: !a.no_progress,
-                engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb << 20, device: a.device },
+                engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), device: a.device },
             };
             #[cfg(feature = "flight")]
             let s = match &a.workers {
@@ -417,7 +417,7 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let config = WorkerConfig {
         algorithm: a.algorithm,
-        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb << 20, device: a.device },
+        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), device: a.device },
         threads: Some(threads),
         model_dir: a.server.model_dir.clone(),
         token: a.server.token()?,

@@ -187,6 +187,9 @@ def main():
     m = xgb_stump()
     m["learner"]["gradient_booster"]["model"]["trees"][0]["left_children"] = [-2, -1, -1]
     write_json("xgb_child_negative.json", m, "child index -2 is out of range")
+    m = xgb_stump()
+    m["learner"]["gradient_booster"]["model"]["trees"][0]["sum_hessian"] = [4.8e-29, 1.0, 1.0]
+    write_json("xgb_child_cover_exceeds_parent.json", m, "more than its parent's")
     write("lgb_cat_threshold_1e300.txt", lgb_model(threshold="0.5 1e300"), "category set 1e300 is not one of")
     write("lgb_cat_boundaries_beyond.txt", lgb_model(categorical="cat_boundaries=0 7\ncat_threshold=10\n"), "cat_boundaries 0..7")
     write("lgb_cat_threshold_negative_word.txt", lgb_model(categorical="cat_boundaries=0 1\ncat_threshold=-5\n"), "cat_threshold= has a value")

@@ -19,8 +19,9 @@ use url::Url;
 use crate::error::{Error, Result};
 
 /// Options a client may not `SET` or `RESET`: exact names, or prefixes ending in `.`.
-pub const SERVER_SCOPED_OPTIONS: [&str; 5] =
-    ["shap.workers", "shap.worker_token_file", "shap.model_dir", "datafusion.runtime.", "datafusion.catalog."];
+/// `shap.v2_memory_mb` is here because it sizes the process's memory, not the client's.
+pub const SERVER_SCOPED_OPTIONS: [&str; 6] =
+    ["shap.workers", "shap.worker_token_file", "shap.model_dir", "shap.v2_memory_mb", "datafusion.runtime.", "datafusion.catalog."];
 
 /// A location prefix: a local directory (resolved) or an object-store URL prefix.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,7 +243,7 @@ mod tests {
 
     #[test]
     fn server_scoped_options_are_refused() {
-        for o in ["shap.workers", "SHAP.Worker_Token_File", "shap.model_dir", "datafusion.runtime.memory_limit", "datafusion.catalog.location"] {
+        for o in ["shap.workers", "SHAP.Worker_Token_File", "shap.model_dir", "shap.v2_memory_mb", "datafusion.runtime.memory_limit", "datafusion.catalog.location"] {
             assert!(server_scoped(o).is_err(), "{o}");
         }
         for o in ["shap.algorithm", "shap.threads", "datafusion.execution.batch_size"] {

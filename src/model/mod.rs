@@ -24,6 +24,9 @@ pub const MAX_FEATURES: usize = 1 << 20;
 /// Most output groups (classes) a model may declare, checked likewise.
 pub const MAX_GROUPS: usize = 1 << 16;
 
+/// How far a child's cover may exceed its parent's (float32 rounding of XGBoost's hessian sums).
+const COVER_TOLERANCE: f64 = 1e-3;
+
 /// `x` as an index below `len`, when it is an integral value in range. Readers turn floats into
 /// indices only through this, never by a saturating `as` cast (which makes NaN, -1 and 1e300 into
 /// 0 or `usize::MAX`).
@@ -429,6 +432,16 @@ impl Model {
                     }
                     if seen[c] {
                         return Err(bad(n, format!("child {c} is reached twice: the tree has a cycle or shared node")));
+                    }
+                    // TreeSHAP weighs a branch by child cover / parent cover, a fraction of the
+                    // training rows. A child holding more than its parent (beyond float rounding)
+                    // is corrupt, and ratios far above 1 would cancel away the attributions.
+                    let child_cover = tree.nodes[c].cover;
+                    if child_cover > node.cover * (1.0 + COVER_TOLERANCE) {
+                        return Err(bad(n, format!(
+                            "child {c} has cover {child_cover}, more than its parent's {}: the covers (sum_hessian / counts) are corrupt",
+                            node.cover
+                        )));
                     }
                     seen[c] = true;
                     stack.push(c);

@@ -58,7 +58,7 @@ impl ShapUdf {
     }
 
     fn engine_options(&self) -> EngineOptions {
-        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb << 20, device: self.device }
+        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb.saturating_mul(1 << 20), device: self.device }
     }
 
     fn usage(&self, model: &Model) -> String {
