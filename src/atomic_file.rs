@@ -30,6 +30,9 @@ impl AtomicFile {
                 )));
             }
         }
+        if target.is_dir() {
+            return Err(Error::Input(format!("the output {} is a directory; give a file name", target.display())));
+        }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -112,5 +115,7 @@ mod tests {
             assert!(AtomicFile::create(&link, &[&input]).is_err());
         }
         assert_eq!(std::fs::read(&input).unwrap(), b"a\n1\n");
+        let e = AtomicFile::create(dir.path(), &[]).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
     }
 }

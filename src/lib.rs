@@ -13,11 +13,13 @@
 //! * [`engine`]: the [`engine::Explainer`] trait and the CPU engines (`treeshap`, `fast-v1`,
 //!   `fast-v2`, `auto`).
 //! * [`features`] and [`layout`]: the only code that converts between Arrow and the engines.
-//! * [`explain`]: the batch pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out).
+//! * [`explain`]: the batch pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out),
+//!   writing through [`atomic_file`] so an output appears whole or not at all.
 //! * [`registry`]: models by name or URL through `object_store`, cached by version.
 //! * [`sql`]: the `shap(...)` DataFusion UDFs, `shap.*` options and `shapfusion sql`.
 //! * [`flight`]: `shapfusion worker` (Arrow Flight), the worker pool, and the Flight SQL server
-//!   `shapfusion serve`.
+//!   `shapfusion serve`, closed by default (loopback, tokens, one session per client, only the
+//!   models, tables and paths the operator configured).
 //!
 //! ```no_run
 //! use std::sync::Arc;

@@ -30,9 +30,6 @@ fn install_crypto_provider() {
     });
 }
 
-/// The address servers listen on unless told otherwise: this machine only.
-pub const DEFAULT_LISTEN_HOST: &str = "127.0.0.1";
-
 /// Where and how a server listens.
 #[derive(Debug, Clone)]
 pub struct ListenOptions {
