@@ -15,7 +15,7 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use shapfusion::engine::{build_explainer, Algorithm};
-use shapfusion::explain::{explain_batch, OutputKind};
+use shapfusion::batch::{explain_batch, OutputKind};
 use shapfusion::features::FeatureColumns;
 use shapfusion::flight::transport::{self, ListenOptions};
 use shapfusion::flight::{feature_batch, pool, PoolOptions, WorkerConfig, WorkerPool, WorkerService};

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use shapfusion::engine::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
-use shapfusion::explain::{explain_file, ExplainOptions, OutputKind, DEFAULT_BATCH_ROWS};
+use shapfusion::batch::OutputKind;
+use shapfusion::explain::{explain_file, ExplainOptions, DEFAULT_BATCH_ROWS};
 use shapfusion::model::Model;
 #[cfg(feature = "sql")]
 use shapfusion::sql::shell::{self, OutputFormat, SessionSetup, ShellOptions};

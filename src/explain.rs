@@ -18,26 +18,15 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::atomic_file::AtomicFile;
-use crate::engine::{build_explainer, Algorithm, EngineOptions, Explainer};
+use crate::batch::{compute_pool, explain_batch, output_fields, OutputKind};
+use crate::engine::{build_explainer, Algorithm, EngineOptions};
 use crate::error::{Error, Result};
 use crate::features::FeatureColumns;
-use crate::layout;
+
 use crate::model::Model;
 
 /// Default rows per batch.
 pub const DEFAULT_BATCH_ROWS: usize = 65_536;
-
-/// What to compute for each row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OutputKind {
-    /// SHAP values: one column per feature plus `bias`.
-    #[default]
-    Shap,
-    /// SHAP interaction values: one `interactions` column.
-    Interactions,
-    /// Margin predictions: one `prediction` column.
-    Predict,
-}
 
 /// Options of [`explain_file`].
 #[derive(Debug, Clone)]
@@ -179,31 +168,6 @@ impl Iterator for InputReader {
     }
 }
 
-/// Computes the output columns for one input batch; shared by every front end.
-pub fn explain_batch(
-    explainer: &dyn Explainer,
-    features: &FeatureColumns,
-    batch: &RecordBatch,
-    output: OutputKind,
-) -> Result<Vec<ArrayRef>> {
-    let model = explainer.model();
-    let block = features.block(batch, model)?;
-    Ok(match output {
-        OutputKind::Shap => layout::shap_columns(&explainer.shap(&block)?),
-        OutputKind::Interactions => vec![layout::interactions_column(explainer.interactions(&block)?)],
-        OutputKind::Predict => vec![layout::prediction_column(explainer.predict(&block)?)],
-    })
-}
-
-/// Output fields for `output` (without kept columns).
-pub fn output_fields(model: &Model, output: OutputKind) -> Vec<FieldRef> {
-    match output {
-        OutputKind::Shap => layout::shap_fields(model).iter().cloned().collect(),
-        OutputKind::Interactions => vec![layout::interactions_field(model)],
-        OutputKind::Predict => vec![layout::prediction_field(model)],
-    }
-}
-
 /// Explains every row of `input` with the model at `model_path`, writing Parquet to `output`.
 pub fn explain_file(model_path: &Path, input: &Path, output: &Path, options: &ExplainOptions) -> Result<ExplainSummary> {
     let model = Arc::new(Model::load(model_path)?);
@@ -213,13 +177,7 @@ pub fn explain_file(model_path: &Path, input: &Path, output: &Path, options: &Ex
 /// [`explain_file`] with a model already loaded.
 pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, options: &ExplainOptions) -> Result<ExplainSummary> {
     let start = Instant::now();
-    let pool = {
-        let mut b = rayon::ThreadPoolBuilder::new();
-        if let Some(n) = options.threads {
-            b = b.num_threads(n.max(1));
-        }
-        b.build().map_err(|e| Error::Input(format!("cannot start {:?} threads: {e}", options.threads)))?
-    };
+    let pool = compute_pool(options.threads.unwrap_or(0))?;
     // `auto` decides from the model alone (not the row count), so every front end (CLI, SQL,
     // Flight) picks the same engine for a model and gives bit-identical numbers.
     let explainer = pool.install(|| build_explainer(model.clone(), options.algorithm, None, &options.engine))?;

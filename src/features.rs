@@ -21,11 +21,7 @@ impl FeatureColumns {
     pub fn resolve(schema: &Schema, model: &Model) -> Result<FeatureColumns> {
         let mut indices = Vec::with_capacity(model.num_features());
         for (i, name) in model.feature_names.iter().enumerate() {
-            let idx = schema.index_of(name).map_err(|_| Error::MissingColumn {
-                name: name.clone(),
-                index: i,
-                available: schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", "),
-            })?;
+            let idx = column_index(schema, name, i)?;
             let field = schema.field(idx);
             if !is_numeric(field.data_type()) {
                 return Err(Error::ColumnType { name: name.clone(), data_type: field.data_type().to_string() });
@@ -45,6 +41,16 @@ impl FeatureColumns {
         let columns: Vec<ArrayRef> = self.indices.iter().map(|&i| batch.column(i).clone()).collect();
         block_from_columns(&columns, &model.feature_names, model)
     }
+}
+
+/// The input column named `name` (the model's feature `index`), or an error listing the
+/// input's columns.
+pub fn column_index(schema: &Schema, name: &str, index: usize) -> Result<usize> {
+    schema.index_of(name).map_err(|_| Error::MissingColumn {
+        name: name.to_string(),
+        index,
+        available: schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", "),
+    })
 }
 
 /// Whether a column type can feed a feature (numbers, booleans, all-null).

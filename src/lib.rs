@@ -12,7 +12,9 @@
 //! * [`model`]: the tree ensemble and its readers (XGBoost JSON/UBJSON, LightGBM text).
 //! * [`engine`]: the [`engine::Explainer`] trait and the CPU engines (`treeshap`, `fast-v1`,
 //!   `fast-v2`, `auto`).
-//! * [`features`] and [`layout`]: the only code that converts between Arrow and the engines.
+//! * [`batch`]: the batch step every front end shares (output kinds, fields, one batch through
+//!   an engine, the compute threads); [`features`] and [`layout`] convert between Arrow and the
+//!   engines.
 //! * [`explain`]: the batch pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out),
 //!   writing through [`atomic_file`] so an output appears whole or not at all.
 //! * [`registry`]: models by name or URL through `object_store`, cached by version.
@@ -30,6 +32,7 @@
 //! ```
 
 pub mod atomic_file;
+pub mod batch;
 pub mod engine;
 pub mod error;
 pub mod explain;

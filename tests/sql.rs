@@ -11,7 +11,8 @@ use common::{fixtures, read_parquet, Fixture};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
-use shapfusion::explain::{explain_with_model, ExplainOptions, OutputKind};
+use shapfusion::batch::OutputKind;
+use shapfusion::explain::{explain_with_model, ExplainOptions};
 
 fn session(partitions: usize) -> (SessionContext, Arc<shapfusion::registry::ModelRegistry>) {
     let ctx = SessionContext::new_with_config(shapfusion::sql::session_config().with_target_partitions(partitions));

@@ -25,32 +25,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{Field, Schema};
 
 pub use pool::{PoolOptions, WorkerPool};
 pub use worker::{WorkerConfig, WorkerService};
 
 use crate::error::{Error, Result};
+pub use crate::batch::feature_batch;
 use crate::explain::{explain_rows, ExplainOptions, ExplainSummary};
 use crate::registry::run_io;
-
-/// The columns of `batch` named `features`, in that order (the input a worker needs).
-pub fn feature_batch(batch: &RecordBatch, features: &[String]) -> Result<RecordBatch> {
-    let schema = batch.schema();
-    let mut fields = Vec::with_capacity(features.len());
-    let mut columns = Vec::with_capacity(features.len());
-    for (index, name) in features.iter().enumerate() {
-        let i = schema.index_of(name).map_err(|_| Error::MissingColumn {
-            name: name.clone(),
-            index,
-            available: schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", "),
-        })?;
-        fields.push(Field::new(name, batch.column(i).data_type().clone(), true));
-        columns.push(batch.column(i).clone());
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow("selecting feature columns", e))
-}
 
 /// `shapfusion explain --workers`: streams `input` through the pool, writing the same Parquet
 /// layout as a local run. `model` is sent to the workers as given (a name they serve, or a URL

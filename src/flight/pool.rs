@@ -30,7 +30,7 @@ use tonic::Code;
 use super::protocol::{human_duration, output_kind_name, ExchangeCommand, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES};
 use super::transport::{self, ConnectOptions};
 use crate::error::{Error, Result};
-use crate::explain::OutputKind;
+use crate::batch::OutputKind;
 
 /// Knobs of a [`WorkerPool`].
 #[derive(Debug, Clone)]

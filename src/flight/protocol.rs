@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tonic::Status;
 
 use crate::error::Error;
-use crate::explain::{output_fields, OutputKind};
+use crate::batch::{output_fields, OutputKind};
 use crate::model::Model;
 
 /// `DoAction` type: is the worker serving? Returns `{"status":"serving", ...}`.

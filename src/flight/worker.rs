@@ -33,7 +33,7 @@ use super::protocol::{
 };
 use crate::engine::{Algorithm, EngineOptions, Explainer};
 use crate::error::{Error, Result};
-use crate::explain::explain_batch;
+use crate::batch::{compute_pool, explain_batch};
 use crate::features::FeatureColumns;
 use crate::registry::{LoadedModel, ModelRegistry};
 
@@ -140,13 +140,9 @@ type Stream<T> = Pin<Box<dyn futures::Stream<Item = std::result::Result<T, Statu
 impl WorkerService {
     /// A worker serving the models `registry` knows (and those under `config.model_dir`).
     pub fn new(registry: Arc<ModelRegistry>, config: WorkerConfig) -> Result<Self> {
-        let mut builder = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("shapfusion-worker-{i}"));
-        if let Some(n) = config.threads {
-            builder = builder.num_threads(n);
-        }
-        let compute = builder.build().map_err(|e| Error::Input(format!("cannot start compute threads: {e}")))?;
+        let compute = compute_pool(config.threads.unwrap_or(0))?;
         let admission = Admission::new(config.limits.clone());
-        Ok(WorkerService { registry, config, admission, compute: Arc::new(compute), counters: Default::default(), started: Instant::now() })
+        Ok(WorkerService { registry, config, admission, compute, counters: Default::default(), started: Instant::now() })
     }
 
     fn authorize(&self, metadata: &MetadataMap) -> std::result::Result<(), Status> {

@@ -23,7 +23,7 @@ pub use options::ShapOptions;
 pub use udf::ShapUdf;
 
 use crate::error::Result;
-use crate::explain::OutputKind;
+use crate::batch::OutputKind;
 use crate::registry::ModelRegistry;
 
 /// Names of the UDFs, with what each returns.

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use arrow::array::{ArrayRef, StructArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
@@ -16,9 +16,9 @@ use datafusion::logical_expr::{
 
 use super::options::ShapOptions;
 use crate::engine::{Algorithm, Device, EngineOptions};
-use crate::explain::OutputKind;
+use crate::batch::{compute_pool, explain_block, output_fields, OutputKind};
 use crate::features::{block_from_columns, is_numeric};
-use crate::layout;
+
 use crate::model::Model;
 use crate::registry::ModelRegistry;
 
@@ -44,7 +44,7 @@ impl ShapUdf {
     pub fn new(name: &'static str, kind: OutputKind, registry: Arc<ModelRegistry>, options: ShapOptions) -> crate::Result<Self> {
         let algorithm: Algorithm = options.algorithm.parse()?;
         let device: Device = options.device.parse()?;
-        let pool = shared_pool(options.threads)?;
+        let pool = compute_pool(options.threads)?;
         Ok(ShapUdf {
             name,
             kind,
@@ -65,12 +65,24 @@ impl ShapUdf {
         format!("{}('<model>', {})", self.name, model.feature_names.join(", "))
     }
 
+    /// The SQL result type: the batch step's output fields, as a struct for `shap`.
     fn output_type(&self, model: &Model) -> DataType {
+        let fields = output_fields(model, self.kind);
         match self.kind {
-            OutputKind::Shap => DataType::Struct(layout::shap_fields(model)),
-            OutputKind::Interactions => layout::interactions_field(model).data_type().clone(),
-            OutputKind::Predict => layout::prediction_field(model).data_type().clone(),
+            OutputKind::Shap => DataType::Struct(fields.into()),
+            OutputKind::Interactions | OutputKind::Predict => fields[0].data_type().clone(),
         }
+    }
+
+    /// The batch step's output columns as this function's one result column.
+    fn as_result(&self, model: &Model, columns: Vec<ArrayRef>) -> crate::Result<ArrayRef> {
+        let mismatch = |detail: String| crate::Error::Input(format!("{}(): the output does not match the model: {detail}", self.name));
+        Ok(match self.kind {
+            OutputKind::Shap => Arc::new(
+                StructArray::try_new(output_fields(model, self.kind).into(), columns, None).map_err(|e| mismatch(e.to_string()))?,
+            ),
+            OutputKind::Interactions | OutputKind::Predict => columns.into_iter().next().ok_or_else(|| mismatch("no columns".into()))?,
+        })
     }
 }
 
@@ -89,17 +101,7 @@ impl ShapUdf {
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
         let (url, version, kind) = (loaded.url.clone(), loaded.content_hash.clone(), self.kind);
         let out = crate::registry::run_io(async move { pool.explain(&url, Some(&version), kind, batch).await }).map_err(df_err)?;
-        Ok(match self.kind {
-            OutputKind::Shap => Arc::new(
-                StructArray::try_new(layout::shap_fields(model), out.columns().to_vec(), None)
-                    .map_err(|e| exec_datafusion_err!("{}(): the workers' reply does not match the model: {e}", self.name))?,
-            ),
-            OutputKind::Interactions | OutputKind::Predict => out
-                .columns()
-                .first()
-                .cloned()
-                .ok_or_else(|| exec_datafusion_err!("{}(): the workers' reply has no columns", self.name))?,
-        })
+        self.as_result(model, out.columns().to_vec()).map_err(df_err)
     }
 
     #[cfg(not(feature = "flight"))]
@@ -126,27 +128,6 @@ impl Hash for ShapUdf {
     }
 }
 
-/// The compute pool for `threads` (0: all cores). One pool per thread count for the whole
-/// process, shared by every UDF instance (the three functions, and the copies `SET` makes), so
-/// concurrent partitions and functions never run more compute threads than asked for.
-fn shared_pool(threads: usize) -> crate::Result<Arc<rayon::ThreadPool>> {
-    // Capped at the machine's cores: a client's `SET shap.threads = 100000` gets all cores, not
-    // a pool of 100,000 threads (and at most one pool per core count exists).
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = if threads >= cores { 0 } else { threads };
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let mut pools = POOLS.get_or_init(Default::default).lock().expect("pool cache");
-    if let Some(pool) = pools.get(&threads) {
-        return Ok(pool.clone());
-    }
-    let mut builder = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("shapfusion-sql-{i}"));
-    if threads > 0 {
-        builder = builder.num_threads(threads);
-    }
-    let pool = Arc::new(builder.build().map_err(|e| crate::Error::Input(format!("cannot start SQL compute threads: {e}")))?);
-    pools.insert(threads, pool.clone());
-    Ok(pool)
-}
 
 /// The config extension macro derives no `PartialEq`; compare the fields we read.
 fn same_options(a: &ShapOptions, b: &ShapOptions) -> bool {
@@ -255,14 +236,8 @@ impl ScalarUDFImpl for ShapUdf {
         let explainer = loaded.explainer(self.algorithm, &self.engine_options()).map_err(df_err)?;
         let output = self.pool.install(|| -> crate::Result<ArrayRef> {
             let block = block_from_columns(&columns, &model.feature_names, model)?;
-            Ok(match self.kind {
-                OutputKind::Shap => {
-                    let columns = layout::shap_columns(&explainer.shap(&block)?);
-                    Arc::new(StructArray::new(layout::shap_fields(model), columns, None))
-                }
-                OutputKind::Interactions => layout::interactions_column(explainer.interactions(&block)?),
-                OutputKind::Predict => layout::prediction_column(explainer.predict(&block)?),
-            })
+            let columns = explain_block(explainer.as_ref(), &block, self.kind)?;
+            self.as_result(model, columns)
         });
         Ok(ColumnarValue::Array(output.map_err(df_err)?))
     }
