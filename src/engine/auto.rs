@@ -72,11 +72,9 @@ fn costs(p: &PreparedModel) -> Costs {
 /// The estimates are operation counts; the benchmark suite checks the choice against timings.
 pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, options: &EngineOptions) -> AutoChoice {
     let rows = rows_hint.unwrap_or(DEFAULT_ROWS) as f64;
-    if p.max_depth > super::MAX_RECURSIVE_DEPTH {
-        return AutoChoice {
-            algorithm: Algorithm::Linear,
-            reason: format!("depth {} is over fast-v2's limit of {}", p.max_depth, super::MAX_RECURSIVE_DEPTH),
-        };
+    // The same rule fast-v2 refuses by, so auto never picks an engine that would refuse.
+    if let Err(refusal) = super::check_depth("fast-v2", p) {
+        return AutoChoice { algorithm: Algorithm::Linear, reason: refusal.to_string() };
     }
     let bytes = match table_bytes(p) {
         None => return AutoChoice { algorithm: Algorithm::Linear, reason: "paths too long for fast-v2 tables".into() },

@@ -70,6 +70,16 @@ impl Session {
         self.planned.len() + self.prepared.len()
     }
 
+    /// Refuses a new handle once the session holds [`MAX_HANDLES_PER_SESSION`].
+    fn room_for_handle(&self) -> std::result::Result<(), Status> {
+        if self.handles() >= MAX_HANDLES_PER_SESSION {
+            return Err(Status::resource_exhausted(format!(
+                "this session holds {MAX_HANDLES_PER_SESSION} planned or prepared statements; fetch or close some first"
+            )));
+        }
+        Ok(())
+    }
+
     fn expire(&mut self) {
         self.planned.retain(|_, (at, _)| at.elapsed() < TICKET_TTL);
         self.prepared.retain(|_, (at, _)| at.elapsed() < SESSION_IDLE);
@@ -148,11 +158,7 @@ impl SqlService {
         let sql = format!("CREATE EXTERNAL TABLE \"{}\" STORED AS {format} LOCATION '{}' {options}", name.replace('"', "\"\""), location.replace('\'', "''"));
         let fail = |e: String| Error::Input(format!("--table {name}: {e}"));
         let plan = self.base.state().create_logical_plan(&sql).await.map_err(|e| fail(e.to_string()))?;
-        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = &plan {
-            for location in &cmd.locations {
-                register_store(&self.base, location, &cmd.options).map_err(|e| fail(e.to_string()))?;
-            }
-        }
+        register_stores(&self.base, &plan).map_err(|e| fail(e.to_string()))?;
         self.base.execute_logical_plan(plan).await.map_err(|e| fail(e.to_string()))?.collect().await.map_err(|e| fail(e.to_string()))?;
         let provider = self.base.table_provider(name).await.map_err(|e| fail(e.to_string()))?;
         self.template.lock().expect("template").tables.push((name.to_string(), provider));
@@ -206,14 +212,16 @@ impl SqlService {
     /// statement's options first.
     async fn plan(&self, client: &str, sql: &str) -> std::result::Result<DataFrame, Status> {
         let ctx = self.session_ctx(client)?;
+        let plan = self.allowed_plan(&ctx, sql).await?;
+        register_stores(&ctx, &plan).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        ctx.execute_logical_plan(plan).await.map_err(df_status)
+    }
+
+    /// The logical plan of `sql` in `ctx`, once the access policy allowed it.
+    async fn allowed_plan(&self, ctx: &SessionContext, sql: &str) -> std::result::Result<LogicalPlan, Status> {
         let plan = ctx.state().create_logical_plan(sql).await.map_err(df_status)?;
         self.policy.check(&plan).map_err(Status::permission_denied)?;
-        if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = &plan {
-            for location in &cmd.locations {
-                register_store(&ctx, location, &cmd.options).map_err(|e| Status::invalid_argument(e.to_string()))?;
-            }
-        }
-        ctx.execute_logical_plan(plan).await.map_err(df_status)
+        Ok(plan)
     }
 
     /// Keeps a planned statement for the client's `DoGet` and returns the FlightInfo pointing
@@ -222,11 +230,7 @@ impl SqlService {
         let schema = frame.schema().as_arrow().clone();
         let handle = random_handle("stmt")?;
         self.with_session(client, |s| {
-            if s.handles() >= MAX_HANDLES_PER_SESSION {
-                return Err(Status::resource_exhausted(format!(
-                    "this session holds {MAX_HANDLES_PER_SESSION} planned or prepared statements; fetch or close some first"
-                )));
-            }
+            s.room_for_handle()?;
             s.planned.insert(handle.clone(), (Instant::now(), frame));
             Ok(())
         })?;
@@ -248,6 +252,16 @@ impl SqlService {
                 .ok_or_else(|| Status::not_found("unknown or closed prepared statement (handles belong to the connection that made them)"))
         })
     }
+}
+
+/// Registers the object stores a `CREATE EXTERNAL TABLE` plan needs (nothing for other plans).
+fn register_stores(ctx: &SessionContext, plan: &LogicalPlan) -> Result<()> {
+    if let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = plan {
+        for location in &cmd.locations {
+            register_store(ctx, location, &cmd.options)?;
+        }
+    }
+    Ok(())
 }
 
 /// Registers an object store for `location` unless the session already has one (local paths
@@ -361,8 +375,7 @@ impl FlightSqlService for SqlService {
         // Plan only to report the schema (and refuse bad or forbidden SQL now); DDL waits for
         // execution.
         let ctx = self.session_ctx(&client)?;
-        let plan = ctx.state().create_logical_plan(&query.query).await.map_err(df_status)?;
-        self.policy.check(&plan).map_err(Status::permission_denied)?;
+        let plan = self.allowed_plan(&ctx, &query.query).await?;
         let schema = plan.schema().as_arrow().clone();
         let options = arrow::ipc::writer::IpcWriteOptions::default();
         let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &options)
@@ -370,11 +383,7 @@ impl FlightSqlService for SqlService {
             .map_err(|e: arrow::error::ArrowError| Status::internal(format!("encoding schema: {e}")))?;
         let handle = random_handle("prep")?;
         self.with_session(&client, |s| {
-            if s.handles() >= MAX_HANDLES_PER_SESSION {
-                return Err(Status::resource_exhausted(format!(
-                    "this session holds {MAX_HANDLES_PER_SESSION} planned or prepared statements; close some first"
-                )));
-            }
+            s.room_for_handle()?;
             s.prepared.insert(handle.clone(), (Instant::now(), query.query.clone()));
             Ok(())
         })?;
