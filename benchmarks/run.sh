@@ -3,6 +3,7 @@
 # peers, 3.12 for XGBoost 3.4), builds the release benchmark binary, runs benchmarks/suite.py.
 #   bash benchmarks/run.sh            # full suite (tens of minutes on 2 cores)
 #   bash benchmarks/run.sh --quick    # smoke run on the small model
+#   bash benchmarks/run.sh --interventional [ARGS]   # interventional SHAP: benchmarks/interventional.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then python3.11 -m venv .venv || python3 -m venv .venv; fi
@@ -17,4 +18,9 @@ if [ ! -x .venv312/bin/python ]; then
 fi
 if [ -x .venv312/bin/python ]; then .venv312/bin/pip install -q -r benchmarks/requirements-xgb34.txt; fi
 cargo build --release --no-default-features --example bench
+if [ "${1:-}" = "--interventional" ]; then
+  shift
+  bench="${CARGO_TARGET_DIR:-target}/release/examples/bench"
+  exec .venv/bin/python benchmarks/interventional.py --bench "$bench" "$@"
+fi
 .venv/bin/python benchmarks/suite.py "$@"

@@ -3,24 +3,33 @@
 //! little-endian f64 so the suite can check them against the reference.
 //!
 //! ```text
-//! cargo run --release --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64]
+//! cargo run --release --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet]
 //! ```
 //!
-//! Prints one JSON line: engine, rows, best and median seconds over the repeats, rows/s.
+//! Prints one JSON line: engine, rows, set-up seconds (tables, or the background's
+//! aggregation), best and median seconds over the repeats, rows/s. With `--background`, the
+//! values are interventional SHAP values over the background's rows.
 
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::engine::{build_explainer, Algorithm, EngineOptions};
-use shapfusion::features::FeatureColumns;
+use shapfusion::engine::{build_engine, build_interventional, Algorithm, EngineOptions};
 use shapfusion::model::Model;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let background = match args.iter().position(|a| a == "--background") {
+        Some(i) if i + 1 < args.len() => {
+            let path = args.remove(i + 1);
+            args.remove(i);
+            Some(path)
+        }
+        _ => None,
+    };
     if args.len() < 6 {
-        eprintln!("usage: bench MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64]");
+        eprintln!("usage: bench MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet]");
         std::process::exit(2);
     }
     let model = Arc::new(Model::load(&args[1])?);
@@ -32,11 +41,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&args[2])?)?.with_batch_size(1 << 30).build()?;
     let batches: Vec<_> = reader.collect::<Result<_, _>>()?;
     let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
-    let block = FeatureColumns::resolve(&batch.schema(), &model)?.block(&batch, &model)?;
+    let block = model.feature_block(&batch)?;
 
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    // Read before the clock starts: set-up is the tables or the background's aggregation only.
+    let background = match &background {
+        Some(path) => Some(model.feature_block(&shapfusion::input::read_background(std::path::Path::new(path), &model, None, 0)?)?),
+        None => None,
+    };
+    let options = EngineOptions { v2_memory_bytes: 4 << 30, ..Default::default() };
     let setup = Instant::now();
-    let explainer = pool.install(|| build_explainer(model.clone(), algorithm, Some(block.rows()), &EngineOptions { v2_memory_bytes: 4 << 30, ..Default::default() }))?;
+    let explainer = match &background {
+        None => pool.install(|| build_engine(model.clone(), algorithm, Some(block.rows()), &options))?,
+        Some(rows) => pool.install(|| build_interventional(model.clone(), rows, algorithm, &options))?,
+    };
     let setup_seconds = setup.elapsed().as_secs_f64();
     let mut times = Vec::new();
     let mut values = Vec::new();

@@ -13,8 +13,7 @@ use std::fs::File;
 use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::engine::{build_explainer, Algorithm, EngineOptions};
-use shapfusion::features::FeatureColumns;
+use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
 use shapfusion::model::Model;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,10 +30,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 3. Features: the model's columns are picked by name; nulls become missing values, and
     //    values are rounded to float32 because XGBoost compares in float32.
-    let block = FeatureColumns::resolve(&batch.schema(), &model)?.block(&batch, &model)?;
+    let block = model.feature_block(&batch)?;
 
-    // 4. The engine: `auto` picks fast-v2 or linear from the model's shape and the row count.
-    let explainer = build_explainer(model.clone(), Algorithm::Auto, Some(block.rows()), &EngineOptions::default())?;
+    // 4. The engine: `auto` picks fast-v2 or linear from the model's shape (as `explain` does,
+    //    without a row count, so this picks the same engine as the CLI).
+    let explainer = build_engine(model.clone(), Algorithm::Auto, None, &EngineOptions::default())?;
     let shap = explainer.shap(&block)?;
     let margin = explainer.predict(&block)?;
 

@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, Explainer, FeatureBlock};
-use shapfusion::features::FeatureColumns;
-use shapfusion::gpu::GpuExplainer;
-use shapfusion::model::{Model, Precision};
+use shapfusion::engine::{build_engine, Algorithm, EngineOptions, Engine, FeatureBlock};
+use shapfusion::gpu::GpuEngine;
+use shapfusion::model::Model;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -57,10 +56,10 @@ fn rows(model: &Model, path: &str, n: usize) -> Result<FeatureBlock, Error> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?.with_batch_size(1 << 30).build()?;
     let batches: Vec<_> = reader.collect::<Result<_, _>>()?;
     let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
-    let block = FeatureColumns::resolve(&batch.schema(), model)?.block(&batch, model)?;
+    let block = model.feature_block(&batch)?;
     let cols = block.cols();
     let values: Vec<f64> = block.values().iter().copied().cycle().take(n * cols).collect();
-    Ok(FeatureBlock::new(n, cols, values, Precision::F64))
+    Ok(model.feature_block_from_values(n, values)?)
 }
 
 /// Median seconds of `repeats` runs of `f`, after one warm-up run.
@@ -104,12 +103,12 @@ fn main() -> Result<(), Error> {
     for (name, model_path, rows_path) in &o.models {
         let model = Arc::new(Model::load(model_path)?);
         let setup = Instant::now();
-        let Some(gpu) = GpuExplainer::new(model.clone())? else {
+        let Some(gpu) = GpuEngine::new(model.clone())? else {
             println!("{name}: the GPU engine cannot take this model (see the log); skipped");
             continue;
         };
         println!("{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload)", model.trees.len(), model.num_features(), setup.elapsed().as_secs_f64());
-        let cpu = build_explainer(model.clone(), Algorithm::Auto, Some(o.cpu_rows), &EngineOptions::default())?;
+        let cpu = build_engine(model.clone(), Algorithm::Auto, Some(o.cpu_rows), &EngineOptions::default())?;
         let f = model.num_features();
         let width = model.num_groups * (f + 1);
 

@@ -14,13 +14,10 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::engine::{build_explainer, Algorithm};
-use shapfusion::batch::{explain_batch, OutputKind};
-use shapfusion::features::FeatureColumns;
 use shapfusion::flight::transport::{self, ListenOptions};
-use shapfusion::flight::{feature_batch, pool, PoolOptions, WorkerConfig, WorkerPool, WorkerService};
-use shapfusion::model::Model;
+use shapfusion::flight::{feature_batch, parse_worker_list, PoolOptions, WorkerConfig, WorkerPool, WorkerService, DEFAULT_STUCK_AFTER};
 use shapfusion::registry::ModelRegistry;
+use shapfusion::{Algorithm, Device, Explainer, Model, OutputKind};
 
 const MODEL: &str = "examples/models/fraud.json";
 const DATA: &str = "examples/data/payments.parquet";
@@ -33,8 +30,9 @@ async fn start_worker() -> shapfusion::Result<String> {
         threads: Some(1),
         model_dir: Some("examples/models".into()),
         token: None,
-        device: "cpu (1 thread)".into(),
-        stuck_after: shapfusion::flight::worker::DEFAULT_STUCK_AFTER,
+        device: Device::Cpu,
+        device_description: "cpu (1 thread)".into(),
+        stuck_after: DEFAULT_STUCK_AFTER,
         limits: Default::default(),
     };
     // A worker serves the models its operator configured, by name: never a path a client sends.
@@ -48,7 +46,7 @@ async fn start_worker() -> shapfusion::Result<String> {
 #[tokio::main]
 async fn main() -> shapfusion::Result<()> {
     let urls = match std::env::args().nth(1) {
-        Some(list) => pool::parse_worker_list(&list),
+        Some(list) => parse_worker_list(&list),
         None => vec![start_worker().await?, start_worker().await?],
     };
 
@@ -71,10 +69,8 @@ async fn main() -> shapfusion::Result<()> {
     }
 
     // Same numbers as in-process.
-    let explainer = build_explainer(model.clone(), Algorithm::Auto, None, &Default::default())?;
-    let features = FeatureColumns::resolve(input.schema_ref(), &model)?;
-    let here = explain_batch(explainer.as_ref(), &features, &input, OutputKind::Shap)?;
-    let identical = here.iter().zip(remote.columns()).all(|(a, b)| a.to_data() == b.to_data());
+    let here = Explainer::builder(model).device(Device::Cpu).build()?.explain_batch(&input)?;
+    let identical = here.columns().iter().zip(remote.columns()).all(|(a, b)| a.to_data() == b.to_data());
     println!("identical to in-process: {identical}");
     if !identical {
         return Err(shapfusion::Error::Input("the pool's result differs from in-process".into()));

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{ArrayRef, RecordBatch};
-use arrow::datatypes::{Field, FieldRef, Schema};
+use arrow::datatypes::FieldRef;
 
-use crate::engine::{Explainer, FeatureBlock};
+use crate::engine::{Engine, FeatureBlock};
 use crate::error::{Error, Result};
-use crate::features::{column_index, FeatureColumns};
+use crate::features::FeatureColumns;
 use crate::layout;
 use crate::model::Model;
 
@@ -37,7 +37,7 @@ pub fn output_fields(model: &Model, output: OutputKind) -> Vec<FieldRef> {
 }
 
 /// The output columns of one block of rows, laid out as [`output_fields`].
-pub fn explain_block(explainer: &dyn Explainer, block: &FeatureBlock, output: OutputKind) -> Result<Vec<ArrayRef>> {
+pub fn explain_block(explainer: &dyn Engine, block: &FeatureBlock, output: OutputKind) -> Result<Vec<ArrayRef>> {
     Ok(match output {
         OutputKind::Shap => layout::shap_columns(&explainer.shap(block)?),
         OutputKind::Interactions => vec![layout::interactions_column(explainer.interactions(block)?)],
@@ -46,13 +46,16 @@ pub fn explain_block(explainer: &dyn Explainer, block: &FeatureBlock, output: Ou
 }
 
 /// The output columns for one input batch, its feature columns found by `features`.
-pub fn explain_batch(explainer: &dyn Explainer, features: &FeatureColumns, batch: &RecordBatch, output: OutputKind) -> Result<Vec<ArrayRef>> {
+pub fn explain_batch(explainer: &dyn Engine, features: &FeatureColumns, batch: &RecordBatch, output: OutputKind) -> Result<Vec<ArrayRef>> {
     let block = features.block(batch, explainer.model())?;
     explain_block(explainer, &block, output)
 }
 
 /// The columns of `batch` named `features`, in that order (what a worker needs of a batch).
+#[cfg(feature = "flight")]
 pub fn feature_batch(batch: &RecordBatch, features: &[String]) -> Result<RecordBatch> {
+    use crate::features::column_index;
+    use arrow::datatypes::{Field, Schema};
     let schema = batch.schema();
     let mut fields = Vec::with_capacity(features.len());
     let mut columns = Vec::with_capacity(features.len());

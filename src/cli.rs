@@ -2,12 +2,16 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use std::sync::Arc;
 
-use shapfusion::engine::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
-use shapfusion::batch::OutputKind;
-use shapfusion::explain::{explain_file, ExplainOptions, DEFAULT_BATCH_ROWS};
-use shapfusion::model::Model;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use shapfusion::engine::{EngineOptions, DEFAULT_V2_MEMORY_BYTES};
+use shapfusion::explain::{explain_file, explain_with_model, ExplainOptions, Progress, DEFAULT_BATCH_ROWS};
+use shapfusion::input::read_background;
+use shapfusion::{Algorithm, Device, Model, OutputKind};
 #[cfg(feature = "sql")]
 use shapfusion::sql::shell::{self, OutputFormat, SessionSetup, ShellOptions};
 use shapfusion::Result;
@@ -76,11 +80,15 @@ pub struct SqlArgs {
     /// A named model, NAME=URL (a path, file://, s3://, gs://, az:// …); repeatable.
     #[arg(long = "model")]
     pub models: Vec<String>,
+    /// A named background set, NAME=URL (Parquet or CSV with the models' feature columns), for
+    /// interventional SHAP with SET shap.background = 'NAME'; repeatable.
+    #[arg(long = "background")]
+    pub backgrounds: Vec<String>,
     /// Where `shap('name', …)` looks for name.json|.ubj|.txt (sets shap.model_dir).
     #[arg(long)]
     pub model_dir: Option<String>,
-    /// Output format: table, csv, json, ndjson, or parquet (with --output).
-    #[arg(long, default_value = "table")]
+    /// Output format (parquet writes the last result to --output).
+    #[arg(long, default_value = "table", value_parser = PossibleValuesParser::new(OutputFormat::NAMES).try_map(|s| s.parse::<OutputFormat>()))]
     pub format: OutputFormat,
     /// File for --format parquet: receives the result of the last statement.
     #[arg(long)]
@@ -114,25 +122,30 @@ pub struct ServerArgs {
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Largest gRPC message accepted or sent, in MiB (one record batch is one message).
-    #[arg(long, default_value_t = shapfusion::flight::protocol::DEFAULT_MAX_MESSAGE_BYTES >> 20)]
+    #[arg(long, default_value_t = shapfusion::flight::DEFAULT_MAX_MESSAGE_BYTES >> 20)]
     pub max_message_mb: usize,
     /// A named model, NAME=URL (a path, file://, s3://, gs://, az:// …); repeatable.
     #[arg(long = "model")]
     pub models: Vec<String>,
+    /// A named background set, NAME=URL (Parquet or CSV with the models' feature columns):
+    /// interventional SHAP for requests naming it (SET shap.background, or "background" in a
+    /// DoExchange command); repeatable.
+    #[arg(long = "background")]
+    pub backgrounds: Vec<String>,
     /// Where a model named NAME is looked up as NAME.json|.ubj|.txt (a directory or URL prefix).
     #[arg(long)]
     pub model_dir: Option<String>,
     /// Requests (exchanges, statements) running at once; more are refused as busy.
-    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().max_concurrent)]
+    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().max_concurrent)]
     pub max_concurrent: usize,
     /// Seconds one request may run, its reply stream included.
-    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().deadline.as_secs())]
+    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().deadline.as_secs())]
     pub request_timeout_secs: u64,
     /// Rows one DoExchange may send (workers).
-    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().max_rows)]
+    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().max_rows)]
     pub max_request_rows: u64,
     /// MiB of Arrow data one DoExchange may send (workers).
-    #[arg(long, default_value_t = shapfusion::flight::limits::RequestLimits::default().max_bytes >> 20)]
+    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().max_bytes >> 20)]
     pub max_request_mb: u64,
 }
 
@@ -148,8 +161,8 @@ impl ServerArgs {
         }
     }
 
-    fn limits(&self) -> shapfusion::flight::limits::RequestLimits {
-        shapfusion::flight::limits::RequestLimits {
+    fn limits(&self) -> shapfusion::flight::RequestLimits {
+        shapfusion::flight::RequestLimits {
             max_concurrent: self.max_concurrent,
             deadline: std::time::Duration::from_secs(self.request_timeout_secs),
             max_rows: self.max_request_rows,
@@ -158,7 +171,7 @@ impl ServerArgs {
     }
 
     fn token(&self) -> Result<Option<String>> {
-        self.token_file.as_deref().map(shapfusion::flight::auth::read_token_file).transpose()
+        self.token_file.as_deref().map(shapfusion::flight::read_token_file).transpose()
     }
 }
 
@@ -169,20 +182,21 @@ pub struct WorkerArgs {
     /// default; any other address needs --token-file (or --insecure-no-auth).
     #[arg(long, default_value = "127.0.0.1:50061")]
     pub listen: String,
-    /// auto (GPU when usable, else CPU), cpu, or gpu.
-    #[arg(long, default_value = "auto")]
-    pub device: shapfusion::engine::Device,
+    /// Where to compute: auto is the GPU when one is usable, else the CPU; gpu is an error
+    /// when none is.
+    #[arg(long, default_value = "auto", value_parser = device_parser())]
+    pub device: Device,
     /// Compute threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Engine: auto, treeshap, fast-v1, fast-v2, quadrature or linear.
-    #[arg(long, default_value = "auto")]
+    /// Engine (auto picks one from the model's shape and logs why).
+    #[arg(long, default_value = "auto", value_parser = algorithm_parser())]
     pub algorithm: Algorithm,
     /// Memory bound for fast-v2's tables, in MiB.
     #[arg(long, default_value_t = DEFAULT_V2_MEMORY_BYTES >> 20)]
     pub v2_memory_mb: usize,
     /// Seconds one batch may compute before `health` reports the worker stuck.
-    #[arg(long, default_value_t = shapfusion::flight::worker::DEFAULT_STUCK_AFTER.as_secs())]
+    #[arg(long, default_value_t = shapfusion::flight::DEFAULT_STUCK_AFTER.as_secs())]
     pub stuck_after_secs: u64,
     #[command(flatten)]
     pub server: ServerArgs,
@@ -252,8 +266,8 @@ pub struct ExplainArgs {
     /// Parquet file to write.
     #[arg(long)]
     pub output: PathBuf,
-    /// Engine: auto, treeshap, fast-v1 or fast-v2.
-    #[arg(long, default_value = "auto")]
+    /// Engine (auto picks one from the model's shape and logs why).
+    #[arg(long, default_value = "auto", value_parser = algorithm_parser())]
     pub algorithm: Algorithm,
     /// Worker threads (default: all cores).
     #[arg(long)]
@@ -276,9 +290,21 @@ pub struct ExplainArgs {
     /// Never draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
-    /// auto (the GPU when one is usable, else the CPU), cpu, or gpu (an error when no GPU).
-    #[arg(long, default_value = "auto")]
-    pub device: shapfusion::engine::Device,
+    /// Background rows (Parquet or CSV with the model's feature columns): interventional SHAP
+    /// values, what shap.TreeExplainer(model, data=background) computes, instead of
+    /// path-dependent ones. Same output layout.
+    #[arg(long)]
+    pub background: Option<PathBuf>,
+    /// Use this many background rows, drawn without replacement (all rows by default).
+    #[arg(long, requires = "background")]
+    pub background_rows: Option<usize>,
+    /// Seed of the --background-rows draw: the same seed draws the same rows.
+    #[arg(long, default_value_t = 0, requires = "background_rows")]
+    pub seed: u64,
+    /// Where to compute: auto is the GPU when one is usable, else the CPU; gpu is an error
+    /// when none is.
+    #[arg(long, default_value = "auto", value_parser = device_parser())]
+    pub device: Device,
     /// Compute on these Flight workers (comma separated URLs) instead of here. The model is sent
     /// to them as a file URL when --model is a local file, else as given (a name they serve).
     #[cfg(feature = "flight")]
@@ -288,6 +314,48 @@ pub struct ExplainArgs {
     #[cfg(feature = "flight")]
     #[arg(long, requires = "workers")]
     pub worker_token_file: Option<String>,
+}
+
+/// Parses an engine name, listing the names in `--help` and in errors from the parser's own list.
+fn algorithm_parser() -> impl TypedValueParser<Value = Algorithm> {
+    PossibleValuesParser::new(Algorithm::NAMES).try_map(|s| s.parse::<Algorithm>())
+}
+
+/// Parses a device name, from the parser's own list as [`algorithm_parser`].
+fn device_parser() -> impl TypedValueParser<Value = Device> {
+    PossibleValuesParser::new(Device::NAMES).try_map(|s| s.parse::<Device>())
+}
+
+/// `explain`'s progress bar; indicatif draws nothing when stderr is not a terminal.
+#[derive(Debug, Default)]
+struct ProgressBarOnStderr {
+    bar: std::sync::OnceLock<ProgressBar>,
+}
+
+impl Progress for ProgressBarOnStderr {
+    fn start(&self, total: Option<u64>) {
+        let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+        let style = match total {
+            Some(_) => ProgressStyle::with_template("{bar:40} {human_pos}/{human_len} rows  {per_sec}  eta {eta}"),
+            None => ProgressStyle::with_template("{spinner} {human_pos} rows  {per_sec}"),
+        };
+        if let Ok(style) = style {
+            bar.set_style(style);
+        }
+        let _ = self.bar.set(bar);
+    }
+
+    fn advance(&self, rows: u64) {
+        if let Some(bar) = self.bar.get() {
+            bar.inc(rows);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = self.bar.get() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -305,16 +373,29 @@ pub fn run(cli: Cli) -> Result<()> {
                 },
                 keep: a.keep,
                 batch_rows: a.batch_rows,
-                progress: !a.no_progress,
-                engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), device: a.device },
+                progress: (!a.no_progress).then(|| Arc::new(ProgressBarOnStderr::default()) as Arc<dyn Progress>),
+                device: a.device,
+                engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), ..Default::default() },
+                background: None,
+            };
+            let local = |mut options: ExplainOptions| match &a.background {
+                Some(path) => {
+                    let model = Model::load(&a.model)?;
+                    options.background = Some(read_background(path, &model, a.background_rows, a.seed)?);
+                    explain_with_model(Arc::new(model), &a.input, &a.output, &options)
+                }
+                None => explain_file(&a.model, &a.input, &a.output, &options),
             };
             #[cfg(feature = "flight")]
             let s = match &a.workers {
+                Some(_) if a.background.is_some() => {
+                    return Err(shapfusion::Error::Unavailable("--background with --workers is not built yet: explain with a background locally".into()))
+                }
                 Some(workers) => explain_remote(&a.model, workers, a.worker_token_file.as_deref().unwrap_or(""), &a.input, &a.output, &options)?,
-                None => explain_file(&a.model, &a.input, &a.output, &options)?,
+                None => local(options)?,
             };
             #[cfg(not(feature = "flight"))]
-            let s = explain_file(&a.model, &a.input, &a.output, &options)?;
+            let s = local(options)?;
             let rate = if s.seconds > 0.0 { s.rows as f64 / s.seconds } else { 0.0 };
             eprintln!(
                 "explained {} rows with {} in {:.2}s ({:.0} rows/s) -> {}",
@@ -333,6 +414,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 files: a.files,
                 setup: SessionSetup {
                     models: a.models,
+                    backgrounds: a.backgrounds,
                     model_dir: a.model_dir,
                     workers: a.workers,
                     worker_token_file: a.worker_token_file,
@@ -410,7 +492,6 @@ fn explain_remote(
 
 #[cfg(feature = "flight")]
 fn run_worker(a: WorkerArgs) -> Result<()> {
-    use shapfusion::engine::Device;
     use shapfusion::flight::{transport, WorkerConfig, WorkerService};
     // Resolved here so that a GPU that cannot be used stops the worker before it listens; the
     // engines get the device as asked, so `auto` keeps its per-model CPU fallback.
@@ -418,11 +499,12 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let config = WorkerConfig {
         algorithm: a.algorithm,
-        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), device: a.device },
+        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), ..Default::default() },
+        device: a.device,
         threads: Some(threads),
         model_dir: a.server.model_dir.clone(),
         token: a.server.token()?,
-        device: match device {
+        device_description: match device {
             Device::Gpu => "gpu".to_string(),
             _ => format!("cpu ({threads} threads)"),
         },
@@ -434,6 +516,9 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     for m in &a.server.models {
         registry.register_arg(m)?;
     }
+    for b in &a.server.backgrounds {
+        registry.register_background_arg(b)?;
+    }
     let listen = a.server.listen(&a.listen);
     async_runtime()?.block_on(async move {
         let service = WorkerService::new(registry, config)?;
@@ -444,15 +529,14 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
 
 #[cfg(feature = "flight")]
 fn run_serve(a: ServeArgs) -> Result<()> {
-    use shapfusion::flight::access::AccessPolicy;
-    use shapfusion::flight::sql_server::SqlService;
-    use shapfusion::flight::transport;
+    use shapfusion::flight::{transport, AccessPolicy, SqlService};
     let token = a.server.token()?;
     let policy = AccessPolicy::new(&a.data_roots, &a.allow_write)?;
     let listen = a.server.listen(&a.listen);
     async_runtime()?.block_on(async move {
         let setup = SessionSetup {
             models: a.server.models.clone(),
+            backgrounds: a.server.backgrounds.clone(),
             model_dir: a.server.model_dir.clone(),
             workers: a.workers.clone(),
             worker_token_file: a.worker_token_file.clone(),
@@ -460,7 +544,7 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             memory_limit: Some(a.memory_limit.0),
         };
         let (ctx, registry, _stores) = shell::new_session(&setup).await?;
-        let admission = shapfusion::flight::limits::Admission::new(a.server.limits());
+        let admission = shapfusion::flight::Admission::new(a.server.limits());
         let service = SqlService::new(ctx, registry, token, policy, admission);
         for t in &a.tables {
             service.register_table(t).await?;

@@ -2,27 +2,23 @@
 //! features → engine → layout and write Parquet, in input row order, with memory bounded by the
 //! batch size rather than the file size.
 
-use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchReader};
-use arrow::csv::reader::Format;
-use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::{ArrowWriter, ProjectionMask};
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, FieldRef, Schema};
+use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use crate::atomic_file::AtomicFile;
-use crate::batch::{compute_pool, explain_batch, output_fields, OutputKind};
-use crate::engine::{build_explainer, Algorithm, EngineOptions};
+use crate::batch::OutputKind;
+use crate::device::Device;
+use crate::engine::{Algorithm, EngineOptions};
 use crate::error::{Error, Result};
-use crate::features::FeatureColumns;
-
+use crate::explainer::Explainer;
+use crate::input::InputReader;
 use crate::model::Model;
 
 /// Default rows per batch.
@@ -41,10 +37,25 @@ pub struct ExplainOptions {
     pub keep: Vec<String>,
     /// Rows per batch.
     pub batch_rows: usize,
-    /// Show a progress bar on stderr when it is a terminal.
-    pub progress: bool,
+    /// Told of the rows written as the run goes (the CLI draws a progress bar).
+    pub progress: Option<Arc<dyn Progress>>,
+    /// Where to compute.
+    pub device: Device,
     /// Engine knobs.
     pub engine: EngineOptions,
+    /// Background rows (see [`crate::input::read_background`]): interventional SHAP values instead of
+    /// path-dependent ones, in the same layout.
+    pub background: Option<RecordBatch>,
+}
+
+/// Follows a run of [`explain_file`]: the CLI draws a progress bar with it.
+pub trait Progress: Send + Sync + std::fmt::Debug {
+    /// The run starts; `total` rows when the input says (Parquet), `None` when it cannot (CSV).
+    fn start(&self, total: Option<u64>);
+    /// `rows` more rows are written.
+    fn advance(&self, rows: u64);
+    /// The output is complete.
+    fn finish(&self);
 }
 
 impl Default for ExplainOptions {
@@ -55,8 +66,10 @@ impl Default for ExplainOptions {
             output: OutputKind::Shap,
             keep: Vec::new(),
             batch_rows: DEFAULT_BATCH_ROWS,
-            progress: false,
+            progress: None,
+            device: Device::default(),
             engine: EngineOptions::default(),
+            background: None,
         }
     }
 }
@@ -72,102 +85,6 @@ pub struct ExplainSummary {
     pub seconds: f64,
 }
 
-/// Input file formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputFormat {
-    /// Apache Parquet.
-    Parquet,
-    /// Comma-separated values with a header line.
-    Csv,
-}
-
-/// Detects the input format: Parquet by its `PAR1` magic, else CSV.
-pub fn detect_input_format(path: &Path) -> Result<InputFormat> {
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut magic = [0u8; 4];
-    let n = f.read(&mut magic).map_err(|e| Error::io(path, e))?;
-    Ok(if n == 4 && &magic == b"PAR1" { InputFormat::Parquet } else { InputFormat::Csv })
-}
-
-/// A streaming reader over the input's batches, with the total row count when known.
-pub struct InputReader {
-    reader: Box<dyn RecordBatchReader + Send>,
-    total_rows: Option<usize>,
-    path: PathBuf,
-}
-
-impl InputReader {
-    /// Opens `path`, reading only the columns in `wanted` (plus none else), `batch_rows` at a
-    /// time. For CSV, columns named in `numeric` are parsed as Float64.
-    pub fn open(path: &Path, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
-        let ctx = || format!("reading {}", path.display());
-        match detect_input_format(path)? {
-            InputFormat::Parquet => {
-                let file = File::open(path).map_err(|e| Error::io(path, e))?;
-                let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::parquet(ctx(), e))?;
-                let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
-                // Read only what we need: each model feature plus the kept columns.
-                let schema = builder.schema().clone();
-                let roots: Vec<usize> = wanted.iter().filter_map(|n| schema.index_of(n).ok()).collect();
-                let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-                let reader = builder
-                    .with_projection(mask)
-                    .with_batch_size(batch_rows)
-                    .build()
-                    .map_err(|e| Error::parquet(ctx(), e))?;
-                Ok(InputReader { reader: Box::new(reader), total_rows: Some(total), path: path.into() })
-            }
-            InputFormat::Csv => {
-                let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
-                let (inferred, _) = Format::default()
-                    .with_header(true)
-                    .infer_schema(BufReader::new(&mut file), Some(1000))
-                    .map_err(|e| Error::arrow(ctx(), e))?;
-                if inferred.fields().is_empty() {
-                    return Err(Error::Input(format!("{}: empty CSV (no header line)", path.display())));
-                }
-                // Model features are numbers whatever the first rows look like (e.g. all empty).
-                let fields: Vec<FieldRef> = inferred
-                    .fields()
-                    .iter()
-                    .map(|f| {
-                        if numeric.contains(f.name()) && !f.data_type().is_numeric() && *f.data_type() != DataType::Boolean {
-                            Arc::new(Field::new(f.name(), DataType::Float64, true))
-                        } else {
-                            f.clone()
-                        }
-                    })
-                    .collect();
-                let schema = Arc::new(Schema::new(fields));
-                file.seek(SeekFrom::Start(0)).map_err(|e| Error::io(path, e))?;
-                let reader = arrow::csv::ReaderBuilder::new(schema)
-                    .with_header(true)
-                    .with_batch_size(batch_rows)
-                    .build(BufReader::new(file))
-                    .map_err(|e| Error::arrow(ctx(), e))?;
-                Ok(InputReader { reader: Box::new(reader), total_rows: None, path: path.into() })
-            }
-        }
-    }
-
-    /// Schema of the batches.
-    pub fn schema(&self) -> SchemaRef {
-        self.reader.schema()
-    }
-
-    /// Total rows, when the format says (Parquet).
-    pub fn total_rows(&self) -> Option<usize> {
-        self.total_rows
-    }
-}
-
-impl Iterator for InputReader {
-    type Item = Result<RecordBatch>;
-    fn next(&mut self) -> Option<Self::Item> {
-        self.reader.next().map(|r| r.map_err(|e| Error::arrow(format!("reading {}", self.path.display()), e)))
-    }
-}
-
 /// Explains every row of `input` with the model at `model_path`, writing Parquet to `output`.
 pub fn explain_file(model_path: &Path, input: &Path, output: &Path, options: &ExplainOptions) -> Result<ExplainSummary> {
     let model = Arc::new(Model::load(model_path)?);
@@ -177,20 +94,24 @@ pub fn explain_file(model_path: &Path, input: &Path, output: &Path, options: &Ex
 /// [`explain_file`] with a model already loaded.
 pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, options: &ExplainOptions) -> Result<ExplainSummary> {
     let start = Instant::now();
-    let pool = compute_pool(options.threads.unwrap_or(0))?;
-    // `auto` decides from the model alone (not the row count), so every front end (CLI, SQL,
-    // Flight) picks the same engine for a model and gives bit-identical numbers.
-    let explainer = pool.install(|| build_explainer(model.clone(), options.algorithm, None, &options.engine))?;
-    tracing::info!(engine = explainer.name(), threads = pool.current_num_threads(), "explaining {}", input.display());
-    let mut features: Option<FeatureColumns> = None;
-    let rows = explain_rows(input, output, options, &model.feature_names, output_fields(&model, options.output), |batch| {
-        let features = match &features {
-            Some(f) => f,
-            None => features.insert(FeatureColumns::resolve(batch.schema_ref(), &model)?),
-        };
-        pool.install(|| explain_batch(explainer.as_ref(), features, batch, options.output))
-    })?;
-    Ok(ExplainSummary { rows, algorithm: explainer.name(), seconds: start.elapsed().as_secs_f64() })
+    // No row hint: `auto` decides from the model alone, so every front end (CLI, SQL, Flight)
+    // picks the same engine for a model and gives bit-identical numbers.
+    let mut builder = Explainer::builder(model.clone())
+        .algorithm(options.algorithm)
+        .device(options.device)
+        .threads(options.threads.unwrap_or(0))
+        .output(options.output)
+        .v2_memory_bytes(options.engine.v2_memory_bytes)
+        .interventional_memory_bytes(options.engine.interventional_memory_bytes);
+    if let Some(background) = &options.background {
+        builder = builder.background(background.clone());
+    }
+    let explainer = builder.build()?;
+    let engine = explainer.engine().name();
+    tracing::info!(engine, threads = explainer.threads(), "explaining {}", input.display());
+    let fields = explainer.schema().fields().iter().cloned().collect();
+    let rows = explain_rows(input, output, options, &model.feature_names, fields, |batch| explainer.explain_columns(batch))?;
+    Ok(ExplainSummary { rows, algorithm: engine, seconds: start.elapsed().as_secs_f64() })
 }
 
 /// The streaming loop shared by local and remote (worker pool) explanation: reads `input`
@@ -245,7 +166,9 @@ pub fn explain_rows(
     let mut writer = ArrowWriter::try_new(file, out_schema.clone(), Some(props))
         .map_err(|e| Error::parquet(format!("writing {}", output.display()), e))?;
 
-    let progress = progress_bar(options.progress, reader.total_rows());
+    if let Some(progress) = &options.progress {
+        progress.start(reader.total_rows().map(|n| n as u64));
+    }
     let mut rows = 0usize;
     for batch in &mut reader {
         let batch = batch?;
@@ -254,11 +177,15 @@ pub fn explain_rows(
         let out = RecordBatch::try_new(out_schema.clone(), columns).map_err(|e| Error::arrow("assembling output batch", e))?;
         writer.write(&out).map_err(|e| Error::parquet(format!("writing {}", output.display()), e))?;
         rows += batch.num_rows();
-        progress.inc(batch.num_rows() as u64);
+        if let Some(progress) = &options.progress {
+            progress.advance(batch.num_rows() as u64);
+        }
     }
     writer.close().map_err(|e| Error::parquet(format!("closing {}", output.display()), e))?;
     pending.commit()?;
-    progress.finish_and_clear();
+    if let Some(progress) = &options.progress {
+        progress.finish();
+    }
     Ok(rows)
 }
 
@@ -269,20 +196,4 @@ fn value_bytes(t: &DataType) -> usize {
         DataType::FixedSizeList(f, n) => *n as usize * value_bytes(f.data_type()),
         t => t.primitive_width().unwrap_or(16),
     }
-}
-
-fn progress_bar(enabled: bool, total: Option<usize>) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    // indicatif hides itself when stderr is not a terminal.
-    let bar = ProgressBar::with_draw_target(total.map(|t| t as u64), ProgressDrawTarget::stderr());
-    let style = match total {
-        Some(_) => ProgressStyle::with_template("{bar:40} {human_pos}/{human_len} rows  {per_sec}  eta {eta}"),
-        None => ProgressStyle::with_template("{spinner} {human_pos} rows  {per_sec}"),
-    };
-    if let Ok(style) = style {
-        bar.set_style(style);
-    }
-    bar
 }

@@ -9,6 +9,25 @@ use crate::engine::FeatureBlock;
 use crate::error::{Error, Result};
 use crate::model::Model;
 
+impl Model {
+    /// The engines' input for `batch`: the model's features found by name (any order, other
+    /// columns ignored), nulls as missing values, rounded to the precision the model compares
+    /// in (float32 for XGBoost), so no caller can get that rounding wrong.
+    pub fn feature_block(&self, batch: &RecordBatch) -> Result<FeatureBlock> {
+        FeatureColumns::resolve(batch.schema_ref(), self)?.block(batch, self)
+    }
+
+    /// The engines' input from `rows` rows of values, row-major in the model's feature order
+    /// (NaN: missing), rounded to the model's comparison precision.
+    pub fn feature_block_from_values(&self, rows: usize, values: Vec<f64>) -> Result<FeatureBlock> {
+        let cols = self.num_features();
+        if rows.checked_mul(cols) != Some(values.len()) {
+            return Err(Error::Input(format!("{} values are not {rows} rows of the model's {cols} features", values.len())));
+        }
+        Ok(FeatureBlock::new(rows, cols, values, self.precision))
+    }
+}
+
 /// Where each model feature is found in the input: column indices in the model's order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeatureColumns {
@@ -29,11 +48,6 @@ impl FeatureColumns {
             indices.push(idx);
         }
         Ok(FeatureColumns { indices })
-    }
-
-    /// Input column index of each model feature.
-    pub fn indices(&self) -> &[usize] {
-        &self.indices
     }
 
     /// Converts one batch into the engines' dense block.

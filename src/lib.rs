@@ -3,49 +3,69 @@
 //! Exact SHAP values and SHAP interaction values for XGBoost and LightGBM tree ensembles, the
 //! same numbers the libraries' own `pred_contribs` / `pred_contrib` give, on all cores.
 //!
-//! One path for every batch, shared by all front ends:
+//! ```no_run
+//! use shapfusion::{Explainer, Model};
+//! # fn rows() -> arrow::array::RecordBatch { unimplemented!() }
+//! let explainer = Explainer::builder(Model::load("examples/models/fraud.json")?).build()?;
+//! let shap = explainer.explain_batch(&rows())?; // a column per feature, then `bias`
+//! # Ok::<(), shapfusion::Error>(())
+//! ```
+//!
+//! One path for every batch, shared by all front ends (`explain`, the SQL UDFs, Flight workers
+//! and the worker pool):
 //!
 //! ```text
 //! Arrow batch ──features──► FeatureBlock ──engine──► Attributions ──layout──► Arrow arrays
 //! ```
 //!
-//! * [`model`]: the tree ensemble and its readers (XGBoost JSON/UBJSON, LightGBM text).
-//! * [`engine`]: the [`engine::Explainer`] trait and the CPU engines (`treeshap`, `fast-v1`,
-//!   `fast-v2`, `auto`).
-//! * [`batch`]: the batch step every front end shares (output kinds, fields, one batch through
-//!   an engine, the compute threads); [`features`] and [`layout`] convert between Arrow and the
-//!   engines.
-//! * [`explain`]: the batch pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out),
-//!   writing through [`atomic_file`] so an output appears whole or not at all.
-//! * [`registry`]: models by name or URL through `object_store`, cached by version.
-//! * [`sql`]: the `shap(...)` DataFusion UDFs, `shap.*` options and `shapfusion sql`.
-//! * [`flight`]: `shapfusion worker` (Arrow Flight), the worker pool, and the Flight SQL server
+//! * [`Explainer`] (built by [`ExplainerBuilder`]): a model, an engine and compute threads;
+//!   record batches in, record batches out.
+//! * [`model`]: the tree ensemble and its readers (XGBoost JSON/UBJSON, LightGBM text);
+//!   [`Model::feature_block`] turns a batch into the engines' input.
+//! * [`engine`]: the [`engine::Engine`] trait and the CPU engines by [`Algorithm`]: `treeshap`
+//!   (the reference), `fast-v1`, `fast-v2`, `quadrature`, `linear`, and `auto`, which picks
+//!   `fast-v2` or `linear` from the model's shape.
+//! * [`Device`]: CPU or GPU, and `auto`'s choice between them; `gpu`: the CUDA engine.
+//! * [`explain`]: the file pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out,
+//!   written so an output appears whole or not at all); [`input`] reads Parquet or CSV rows
+//!   and background sets for interventional SHAP.
+//! * `registry`: models by name or URL through `object_store`, cached by version.
+//! * `sql`: the `shap(...)` DataFusion UDFs, `shap.*` options and `shapfusion sql`.
+//! * `flight`: `shapfusion worker` (Arrow Flight), the worker pool, and the Flight SQL server
 //!   `shapfusion serve`, closed by default (loopback, tokens, one session per client, only the
 //!   models, tables and paths the operator configured).
 //!
-//! ```no_run
-//! use std::sync::Arc;
-//! use shapfusion::{engine, model::Model};
-//! let model = Arc::new(Model::load("examples/models/fraud.json")?);
-//! let explainer = engine::build_explainer(model, engine::Algorithm::Auto, None, &Default::default())?;
-//! # Ok::<(), shapfusion::Error>(())
-//! ```
+//! Cargo features: `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`), `gpu` (the CUDA
+//! engine, loaded at run time), `cli` (the `shapfusion` binary's own dependencies: argument
+//! parsing, progress bars, log formatting). All are on by default; a library user who wants the
+//! engines only takes `default-features = false`.
+#![warn(missing_docs)]
 
-pub mod atomic_file;
-pub mod batch;
+mod atomic_file;
+mod batch;
+mod device;
 pub mod engine;
 pub mod error;
 pub mod explain;
+mod explainer;
+mod features;
 #[cfg(feature = "flight")]
 pub mod flight;
-pub mod features;
 #[cfg(feature = "gpu")]
 pub mod gpu;
-pub mod layout;
+pub mod input;
+mod layout;
 pub mod model;
 #[cfg(feature = "sql")]
 pub mod registry;
 #[cfg(feature = "sql")]
 pub mod sql;
+#[cfg(test)]
+mod test_fixtures;
 
+pub use batch::OutputKind;
+pub use device::Device;
+pub use engine::Algorithm;
 pub use error::{Error, Result};
+pub use explainer::{Explainer, ExplainerBuilder};
+pub use model::Model;

@@ -13,6 +13,11 @@
 //! credentials from the environment, as `object_store` reads them (`AWS_*`, `GOOGLE_*`,
 //! `AZURE_*`).
 //!
+//! Background sets for interventional SHAP are registered by name only
+//! ([`ModelRegistry::register_background`], `--background name=URL`), loaded the same way and
+//! cached by URL and version; an engine built over one is cached with the model, keyed by the
+//! background's version.
+//!
 //! Object-store I/O runs on a small runtime of its own, so resolution can be called from sync
 //! code (DataFusion planning) inside or outside a tokio runtime without blocking it on itself.
 
@@ -26,7 +31,9 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
-use crate::engine::{build_explainer, Algorithm, Device, EngineOptions, Explainer};
+use crate::device::{engine_on, Device};
+use crate::engine::{build_interventional, Algorithm, Engine, EngineOptions};
+use crate::input::{sample_background, InputReader};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -43,19 +50,65 @@ pub struct LoadedModel {
     pub content_hash: String,
     /// The model.
     pub model: Arc<Model>,
-    explainers: Mutex<HashMap<(Algorithm, Device), Arc<dyn Explainer>>>,
+    /// Engines by algorithm, device and the background's URL and version (none: path-dependent).
+    engines: Mutex<HashMap<(Algorithm, Device, Option<(String, String)>), Arc<dyn Engine>>>,
+}
+
+/// A background set loaded from its registered URL: the file's bytes, read per model (each
+/// model takes its own feature columns from it).
+pub struct LoadedBackground {
+    /// The name it is registered under.
+    pub name: String,
+    /// Where it was loaded from.
+    pub url: String,
+    /// The store's version of the object when it was loaded.
+    pub version: String,
+    /// [`content_hash`] of the file: equal on every machine that has the same rows.
+    pub content_hash: String,
+    bytes: bytes::Bytes,
+}
+
+impl LoadedBackground {
+    /// The background's rows for `model`: its feature columns, every row.
+    pub fn rows_for(&self, model: &Model) -> Result<arrow::array::RecordBatch> {
+        let label = format!("background {:?} ({})", self.name, self.url);
+        let reader = InputReader::from_bytes(self.bytes.clone(), &label, &model.feature_names, &model.feature_names, 65_536)
+            .map_err(|e| Error::Input(format!("{label}: {e}")))?;
+        sample_background(reader, model, None, 0, &label)
+    }
+}
+
+impl std::fmt::Debug for LoadedBackground {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedBackground").field("name", &self.name).field("url", &self.url).field("version", &self.version).finish()
+    }
 }
 
 impl LoadedModel {
-    /// The engine for `algorithm` on `options.device`, built once per model version.
-    pub fn explainer(&self, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Explainer>> {
+    /// The engine for `algorithm` on `device`, built once per model version: path-dependent, or
+    /// interventional over `background` (built once per background version; the CPU only).
+    pub fn engine(&self, algorithm: Algorithm, device: Device, options: &EngineOptions, background: Option<&LoadedBackground>) -> Result<Arc<dyn Engine>> {
+        let key = (algorithm, device, background.map(|b| (b.url.clone(), b.version.clone())));
         // Held while building, so partitions asking at once build the engine (and its tables) once.
-        let mut cache = self.explainers.lock().expect("explainer cache");
-        if let Some(e) = cache.get(&(algorithm, options.device)) {
+        let mut cache = self.engines.lock().expect("engine cache");
+        if let Some(e) = cache.get(&key) {
             return Ok(e.clone());
         }
-        let e = build_explainer(self.model.clone(), algorithm, None, options)?;
-        cache.insert((algorithm, options.device), e.clone());
+        let e = match background {
+            None => engine_on(device, self.model.clone(), algorithm, None, options)?,
+            Some(_) if device == Device::Gpu => {
+                return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()))
+            }
+            Some(b) => {
+                let rows = self.model.feature_block(&b.rows_for(&self.model)?)?;
+                build_interventional(self.model.clone(), &rows, algorithm, options)?
+            }
+        };
+        // Engines over an older version of a background are dropped with the new one.
+        if let Some((url, _)) = &key.2 {
+            cache.retain(|(_, _, b), _| b.as_ref().is_none_or(|(u, _)| u != url));
+        }
+        cache.insert(key, e.clone());
         Ok(e)
     }
 }
@@ -71,6 +124,8 @@ impl std::fmt::Debug for LoadedModel {
 pub struct ModelRegistry {
     names: RwLock<HashMap<String, String>>,
     cache: Mutex<HashMap<String, Vec<Arc<LoadedModel>>>>,
+    backgrounds: RwLock<HashMap<String, String>>,
+    background_cache: Mutex<HashMap<String, Vec<Arc<LoadedBackground>>>>,
     stores: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
     runtime_env: Option<Arc<RuntimeEnv>>,
     /// Servers resolve registered names (and names under their model directory) only, never a
@@ -102,20 +157,70 @@ impl ModelRegistry {
 
     /// Registers `name` for the model at `url` (a URL or a local path).
     pub fn register(&self, name: &str, url: &str) -> Result<()> {
-        if name.is_empty() {
-            return Err(Error::Input(format!("model name for {url:?} is empty")));
-        }
-        let url = to_url(url)?;
-        self.names.write().expect("names").insert(name.to_string(), url.to_string());
-        Ok(())
+        insert_named(&self.names, "model", name, url)
     }
 
     /// Parses `name=URL` (the `--model` flag) and registers it.
     pub fn register_arg(&self, arg: &str) -> Result<()> {
-        let (name, url) = arg
-            .split_once('=')
-            .ok_or_else(|| Error::Input(format!("--model {arg:?}: expected NAME=URL, e.g. fraud=s3://models/fraud.json")))?;
-        self.register(name.trim(), url.trim())
+        let (name, url) = split_named("--model", arg, "fraud=s3://models/fraud.json")?;
+        self.register(name, url)
+    }
+
+    /// Registers background set `name` (interventional SHAP's reference rows) at `url` (a URL
+    /// or a local path to Parquet or CSV with the models' feature columns).
+    pub fn register_background(&self, name: &str, url: &str) -> Result<()> {
+        insert_named(&self.backgrounds, "background", name, url)
+    }
+
+    /// Parses `name=URL` (the `--background` flag of `sql`, `serve` and `worker`) and registers it.
+    pub fn register_background_arg(&self, arg: &str) -> Result<()> {
+        let (name, url) = split_named("--background", arg, "recent=s3://data/background.parquet")?;
+        self.register_background(name, url)
+    }
+
+    /// Registered background names, sorted.
+    pub fn background_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.backgrounds.read().expect("backgrounds").keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The background set registered as `name`, reloaded if the stored object changed. Only
+    /// registered names resolve (never a path or URL from a query or request).
+    pub fn background(&self, name: &str) -> Result<Arc<LoadedBackground>> {
+        let url = self.backgrounds.read().expect("backgrounds").get(name).cloned().ok_or_else(|| {
+            let names = self.background_names();
+            Error::Input(format!(
+                "unknown background {name:?}; registered backgrounds: {}",
+                if names.is_empty() { "none (register one with --background NAME=URL)".to_string() } else { names.join(", ") }
+            ))
+        })?;
+        let url = Url::parse(&url).map_err(|e| Error::Input(format!("bad background URL {url:?}: {e}")))?;
+        let version = self.head(&url).map_err(|e| Error::Input(format!("background {name:?}: {e}")))?;
+        if let Some(b) = self.get_background_version(url.as_str(), &version) {
+            return Ok(b);
+        }
+        let (store, path) = self.store_for(&url)?;
+        let bytes = run_io(async move { store.get(&path).await?.bytes().await })
+            .map_err(|e| Error::Input(format!("cannot read background {name:?} at {url}: {e}")))?;
+        let loaded = Arc::new(LoadedBackground {
+            name: name.to_string(),
+            url: url.to_string(),
+            version,
+            content_hash: content_hash(&bytes),
+            bytes,
+        });
+        tracing::info!(name, url = loaded.url, version = loaded.version, "loaded background");
+        let mut cache = self.background_cache.lock().expect("background cache");
+        let versions = cache.entry(loaded.url.clone()).or_default();
+        versions.insert(0, loaded.clone());
+        versions.truncate(VERSIONS_KEPT);
+        Ok(loaded)
+    }
+
+    /// Looks up a loaded background by exact URL and version (as recorded at planning time).
+    pub fn get_background_version(&self, url: &str, version: &str) -> Option<Arc<LoadedBackground>> {
+        self.background_cache.lock().expect("background cache").get(url)?.iter().find(|b| b.version == version).cloned()
     }
 
     /// Registered names and URLs, sorted by name.
@@ -231,7 +336,7 @@ impl ModelRegistry {
         let model = Arc::new(Model::from_bytes(&bytes, url)?);
         let content_hash = content_hash(&bytes);
         tracing::info!(url, version, content_hash, trees = model.trees.len(), "loaded model");
-        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, content_hash, model, explainers: Mutex::new(HashMap::new()) });
+        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, content_hash, model, engines: Mutex::new(HashMap::new()) });
         let mut cache = self.cache.lock().expect("cache");
         let versions = cache.entry(url.to_string()).or_default();
         versions.insert(0, loaded.clone());
@@ -266,6 +371,22 @@ impl ModelRegistry {
         let store = stores.entry(key).or_insert_with(|| Arc::from(built)).clone();
         Ok((store, path))
     }
+}
+
+/// Registers `name` → `url` (parsed as a URL or a local path) in `names`.
+fn insert_named(names: &RwLock<HashMap<String, String>>, kind: &str, name: &str, url: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::Input(format!("{kind} name for {url:?} is empty")));
+    }
+    let url = to_url(url)?;
+    names.write().expect("names").insert(name.to_string(), url.to_string());
+    Ok(())
+}
+
+/// Splits a `NAME=URL` flag value, trimmed; the error names the `flag` and shows `example`.
+fn split_named<'a>(flag: &str, arg: &'a str, example: &str) -> Result<(&'a str, &'a str)> {
+    let (name, url) = arg.split_once('=').ok_or_else(|| Error::Input(format!("{flag} {arg:?}: expected NAME=URL, e.g. {example}")))?;
+    Ok((name.trim(), url.trim()))
 }
 
 /// The version of a model that every machine agrees on: a hash of the file's bytes.

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use shapfusion::engine::{auto_choice, build_explainer, Algorithm, EngineOptions, FeatureBlock, MAX_RECURSIVE_DEPTH};
-use shapfusion::model::{Model, Precision};
+use shapfusion::engine::{auto_choice, build_engine, Algorithm, EngineOptions, FeatureBlock, MAX_RECURSIVE_DEPTH};
+use shapfusion::model::Model;
 
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crafted")
@@ -125,9 +125,10 @@ fn chain_model(depth: usize, features: usize) -> Vec<u8> {
     serde_json::to_vec(&model).unwrap()
 }
 
-fn rows(features: usize, count: usize) -> FeatureBlock {
-    let rows: Vec<Vec<f64>> = (0..count).map(|r| (0..features).map(|f| ((r * 37 + f * 101) % 1000) as f64 * 2.0).collect()).collect();
-    FeatureBlock::from_rows(&rows, features, Precision::F32)
+fn rows(model: &Model, count: usize) -> FeatureBlock {
+    let features = model.num_features();
+    let values = (0..count).flat_map(|r| (0..features).map(move |f| ((r * 37 + f * 101) % 1000) as f64 * 2.0)).collect();
+    model.feature_block_from_values(count, values).unwrap()
 }
 
 #[test]
@@ -136,13 +137,13 @@ fn a_chain_of_100000_splits_is_refused_by_the_recursive_engines_and_explained_by
     assert_eq!(model.summary().max_depth, 100_000);
     let options = EngineOptions::default();
     for algorithm in [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature] {
-        let e = build_explainer(model.clone(), algorithm, None, &options).err().expect("refused").to_string();
+        let e = build_engine(model.clone(), algorithm, None, &options).err().expect("refused").to_string();
         assert!(e.contains(algorithm.name()) && e.contains("depth 100000") && e.contains("linear"), "{e}");
     }
     assert_eq!(auto_choice(model.clone(), None, &options).unwrap().algorithm, Algorithm::Linear);
-    let linear = build_explainer(model.clone(), Algorithm::Auto, None, &options).unwrap();
+    let linear = build_engine(model.clone(), Algorithm::Auto, None, &options).unwrap();
     assert_eq!(linear.name(), "linear");
-    let block = rows(2, 16);
+    let block = rows(&model, 16);
     let shap = linear.shap(&block).unwrap();
     let mut margin = [0.0];
     for r in 0..block.rows() {
@@ -157,7 +158,7 @@ fn a_chain_of_100000_splits_is_refused_by_the_recursive_engines_and_explained_by
 fn linear_refuses_a_walk_over_its_scratch_bound() {
     // 128 distinct features along 100,000 levels: 64 quadrature points at every level.
     let model = Arc::new(Model::from_bytes(&chain_model(100_000, 128), "wide_chain.json").unwrap());
-    let e = build_explainer(model, Algorithm::Linear, None, &EngineOptions::default()).err().expect("refused").to_string();
+    let e = build_engine(model, Algorithm::Linear, None, &EngineOptions::default()).err().expect("refused").to_string();
     assert!(e.contains("linear: tree 0") && e.contains("MiB of scratch per thread"), "{e}");
 }
 
@@ -165,11 +166,11 @@ fn linear_refuses_a_walk_over_its_scratch_bound() {
 fn every_engine_takes_a_tree_at_the_depth_limit() {
     // 100 distinct features: quadrature's widest rule, so its recursion has its largest frames.
     let model = Arc::new(Model::from_bytes(&chain_model(MAX_RECURSIVE_DEPTH, 100), "limit.json").unwrap());
-    let block = rows(100, 8);
+    let block = rows(&model, 8);
     let options = EngineOptions::default();
-    let reference = build_explainer(model.clone(), Algorithm::Linear, None, &options).unwrap().shap(&block).unwrap();
+    let reference = build_engine(model.clone(), Algorithm::Linear, None, &options).unwrap().shap(&block).unwrap();
     for algorithm in [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::Quadrature] {
-        let shap = build_explainer(model.clone(), algorithm, None, &options).unwrap().shap(&block).unwrap();
+        let shap = build_engine(model.clone(), algorithm, None, &options).unwrap().shap(&block).unwrap();
         for (a, b) in shap.values.iter().zip(&reference.values) {
             assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{algorithm}: {a} vs {b}");
         }

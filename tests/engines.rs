@@ -3,13 +3,13 @@
 mod common;
 
 use common::{fixtures, max_row_rel_error};
-use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, Explainer, FeatureBlock};
+use shapfusion::engine::{build_engine, Algorithm, Engine, EngineOptions};
 use std::sync::Arc;
 
 const ENGINES: [Algorithm; 5] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear];
 
-fn engine(f: &common::Fixture, a: Algorithm) -> Arc<dyn Explainer> {
-    build_explainer(f.model.clone(), a, None, &EngineOptions::default()).unwrap()
+fn engine(f: &common::Fixture, a: Algorithm) -> Arc<dyn Engine> {
+    build_engine(f.model.clone(), a, None, &EngineOptions::default()).unwrap()
 }
 
 #[test]
@@ -123,8 +123,8 @@ fn results_do_not_depend_on_the_thread_count() {
     for f in fixtures().into_iter().take(4) {
         // Enough rows for several parallel tasks.
         let small = f.block();
-        let rows: Vec<Vec<f64>> = (0..700).map(|i| small.row(i % small.rows()).to_vec()).collect();
-        let block = FeatureBlock::from_rows(&rows, small.cols(), f.model.precision);
+        let values: Vec<f64> = (0..700).flat_map(|i| small.row(i % small.rows()).to_vec()).collect();
+        let block = f.model.feature_block_from_values(700, values).unwrap();
         for a in ENGINES {
             let e = engine(&f, a);
             let run = |threads| {

@@ -15,9 +15,9 @@ use arrow_flight::{Action, FlightClient, FlightDescriptor};
 use bytes::Bytes;
 use common::{fixtures, read_parquet};
 use futures::{StreamExt, TryStreamExt};
-use shapfusion::batch::OutputKind;
+use shapfusion::OutputKind;
 use shapfusion::explain::{explain_with_model, ExplainOptions};
-use shapfusion::flight::protocol::{output_schema, ExchangeCommand, ModelInfo, WorkerStats};
+use shapfusion::flight::{output_schema, ExchangeCommand, ModelInfo, WorkerStats};
 use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
 use shapfusion::model::Model;
 use tonic::Code;
@@ -395,5 +395,30 @@ fn a_gpu_worker_on_a_machine_without_a_usable_gpu_refuses_to_start_and_says_why(
     let out = Command::new(BIN).args(["worker", "--device", "gpu", "--listen", "127.0.0.1:0"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--device gpu:") && err.contains(&missing), "{err}");
+    assert!(err.contains("device gpu was asked for") && err.contains(&missing), "{err}");
+}
+
+/// A worker with `--background`: the pool's chunks come back as the local interventional
+/// values bit for bit; an unregistered background and a background of another version are
+/// refused, naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_compute_interventional_values_over_their_registered_background() {
+    let f = fixtures().into_iter().find(|f| f.name == "xgb_missing").unwrap();
+    let bg_path = f.dir.join("background_100.parquet");
+    let w = worker(&["--model", &format!("m={}", f.model_path.display()), "--background", &format!("recent={}", bg_path.display())]);
+    let pool = WorkerPool::new(std::slice::from_ref(&w.url), small_chunks()).unwrap();
+    let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
+    let hash = shapfusion::registry::content_hash(&std::fs::read(&bg_path).unwrap());
+    let command = ExchangeCommand::new("m", OutputKind::Shap).with_background(Some(("recent".into(), hash)));
+    let got = pool.run(&command, input.clone()).await.unwrap();
+    let background = shapfusion::input::read_background(&bg_path, &f.model, None, 0).unwrap();
+    let want = shapfusion::Explainer::builder(f.model.clone()).background(background).build().unwrap().explain_batch(&input).unwrap();
+    assert_same(&got, &want, "interventional on a worker");
+
+    let unknown = ExchangeCommand::new("m", OutputKind::Shap).with_background(Some(("old".into(), "x".into())));
+    let e = pool.run(&unknown, input.clone()).await.unwrap_err().to_string();
+    assert!(e.contains("unknown background \"old\"") && e.contains("recent"), "{e}");
+    let stale = ExchangeCommand::new("m", OutputKind::Shap).with_background(Some(("recent".into(), "0123".into())));
+    let e = pool.run(&stale, input).await.unwrap_err().to_string();
+    assert!(e.contains("background \"recent\"") && e.contains("0123"), "{e}");
 }

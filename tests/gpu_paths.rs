@@ -1,84 +1,13 @@
-//! The GPU engine. Without a GPU: paths extracted and merged, packed into warps, the kernels'
-//! steps simulated lane by lane equal to the exact engine, the CUDA source compiled by NVRTC.
-//! With one: the kernels' output equal to the exact engine.
+//! The GPU engine through its public API: the CUDA source compiled by NVRTC (no GPU needed), and
+//! where a GPU is usable, its output equal to the exact engine's. The path extraction, warp
+//! packing and the lane-by-lane simulation of the kernels are unit tests in `src/gpu/`.
 
 mod common;
 
 use common::{fixtures, max_row_rel_error};
-use shapfusion::engine::{build_explainer, Algorithm, EngineOptions};
-use shapfusion::engine::Explainer;
-use shapfusion::gpu::paths::{extract, pack, WARP_LANES};
-use shapfusion::gpu::warps::{WarpProgram, IDLE_LANE, LANE_INTS};
-use shapfusion::gpu::GpuExplainer;
-
-#[test]
-fn every_leaf_is_one_merged_path_and_every_path_is_packed_once() {
-    for f in fixtures() {
-        let set = extract(f.model.clone()).unwrap();
-        // One path per leaf; each feature at most once per path; root first.
-        let leaves: usize = f.model.trees.iter().map(|t| t.nodes.iter().filter(|n| n.is_leaf()).count()).sum();
-        assert_eq!(set.paths.len(), leaves, "{}", f.name);
-        for p in &set.paths {
-            assert!(p.elements[0].feature.is_none());
-            let mut features: Vec<u32> = p.elements[1..].iter().map(|e| e.feature.unwrap()).collect();
-            let n = features.len();
-            features.sort();
-            features.dedup();
-            assert_eq!(features.len(), n, "{}: a feature repeated on a merged path", f.name);
-        }
-        let bins = pack(&set.lengths(), WARP_LANES).unwrap();
-        let mut packed: Vec<usize> = bins.iter().flatten().copied().collect();
-        packed.sort();
-        assert_eq!(packed, (0..set.paths.len()).collect::<Vec<_>>(), "{}: every path packed once", f.name);
-        let lens = set.lengths();
-        for b in &bins {
-            assert!(b.iter().map(|&p| lens[p]).sum::<usize>() <= WARP_LANES, "{}: a bin over 32 lanes", f.name);
-        }
-    }
-}
-
-/// Interaction values of the exact engine, for comparison.
-fn exact_interactions(f: &common::Fixture) -> Vec<f64> {
-    build_explainer(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().interactions(&f.block()).unwrap().values
-}
-
-fn warp_program(f: &common::Fixture) -> WarpProgram {
-    let set = extract(f.model.clone()).unwrap();
-    let bins = pack(&set.lengths(), WARP_LANES).unwrap();
-    WarpProgram::new(&set, &bins)
-}
-
-#[test]
-fn the_kernels_steps_simulated_lane_by_lane_give_the_exact_shap_values() {
-    for f in fixtures() {
-        let program = warp_program(&f);
-        // Every element in one lane; idle lanes fill the rest of each warp.
-        let lanes = program.lane_ints.chunks(LANE_INTS).filter(|l| l[0] != IDLE_LANE).count();
-        assert_eq!(lanes, extract(f.model.clone()).unwrap().lengths().iter().sum::<usize>(), "{}", f.name);
-        let block = f.block();
-        let got = program.simulate_shap(&block);
-        let exact = build_explainer(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
-        let (err, row) = max_row_rel_error(&got.values, &exact.values, f.model.num_groups * (f.model.num_features() + 1));
-        assert!(err <= 1e-9, "{}: row {row} differs from treeshap by {err:e} of max|phi|", f.name);
-    }
-}
-
-#[test]
-fn the_interaction_kernels_steps_simulated_lane_by_lane_give_the_exact_interactions() {
-    for f in fixtures() {
-        let program = warp_program(&f);
-        let block = f.block();
-        let (nf, g) = (f.model.num_features(), f.model.num_groups);
-        let mut got = program.simulate_interaction_pairs(&block);
-        let shap = program.simulate_shap(&block);
-        let (w, sw) = (g * (nf + 1) * (nf + 1), g * (nf + 1));
-        for (r, out) in got.values.chunks_mut(w).enumerate() {
-            shapfusion::engine::finish_interaction_row(out, &shap.values[r * sw..(r + 1) * sw], nf, g);
-        }
-        let (err, row) = max_row_rel_error(&got.values, &exact_interactions(&f), w);
-        assert!(err <= 1e-9, "{}: row {row} differs from treeshap's interactions by {err:e}", f.name);
-    }
-}
+use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
+use shapfusion::engine::Engine;
+use shapfusion::gpu::GpuEngine;
 
 /// The CUDA source compiles with NVRTC (no GPU needed, only libnvrtc). CI installs NVRTC from
 /// PyPI and sets SHAPFUSION_REQUIRE_NVRTC=1 so that this cannot pass by skipping.
@@ -111,9 +40,9 @@ fn the_gpu_engine_matches_the_exact_engine_on_every_fixture() {
         return;
     }
     for f in fixtures() {
-        let Some(gpu) = GpuExplainer::new(f.model.clone()).unwrap() else { continue };
+        let Some(gpu) = GpuEngine::new(f.model.clone()).unwrap() else { continue };
         let block = f.block();
-        let exact = build_explainer(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
+        let exact = build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
         let width = f.model.num_groups * (f.model.num_features() + 1);
         let (err, row) = max_row_rel_error(&gpu.shap(&block).unwrap().values, &exact.shap(&block).unwrap().values, width);
         assert!(err <= 1e-5, "{}: GPU SHAP row {row} off by {err:e} of max|phi|", f.name);

@@ -1,11 +1,14 @@
-//! Property tests on random trees: every engine against the definition of (path-dependent)
-//! SHAP values computed by brute force over all coalitions, and against the `treeshap` oracle.
+//! Property tests on random trees: every engine against the definition of (path-dependent and
+//! interventional) SHAP values computed by brute force over all coalitions, and against the
+//! oracles (`treeshap`, and the row-by-row interventional reference).
 //! Trees are random in shape (depth up to 12), covers (children need not add up), repeated
 //! features on a path, thresholds, default directions and missing inputs.
 
+mod common;
+
 use std::sync::Arc;
 
-use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, FeatureBlock};
+use shapfusion::engine::{build_engine, build_interventional, Algorithm, EngineOptions, FeatureBlock};
 use shapfusion::model::{FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree};
 
 /// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
@@ -82,9 +85,9 @@ fn random_model_with_empty_branches(rng: &mut Rng, features: usize, trees: usize
     }
 }
 
-fn random_rows(rng: &mut Rng, rows: usize, features: usize) -> FeatureBlock {
-    let values = (0..rows * features).map(|_| if rng.unit() < 0.1 { f64::NAN } else { rng.unit() }).collect();
-    FeatureBlock::new(rows, features, values, Precision::F64)
+fn random_rows(rng: &mut Rng, model: &Model, rows: usize) -> FeatureBlock {
+    let values = (0..rows * model.num_features()).map(|_| if rng.unit() < 0.1 { f64::NAN } else { rng.unit() }).collect();
+    model.feature_block_from_values(rows, values).unwrap()
 }
 
 /// E[f(x) | x_S] under the path-dependent (cover) distribution: follow x on features in S,
@@ -149,7 +152,7 @@ const ENGINES: [Algorithm; 5] = [Algorithm::TreeShap, Algorithm::FastV1, Algorit
 /// Checks every engine's SHAP values on `block` against enumeration over all coalitions.
 fn assert_engines_equal_brute_force(model: &Arc<Model>, block: &FeatureBlock, seed: u64) {
     for a in ENGINES {
-        let shap = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().shap(block).unwrap();
+        let shap = build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap().shap(block).unwrap();
         for r in 0..block.rows() {
             let want = brute_force_shap(model, block.row(r));
             let got = shap.row(r, 0);
@@ -168,7 +171,7 @@ fn engines_equal_brute_force_shapley_values() {
         let features = 2 + rng.below(5);
         let (trees, depth) = (1 + rng.below(3), 1 + rng.below(7));
         let model = Arc::new(random_model(&mut rng, features, trees, depth));
-        let block = random_rows(&mut rng, 6, features);
+        let block = random_rows(&mut rng, &model, 6);
         assert_engines_equal_brute_force(&model, &block, seed);
     }
 }
@@ -182,10 +185,10 @@ fn empty_branches_equal_brute_force_shapley_values() {
         let features = 2 + rng.below(5);
         let (trees, depth) = (1 + rng.below(3), 2 + rng.below(6));
         let model = Arc::new(random_model_with_empty_branches(&mut rng, features, trees, depth, 0.3));
-        let block = random_rows(&mut rng, 8, features);
+        let block = random_rows(&mut rng, &model, 8);
         assert_engines_equal_brute_force(&model, &block, seed);
         // Interactions too: quadrature (sibling leaves paired) and linear against the TreeSHAP oracle.
-        let interactions = |a| build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().interactions(&block).unwrap().values;
+        let interactions = |a| build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap().interactions(&block).unwrap().values;
         let want = interactions(Algorithm::TreeShap);
         let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
         for a in [Algorithm::Quadrature, Algorithm::Linear] {
@@ -203,9 +206,9 @@ fn interactions_equal_brute_force_shapley_interaction_index() {
         let features = 3 + rng.below(3);
         let (trees, depth) = (1 + rng.below(2), 2 + rng.below(5));
         let model = Arc::new(random_model(&mut rng, features, trees, depth));
-        let block = random_rows(&mut rng, 4, features);
+        let block = random_rows(&mut rng, &model, 4);
         for a in [Algorithm::TreeShap, Algorithm::Quadrature, Algorithm::Linear] {
-        let e = build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap();
+        let e = build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap();
         let inter = e.interactions(&block).unwrap();
         let w = features + 1;
         for r in 0..block.rows() {
@@ -231,11 +234,11 @@ fn deep_random_ensembles_agree_with_the_oracle() {
         let features = 3 + rng.below(30);
         let depth = 8 + rng.below(9); // up to 16
         let model = Arc::new(random_model(&mut rng, features, 3, depth));
-        let block = random_rows(&mut rng, 20, features);
-        let oracle = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
-        let pred = build_explainer(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().predict(&block).unwrap();
+        let block = random_rows(&mut rng, &model, 20);
+        let oracle = build_engine(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(&block).unwrap();
+        let pred = build_engine(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().predict(&block).unwrap();
         for a in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear] {
-            let ours = match build_explainer(model.clone(), a, None, &EngineOptions::default()) {
+            let ours = match build_engine(model.clone(), a, None, &EngineOptions::default()) {
                 Ok(e) => e.shap(&block).unwrap(),
                 // fast-v2 declines models whose tables exceed its memory bound
                 Err(shapfusion::Error::Unavailable(_)) if a == Algorithm::FastV2 => continue,
@@ -263,8 +266,8 @@ fn deep_random_interactions_agree_with_the_oracle() {
         let features = 3 + rng.below(10);
         let depth = 6 + rng.below(7); // up to 12
         let model = Arc::new(random_model(&mut rng, features, 2, depth));
-        let block = random_rows(&mut rng, 11, features);
-        let interactions = |a| build_explainer(model.clone(), a, None, &EngineOptions::default()).unwrap().interactions(&block).unwrap().values;
+        let block = random_rows(&mut rng, &model, 11);
+        let interactions = |a| build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap().interactions(&block).unwrap().values;
         let (want, got) = (interactions(Algorithm::TreeShap), interactions(Algorithm::Linear));
         let w = features + 1;
         for (r, (want, got)) in want.chunks(w * w).zip(got.chunks(w * w)).enumerate() {
@@ -280,7 +283,7 @@ fn deep_random_interactions_agree_with_the_oracle() {
 fn fast_v2_refuses_tables_over_its_memory_bound() {
     let mut rng = Rng(7);
     let model = Arc::new(random_model(&mut rng, 20, 4, 12));
-    let err = build_explainer(model, Algorithm::FastV2, None, &EngineOptions { v2_memory_bytes: 1024, ..Default::default() }).err().unwrap();
+    let err = build_engine(model, Algorithm::FastV2, None, &EngineOptions { v2_memory_bytes: 1024, ..Default::default() }).err().unwrap();
     assert!(err.to_string().contains("over the bound"), "{err}");
 }
 
@@ -291,15 +294,106 @@ fn linear_rows_do_not_depend_on_their_lane_group() {
     let mut rng = Rng(0x5EED_1234);
     let features = 12;
     let model = Arc::new(random_model(&mut rng, features, 5, 10));
-    let block = random_rows(&mut rng, 21, features);
-    let engine = build_explainer(model, Algorithm::Linear, None, &EngineOptions::default()).unwrap();
+    let block = random_rows(&mut rng, &model, 21);
+    let engine = build_engine(model.clone(), Algorithm::Linear, None, &EngineOptions::default()).unwrap();
     let together = engine.shap(&block).unwrap();
     // Reversed order puts every row beside other rows, at another lane.
     let reversed: Vec<f64> = (0..block.rows()).rev().flat_map(|r| block.row(r).to_vec()).collect();
-    let reversed = engine.shap(&FeatureBlock::new(block.rows(), features, reversed, Precision::F64)).unwrap();
+    let reversed = engine.shap(&model.feature_block_from_values(block.rows(), reversed).unwrap()).unwrap();
     for r in 0..block.rows() {
-        let alone = engine.shap(&FeatureBlock::new(1, features, block.row(r).to_vec(), Precision::F64)).unwrap();
+        let alone = engine.shap(&model.feature_block_from_values(1, block.row(r).to_vec()).unwrap()).unwrap();
         assert_eq!(together.row(r, 0), alone.row(0, 0), "row {r} alone");
         assert_eq!(together.row(r, 0), reversed.row(block.rows() - 1 - r, 0), "row {r} reversed");
     }
+}
+
+/// The aggregated interventional engine and the reference. (Its two representations, tables
+/// and patterns, are held to the reference on every fixture by the crate's unit tests.)
+fn interventional_engines(model: &Arc<Model>, background: &FeatureBlock) -> Vec<(&'static str, Arc<dyn shapfusion::engine::Engine>)> {
+    vec![
+        ("aggregated", build_interventional(model.clone(), background, Algorithm::Auto, &EngineOptions::default()).unwrap()),
+        ("reference", build_interventional(model.clone(), background, Algorithm::TreeShap, &EngineOptions::default()).unwrap()),
+    ]
+}
+
+#[test]
+fn interventional_engines_equal_brute_force_shapley_values() {
+    for seed in 1..=50u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x6A09_E667_F3BC_C909));
+        let features = 2 + rng.below(5);
+        let (trees, depth) = (1 + rng.below(3), 1 + rng.below(7));
+        let model = Arc::new(random_model_with_empty_branches(&mut rng, features, trees, depth, 0.2));
+        let block = random_rows(&mut rng, &model, 5);
+        let background_rows = 1 + rng.below(12);
+        let background = random_rows(&mut rng, &model, background_rows);
+        for (name, engine) in interventional_engines(&model, &background) {
+            let shap = engine.shap(&block).unwrap();
+            let pred = engine.predict(&block).unwrap();
+            for r in 0..block.rows() {
+                let want = &common::brute_force_interventional(&model, block.row(r), &background)[0];
+                let bias = (0..background.rows()).map(|z| { let mut m = [0.0]; model.predict_row(background.row(z), &mut m); m[0] }).sum::<f64>() / background.rows() as f64;
+                let got = shap.row(r, 0);
+                let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
+                for k in 0..features {
+                    assert!((got[k] - want[k]).abs() <= 1e-9 * scale, "seed {seed} {name} row {r} feature {k}: {} vs {}", got[k], want[k]);
+                }
+                assert!((got[features] - bias).abs() <= 1e-9 * bias.abs().max(1.0), "seed {seed} {name}: bias {} vs {bias}", got[features]);
+                let total: f64 = got.iter().sum();
+                assert!((total - pred.values[r]).abs() <= 1e-9 * pred.values[r].abs().max(1.0), "seed {seed} {name} row {r}: additivity");
+            }
+        }
+    }
+}
+
+#[test]
+fn interventional_aggregation_equals_the_reference_on_deep_trees() {
+    for seed in 1..=10u64 {
+        let mut rng = Rng(seed.wrapping_mul(0xBB67_AE85_84CA_A73B));
+        let features = 3 + rng.below(30);
+        let depth = 6 + rng.below(7); // up to 12, features repeated along paths
+        let model = Arc::new(random_model_with_empty_branches(&mut rng, features, 3, depth, 0.1));
+        let block = random_rows(&mut rng, &model, 12);
+        let background = random_rows(&mut rng, &model, 40);
+        let engines = interventional_engines(&model, &background);
+        let reference = engines[1].1.shap(&block).unwrap();
+        for (name, engine) in &engines[..1] {
+            let got = engine.shap(&block).unwrap();
+            let width = features + 1;
+            for (r, (a, b)) in got.values.chunks(width).zip(reference.values.chunks(width)).enumerate() {
+                let scale = b.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+                for k in 0..width {
+                    assert!((a[k] - b[k]).abs() <= 1e-9 * scale, "seed {seed} {name} row {r} feature {k}: {} vs {}", a[k], b[k]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn interventional_values_do_not_depend_on_the_thread_count() {
+    let mut rng = Rng(0x3C6E_F372_FE94_F82B);
+    let model = Arc::new(random_model(&mut rng, 10, 4, 8));
+    let block = random_rows(&mut rng, &model, 300);
+    let background = random_rows(&mut rng, &model, 64);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| build_interventional(model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap().shap(&block).unwrap())
+    };
+    assert_eq!(run(1).values, run(2).values);
+    assert_eq!(run(1).values, run(3).values);
+}
+
+#[test]
+fn interventional_refusals_say_what_is_wrong() {
+    let mut rng = Rng(0x510E_527F_ADE6_82D1);
+    let model = Arc::new(random_model(&mut rng, 4, 2, 4));
+    let empty = model.feature_block_from_values(0, vec![]).unwrap();
+    let e = build_interventional(model.clone(), &empty, Algorithm::Auto, &EngineOptions::default()).err().unwrap().to_string();
+    assert!(e.contains("background has no rows"), "{e}");
+    let background = random_rows(&mut rng, &model, 3);
+    let e = build_interventional(model.clone(), &background, Algorithm::Linear, &EngineOptions::default()).err().unwrap().to_string();
+    assert!(e.contains("linear is path-dependent only"), "{e}");
+    let engine = build_interventional(model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap();
+    let e = engine.interactions(&background).err().unwrap().to_string();
+    assert!(e.contains("path-dependent only"), "{e}");
 }

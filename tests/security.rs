@@ -21,7 +21,7 @@ use arrow_flight::{
     PutResult, SchemaResult, Ticket,
 };
 use futures::TryStreamExt;
-use shapfusion::batch::OutputKind;
+use shapfusion::OutputKind;
 use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
 use shapfusion::model::Model;
 use tonic::{Request, Response, Status, Streaming};

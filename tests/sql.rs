@@ -11,7 +11,7 @@ use common::{fixtures, read_parquet, Fixture};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
-use shapfusion::batch::OutputKind;
+use shapfusion::OutputKind;
 use shapfusion::explain::{explain_with_model, ExplainOptions};
 
 fn session(partitions: usize) -> (SessionContext, Arc<shapfusion::registry::ModelRegistry>) {
@@ -177,7 +177,7 @@ async fn model_dir_and_changed_models_are_reloaded() {
     std::fs::copy(&b.model_path, dir.path().join("diab.json")).unwrap();
     let second = query(&ctx, &sql).await;
     assert!(!same_bits(first.column(0).as_ref(), second.column(0).as_ref()), "model change not picked up");
-    let expect_b = shapfusion::engine::build_explainer(b.model.clone(), Default::default(), None, &Default::default())
+    let expect_b = shapfusion::engine::build_engine(b.model.clone(), Default::default(), None, &Default::default())
         .unwrap()
         .predict(&a.block())
         .unwrap();
@@ -205,4 +205,47 @@ async fn models_load_from_an_object_store_behind_s3_urls() {
 
     let e = query_err(&ctx, &format!("SELECT predict('s3://models/zoo/none.txt', {cols}) FROM t")).await;
     assert!(e.contains("s3://models/zoo/none.txt"), "{e}");
+}
+
+/// `SET shap.background` gives interventional values equal to `explain --background` (the same
+/// batch step) on every fixture with a shap reference, bit for bit; an unknown name is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_with_a_background_equals_explain_with_it() {
+    let mut checked = 0;
+    for f in fixtures() {
+        let Some(size) = std::fs::read_dir(&f.dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.strip_prefix("background_")?.strip_suffix(".parquet")?.parse::<usize>().ok())
+            .min()
+        else {
+            continue;
+        };
+        let bg_path = f.dir.join(format!("background_{size}.parquet"));
+        let (ctx, registry) = session(2);
+        registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+        registry.register_background("recent", bg_path.to_str().unwrap()).unwrap();
+        ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+        ctx.sql("SET shap.background = 'recent'").await.unwrap();
+        let got = query(&ctx, &format!("SELECT shap('m', {}) AS s FROM t", feature_list(&f))).await;
+
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o.parquet");
+        let background = shapfusion::input::read_background(&bg_path, &f.model, None, 0).unwrap();
+        explain_with_model(f.model.clone(), &f.input_path(), &out, &ExplainOptions { background: Some(background), ..Default::default() }).unwrap();
+        let want = read_parquet(&out);
+        let got = got.column(0).as_struct();
+        for (i, column) in want.columns().iter().enumerate() {
+            assert!(same_bits(got.column(i).as_ref(), column.as_ref()), "{}: column {i} differs from explain --background", f.name);
+        }
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} fixtures have a background");
+
+    let f = fixture("xgb_regression");
+    let (ctx, registry) = session(1);
+    registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+    ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    ctx.sql("SET shap.background = 'nowhere'").await.unwrap();
+    let e = query_err(&ctx, &format!("SELECT shap('m', {}) FROM t", feature_list(&f))).await;
+    assert!(e.contains("unknown background \"nowhere\"") && e.contains("registered backgrounds: none"), "{e}");
 }

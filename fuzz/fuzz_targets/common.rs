@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use shapfusion::engine::{build_explainer, Algorithm, EngineOptions, FeatureBlock};
+use shapfusion::engine::{build_engine, Algorithm, EngineOptions, FeatureBlock};
 use shapfusion::model::{Model, ModelFormat};
 
 /// Largest model (in nodes) the targets explain; bigger ones are only read, to keep runs fast.
@@ -20,11 +20,11 @@ pub fn check(bytes: &[u8], format: ModelFormat) {
     }
     let f = model.num_features();
     let rows = vec![vec![0.0; f], vec![f64::NAN; f]];
-    let block = FeatureBlock::from_rows(&rows, f, model.precision);
+    let Ok(block) = model.feature_block_from_values(rows.len(), rows.concat()) else { return };
     let mut margin = vec![0.0; model.num_groups];
     model.predict_row(&rows[0], &mut margin);
     let model = Arc::new(model);
-    let Ok(explainer) = build_explainer(model, Algorithm::Auto, None, &EngineOptions::default()) else { return };
+    let Ok(explainer) = build_engine(model, Algorithm::Auto, None, &EngineOptions::default()) else { return };
     if let Ok(shap) = explainer.shap(&block) {
         // Additivity holds for every model the readers accept, up to rounding of its terms.
         let row = shap.row(0, 0);

@@ -8,7 +8,7 @@ use std::fmt;
 use super::fast_v2::table_bytes;
 use super::linear::exact_points;
 use super::prepared::{PreparedModel, UNREACHABLE};
-use super::{Algorithm, EngineOptions};
+use super::options::Algorithm;
 
 /// Rows assumed when the caller cannot say how many will be explained.
 const DEFAULT_ROWS: usize = 100_000;
@@ -70,20 +70,20 @@ fn costs(p: &PreparedModel) -> Costs {
 /// Chooses `fast-v2` when its tables fit and pay for themselves, else `linear` (the reference
 /// `treeshap`, `fast-v1` and `quadrature` are never faster than linear in the benchmark suite).
 /// The estimates are operation counts; the benchmark suite checks the choice against timings.
-pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, options: &EngineOptions) -> AutoChoice {
+pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, v2_memory_bytes: usize) -> AutoChoice {
     let rows = rows_hint.unwrap_or(DEFAULT_ROWS) as f64;
     // The same rule fast-v2 refuses by, so auto never picks an engine that would refuse.
-    if let Err(refusal) = super::check_depth("fast-v2", p) {
+    if let Err(refusal) = super::drivers::check_depth("fast-v2", p) {
         return AutoChoice { algorithm: Algorithm::Linear, reason: refusal.to_string() };
     }
     let bytes = match table_bytes(p) {
         None => return AutoChoice { algorithm: Algorithm::Linear, reason: "paths too long for fast-v2 tables".into() },
         Some(b) => b,
     };
-    if bytes > options.v2_memory_bytes {
+    if bytes > v2_memory_bytes {
         return AutoChoice {
             algorithm: Algorithm::Linear,
-            reason: format!("fast-v2 tables would need {} MiB, over the {} MiB bound", bytes >> 20, options.v2_memory_bytes >> 20),
+            reason: format!("fast-v2 tables would need {} MiB, over the {} MiB bound", bytes >> 20, v2_memory_bytes >> 20),
         };
     }
     let c = costs(p);

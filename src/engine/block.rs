@@ -15,11 +15,12 @@ pub struct FeatureBlock {
 }
 
 impl FeatureBlock {
-    /// Wraps row-major values (`rows × cols`), rounding them to `precision`.
+    /// Wraps row-major values (`rows × cols`), rounding them to `precision`. Callers outside
+    /// the crate go through the model (`Model::feature_block`), which knows its precision.
     ///
     /// # Panics
     /// If `values.len() != rows * cols`.
-    pub fn new(rows: usize, cols: usize, mut values: Vec<f64>, precision: Precision) -> Self {
+    pub(crate) fn new(rows: usize, cols: usize, mut values: Vec<f64>, precision: Precision) -> Self {
         assert_eq!(values.len(), rows * cols, "feature block shape");
         if precision == Precision::F32 {
             for v in &mut values {
@@ -27,12 +28,6 @@ impl FeatureBlock {
             }
         }
         FeatureBlock { rows, cols, values }
-    }
-
-    /// Builds a block from rows given as slices (handy in tests and examples).
-    pub fn from_rows(rows: &[Vec<f64>], cols: usize, precision: Precision) -> Self {
-        let values: Vec<f64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-        FeatureBlock::new(rows.len(), cols, values, precision)
     }
 
     /// Number of rows.

@@ -17,7 +17,10 @@ use std::sync::Arc;
 use super::interactions::FastInteractions;
 use super::path::{poly_div_linear, poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
+use super::block::FeatureBlock;
+use super::drivers::shap_by_tree;
+use super::explainer::Engine;
+use super::output::{Attributions, Interactions};
 use crate::error::Result;
 use crate::model::{Model, Tree};
 
@@ -29,7 +32,7 @@ pub(crate) struct FastV1 {
 
 impl FastV1 {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
-        super::check_depth("fast-v1", &prepared)?;
+        super::drivers::check_depth("fast-v1", &prepared)?;
         let weights = ShapleyWeights::new(prepared.max_depth);
         Ok(FastV1 { prepared, weights, interactions: FastInteractions::default() })
     }
@@ -136,7 +139,7 @@ impl Walk<'_> {
     }
 }
 
-impl Explainer for FastV1 {
+impl Engine for FastV1 {
     fn name(&self) -> &'static str {
         "fast-v1"
     }

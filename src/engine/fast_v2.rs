@@ -37,12 +37,12 @@ use super::decision::Decision;
 use super::interactions::FastInteractions;
 use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
-use super::{rows_per_task, shap_by_task, Attributions, Explainer, FeatureBlock, Interactions, ROWS_PER_TASK};
+use super::block::FeatureBlock;
+use super::drivers::{rows_per_task, shap_by_task, ROWS_PER_TASK};
+use super::explainer::Engine;
+use super::output::{Attributions, Interactions};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
-
-/// Default bound on the size of the v2 tables: 256 MiB.
-pub const DEFAULT_V2_MEMORY_BYTES: usize = 256 << 20;
 
 /// Most distinct features on one path that v2 will tabulate (2^24 entries for one leaf).
 const MAX_PATH_FEATURES: usize = 24;
@@ -145,7 +145,7 @@ pub(crate) struct FastV2 {
 
 impl FastV2 {
     pub fn new(prepared: Arc<PreparedModel>, memory_bound: usize) -> Result<Self> {
-        super::check_depth("fast-v2", &prepared)?;
+        super::drivers::check_depth("fast-v2", &prepared)?;
         match table_bytes(&prepared) {
             None => {
                 return Err(Error::Unavailable(format!(
@@ -471,7 +471,7 @@ struct Scratch {
     pending: Vec<u32>,
 }
 
-impl Explainer for FastV2 {
+impl Engine for FastV2 {
     fn name(&self) -> &'static str {
         "fast-v2"
     }

@@ -42,10 +42,12 @@
 use std::sync::{Arc, OnceLock};
 
 use super::decision::Decision;
-use super::interactions::finish_row;
 use super::prepared::{PreparedModel, PreparedTree};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
-use super::{interactions_by_task, rows_per_task, shap_by_task, Attributions, Explainer, FeatureBlock, Interactions};
+use super::block::FeatureBlock;
+use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_task};
+use super::explainer::Engine;
+use super::output::{Attributions, Interactions};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -695,7 +697,7 @@ impl Linear {
     }
 }
 
-impl Explainer for Linear {
+impl Engine for Linear {
     fn name(&self) -> &'static str {
         "linear"
     }
@@ -752,7 +754,7 @@ impl Explainer for Linear {
                     }
                     shap[g * w + f] = p.bias[g];
                 }
-                finish_row(out, shap, f, groups);
+                finish_interaction_row(out, shap, f, groups);
             }
         })
     }

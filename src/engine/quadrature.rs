@@ -20,9 +20,11 @@
 
 use std::sync::Arc;
 
-use super::interactions::finish_row;
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{interactions_by_task, rows_per_task, shap_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
+use super::block::FeatureBlock;
+use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_tree};
+use super::explainer::Engine;
+use super::output::{Attributions, Interactions};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -206,7 +208,7 @@ const _: () = assert!(2 * MAX_POINTS <= u128::BITS as usize);
 
 impl Quadrature {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
-        super::check_depth("quadrature", &prepared)?;
+        super::drivers::check_depth("quadrature", &prepared)?;
         let mut rules = Vec::with_capacity(prepared.trees.len());
         for (t, (tree, prep)) in prepared.model.trees.iter().zip(&prepared.trees).enumerate() {
             let d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
@@ -578,7 +580,7 @@ impl Quadrature {
     }
 }
 
-impl Explainer for Quadrature {
+impl Engine for Quadrature {
     fn name(&self) -> &'static str {
         "quadrature"
     }
@@ -614,7 +616,7 @@ impl Explainer for Quadrature {
                 for (k, b) in p.bias.iter().enumerate() {
                     shap[k * w + f] = *b;
                 }
-                finish_row(out, shap, f, g);
+                finish_interaction_row(out, shap, f, g);
             }
         })
     }

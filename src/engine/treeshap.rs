@@ -6,10 +6,12 @@
 
 use std::sync::Arc;
 
-use super::interactions::interactions_for_rows;
 use super::path::{extend, unwind, unwound_sum, PathElem, NO_FEATURE};
 use super::prepared::{PreparedModel, PreparedTree};
-use super::{shap_by_tree, shap_row_by_tree, Attributions, Explainer, FeatureBlock, Interactions};
+use super::block::FeatureBlock;
+use super::drivers::{check_block, check_output, finish_interaction_row, par_rows, shap_by_tree, shap_row_by_tree};
+use super::explainer::Engine;
+use super::output::{Attributions, Interactions};
 use crate::error::Result;
 use crate::model::{Model, Tree};
 
@@ -20,7 +22,7 @@ pub(crate) struct TreeShap {
 
 impl TreeShap {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
-        super::check_depth("treeshap", &prepared)?;
+        super::drivers::check_depth("treeshap", &prepared)?;
         Ok(TreeShap { prepared })
     }
 }
@@ -173,7 +175,7 @@ pub(crate) fn shap_row(p: &PreparedModel, x: &[f64], out: &mut [f64], scratch: &
     shap_row_by_tree(p, x, out, scratch, &|t, x, phi, s| shap_tree(p, t, x, phi, s));
 }
 
-impl Explainer for TreeShap {
+impl Engine for TreeShap {
     fn name(&self) -> &'static str {
         "treeshap"
     }
@@ -191,3 +193,55 @@ impl Explainer for TreeShap {
         interactions_for_rows(&self.prepared, block)
     }
 }
+
+// Interaction values by conditioned walks (Lundberg et al. 2020): for each feature j a tree
+// splits on, the walk with j "on" minus the walk with j "off", halved, gives row j of the
+// matrix; the diagonal is the SHAP value minus the row's off-diagonal sum. Only features a tree
+// splits on are conditioned on, and each conditioned walk skips every subtree where "on" and
+// "off" cannot differ, so the work follows the paths that hold the feature rather than all
+// features × all leaves.
+
+struct Scratch {
+    path: Vec<PathElem>,
+    shap: Vec<f64>,
+    diff: Vec<f64>,
+}
+
+/// Interaction values of every row by conditioned TreeSHAP walks: the reference for the
+/// faster engines' interaction values, and their fallback when quadrature cannot take a model.
+pub(crate) fn interactions_for_rows(p: &PreparedModel, block: &FeatureBlock) -> Result<Interactions> {
+    check_block(&p.model, block)?;
+    let f = p.model.num_features();
+    let g = p.model.num_groups;
+    let w = f + 1;
+    let width = g * w * w;
+    check_output(block.rows(), width, "interaction values")?;
+    let init = || Scratch { path: path_scratch(p.max_depth), shap: vec![0.0; g * w], diff: vec![0.0; w] };
+    let values = par_rows(block, width, init, |x, out, s| interaction_row(p, x, out, s));
+    Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
+}
+
+fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratch) {
+    let f = p.model.num_features();
+    let w = f + 1;
+    s.shap.iter_mut().for_each(|v| *v = 0.0);
+    shap_row(p, x, &mut s.shap, &mut s.path);
+
+    for (tree, prep) in p.model.trees.iter().zip(&p.trees) {
+        let group_base = tree.group * w * w;
+        for (j, splits) in &prep.splits_by_feature {
+            for (condition, scale) in [(Condition::On(*j), 0.5), (Condition::Off(*j), -0.5)] {
+                Walk { tree, prep, x, phi: &mut s.diff, condition, scale, cond_splits: Some(splits) }.run(&mut s.path);
+            }
+            let row = group_base + *j as usize * w;
+            for (i, _) in &prep.splits_by_feature {
+                let i = *i as usize;
+                out[row + i] += s.diff[i];
+                s.diff[i] = 0.0;
+            }
+        }
+    }
+
+    finish_interaction_row(out, &s.shap, f, p.model.num_groups);
+}
+

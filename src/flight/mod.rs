@@ -11,14 +11,14 @@
 //! A worker computes through the same features → engine → layout path as `explain`, so a row
 //! explained remotely is bit-identical to the same row explained locally.
 
-pub mod access;
-pub mod auth;
-pub mod limits;
-pub mod pool;
-pub mod protocol;
-pub mod sql_server;
+mod access;
+mod auth;
+mod limits;
+mod pool;
+mod protocol;
+mod sql_server;
 pub mod transport;
-pub mod worker;
+mod worker;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,8 +26,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 
-pub use pool::{PoolOptions, WorkerPool};
-pub use worker::{WorkerConfig, WorkerService};
+pub use access::AccessPolicy;
+pub use auth::read_token_file;
+pub use limits::{Admission, RequestLimits};
+pub use pool::{parse_worker_list, PoolOptions, WorkerPool, WorkerState};
+pub use protocol::{output_schema, ExchangeCommand, ModelInfo, WorkerStats, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+pub use sql_server::SqlService;
+pub use worker::{WorkerConfig, WorkerService, DEFAULT_STUCK_AFTER};
 
 use crate::error::{Error, Result};
 pub use crate::batch::feature_batch;

@@ -398,8 +398,15 @@ impl WorkerPool {
     /// [`content_hash`](crate::registry::content_hash)), a worker whose model differs refuses,
     /// so the reply never mixes versions. Fails once [`PoolOptions::deadline`] has passed.
     pub async fn explain(&self, model: &str, version: Option<&str>, output: OutputKind, batch: RecordBatch) -> Result<RecordBatch> {
+        self.run(&ExchangeCommand::new(model, output).pinned(version.map(str::to_string)), batch).await
+    }
+
+    /// [`explain`](Self::explain) for any command (a background set, say): every chunk goes out
+    /// with the same command.
+    pub async fn run(&self, command: &ExchangeCommand, batch: RecordBatch) -> Result<RecordBatch> {
         let rows = batch.num_rows();
-        self.within_deadline(|| format!("explaining {rows} rows with model {model:?}"), self.explain_chunks(model, version, output, batch)).await
+        let model = &command.model;
+        self.within_deadline(|| format!("explaining {rows} rows with model {model:?}"), self.explain_chunks(command, batch)).await
     }
 
     /// Runs `call` under the pool's overall deadline.
@@ -413,8 +420,8 @@ impl WorkerPool {
         }
     }
 
-    async fn explain_chunks(&self, model: &str, version: Option<&str>, output: OutputKind, batch: RecordBatch) -> Result<RecordBatch> {
-        let command = ExchangeCommand::new(model, output).pinned(version.map(str::to_string));
+    async fn explain_chunks(&self, command: &ExchangeCommand, batch: RecordBatch) -> Result<RecordBatch> {
+        let output = command.output;
         let rows = batch.num_rows();
         let step = self.chunk_rows(rows);
         let chunks: Vec<(usize, RecordBatch)> = if rows == 0 {
@@ -424,7 +431,6 @@ impl WorkerPool {
         };
         tracing::debug!(rows, chunks = chunks.len(), output = output_kind_name(output), "sending to the pool");
         let concurrency = self.workers.len() * self.options.max_in_flight;
-        let command = &command;
         let replies: Vec<(SchemaRef, Vec<RecordBatch>)> = stream::iter(chunks)
             .map(|(start, chunk)| self.run_chunk(command, start, chunk))
             .buffered(concurrency)

@@ -43,17 +43,35 @@ pub struct ExchangeCommand {
     /// worker whose copy differs refuses the request instead of mixing versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_version: Option<String>,
+    /// A background set the worker has registered by this name: interventional SHAP values
+    /// over its rows instead of path-dependent ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<String>,
+    /// The content hash of the background the caller planned with: a worker whose rows differ
+    /// refuses the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background_version: Option<String>,
 }
 
 impl ExchangeCommand {
     /// A command for `model` and `output`.
     pub fn new(model: impl Into<String>, output: OutputKind) -> Self {
-        ExchangeCommand { model: model.into(), output, model_version: None }
+        ExchangeCommand { model: model.into(), output, model_version: None, background: None, background_version: None }
     }
 
     /// The same command, pinned to the model version with content hash `version`.
     pub fn pinned(mut self, version: Option<String>) -> Self {
         self.model_version = version;
+        self
+    }
+
+    /// The same command over the background registered as `name`, pinned to content hash
+    /// `version` (`None`: path-dependent values).
+    pub fn with_background(mut self, background: Option<(String, String)>) -> Self {
+        (self.background, self.background_version) = match background {
+            Some((name, version)) => (Some(name), Some(version)),
+            None => (None, None),
+        };
         self
     }
 

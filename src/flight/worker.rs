@@ -31,11 +31,12 @@ use super::protocol::{
     output_schema, status_from_error, ExchangeCommand, ModelInfo, WorkerStats,
     ACTION_HEALTH, ACTION_STATS, ACTION_VERSION, PROTOCOL_VERSION,
 };
-use crate::engine::{Algorithm, EngineOptions, Explainer};
+use crate::device::Device;
+use crate::engine::{Algorithm, Engine, EngineOptions};
 use crate::error::{Error, Result};
 use crate::batch::{compute_pool, explain_batch};
 use crate::features::FeatureColumns;
-use crate::registry::{LoadedModel, ModelRegistry};
+use crate::registry::{LoadedBackground, LoadedModel, ModelRegistry};
 
 /// How a worker computes and whom it serves.
 #[derive(Debug, Clone)]
@@ -44,14 +45,16 @@ pub struct WorkerConfig {
     pub algorithm: Algorithm,
     /// Engine knobs.
     pub engine: EngineOptions,
+    /// Where to compute (`auto`: the GPU when usable, model by model).
+    pub device: Device,
     /// Compute threads (`None`: all cores).
     pub threads: Option<usize>,
     /// Where `{"model": "name"}` is looked up when `name` is not registered.
     pub model_dir: Option<String>,
     /// Bearer token every call but `health` must present; `None`: no auth.
     pub token: Option<String>,
-    /// Device description reported by `stats` and `version`.
-    pub device: String,
+    /// What computes, as `stats` and `version` report it (`gpu`, `cpu (8 threads)`).
+    pub device_description: String,
     /// A batch computing longer than this makes `health` report the worker stuck, so pools and
     /// orchestrators stop sending it work.
     pub stuck_after: std::time::Duration,
@@ -161,10 +164,10 @@ impl WorkerService {
     }
 
     /// The engine for a model, built (once per model version) on a blocking thread.
-    async fn explainer(&self, loaded: Arc<LoadedModel>) -> std::result::Result<Arc<dyn Explainer>, Status> {
-        let (algorithm, options) = (self.config.algorithm, self.config.engine.clone());
+    async fn explainer(&self, loaded: Arc<LoadedModel>, background: Option<Arc<LoadedBackground>>) -> std::result::Result<Arc<dyn Engine>, Status> {
+        let (algorithm, device, options) = (self.config.algorithm, self.config.device, self.config.engine.clone());
         let compute = self.compute.clone();
-        tokio::task::spawn_blocking(move || compute.install(|| loaded.explainer(algorithm, &options)))
+        tokio::task::spawn_blocking(move || compute.install(|| loaded.engine(algorithm, device, &options, background.as_deref())))
             .await
             .map_err(|e| Status::internal(format!("engine set-up failed: {e}")))?
             .map_err(|e| status_from_error(&e))
@@ -212,7 +215,7 @@ impl WorkerService {
             rows,
             rows_per_second: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
             uptime_seconds: self.started.elapsed().as_secs_f64(),
-            device: self.config.device.clone(),
+            device: self.config.device_description.clone(),
             in_flight: c.in_flight.load(Ordering::SeqCst),
             requests: c.requests.load(Ordering::Relaxed),
             failed_requests: c.failed.load(Ordering::Relaxed),
@@ -310,6 +313,24 @@ impl FlightService for WorkerService {
                 command.model, loaded.url, loaded.content_hash
             )));
         }
+        let background = match &command.background {
+            None => None,
+            Some(name) => {
+                let registry = self.registry.clone();
+                let name = name.clone();
+                let background = tokio::task::spawn_blocking(move || registry.background(&name))
+                    .await
+                    .map_err(|e| Status::internal(format!("background lookup failed: {e}")))?
+                    .map_err(|e| Status::not_found(e.to_string()))?;
+                if let Some(planned) = command.background_version.as_deref().filter(|v| *v != background.content_hash) {
+                    return Err(Status::failed_precondition(format!(
+                        "background {:?} here ({}) is version {}, but the request was planned with version {planned}: the coordinator and the workers must serve the same background file",
+                        background.name, background.url, background.content_hash
+                    )));
+                }
+                Some(background)
+            }
+        };
         let model = loaded.model.clone();
         // A schema in the first message lets us refuse missing columns before any data moves.
         if !first.data_header.is_empty() {
@@ -317,7 +338,7 @@ impl FlightService for WorkerService {
                 FeatureColumns::resolve(&schema, &model).map_err(|e| status_from_error(&e))?;
             }
         }
-        let explainer = self.explainer(loaded.clone()).await?;
+        let explainer = self.explainer(loaded.clone(), background).await?;
         let schema = output_schema(&model, command.output);
         let guard = Arc::new(InFlight::start(self.counters.clone()));
         let (compute, counters, output) = (self.compute.clone(), self.counters.clone(), command.output);
@@ -404,13 +425,13 @@ impl FlightService for WorkerService {
                         self.config.stuck_after.as_secs()
                     )));
                 }
-                json_result(&serde_json::json!({"status": "serving", "device": self.config.device}))
+                json_result(&serde_json::json!({"status": "serving", "device": self.config.device_description}))
             }
             ACTION_VERSION => json_result(&serde_json::json!({
                 "name": "shapfusion",
                 "version": env!("CARGO_PKG_VERSION"),
                 "protocol": PROTOCOL_VERSION,
-                "device": self.config.device,
+                "device": self.config.device_description,
                 "algorithm": self.config.algorithm.name(),
             })),
             ACTION_STATS => json_result(&self.stats()),

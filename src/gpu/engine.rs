@@ -8,8 +8,8 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use super::paths::{extract, pack, WARP_LANES};
 use super::warps::WarpProgram;
-use crate::engine::interactions::{check_size, finish_row};
-use crate::engine::{check_block, Attributions, Explainer, FeatureBlock, Interactions};
+use crate::engine::drivers::{check_block, check_output};
+use crate::engine::{finish_interaction_row, Attributions, Engine, FeatureBlock, Interactions};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -103,13 +103,13 @@ enum Output {
 }
 
 /// Exact SHAP values and interactions on an NVIDIA GPU.
-pub struct GpuExplainer {
+pub struct GpuEngine {
     model: Arc<Model>,
     program: WarpProgram,
     device: Mutex<DeviceModel>,
 }
 
-impl GpuExplainer {
+impl GpuEngine {
     /// Extracts and packs the model's paths and uploads them. `None` (with a log line saying
     /// why) when a path has more elements than a warp has lanes: the caller uses the CPU.
     /// An error when there is no usable GPU.
@@ -143,7 +143,7 @@ impl GpuExplainer {
             out: None,
         };
         tracing::info!(paths = set.paths.len(), warps = program.bins, "GPU engine: model uploaded");
-        Ok(Some(GpuExplainer { model, program, device: Mutex::new(device) }))
+        Ok(Some(GpuEngine { model, program, device: Mutex::new(device) }))
     }
 
     /// Runs one kernel over every row of `block`, in launches of bounded output size.
@@ -156,7 +156,7 @@ impl GpuExplainer {
             Output::InteractionPairs => (g * (f + 1) * (f + 1), &kernels.interactions),
         };
         let rows = block.rows();
-        crate::engine::check_output(rows, width, "values")?;
+        check_output(rows, width, "values")?;
         let mut values = vec![0.0; rows * width];
         if rows == 0 || width == 0 {
             return Ok(values);
@@ -215,7 +215,7 @@ impl GpuExplainer {
     }
 }
 
-impl Explainer for GpuExplainer {
+impl Engine for GpuEngine {
     fn name(&self) -> &'static str {
         "gpu"
     }
@@ -237,12 +237,12 @@ impl Explainer for GpuExplainer {
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
         let (f, g) = (self.program.features, self.program.groups);
-        check_size(block.rows(), g * (f + 1) * (f + 1))?;
+        check_output(block.rows(), g * (f + 1) * (f + 1), "interaction values")?;
         let shap = self.shap(block)?;
         let mut values = self.run(block, Output::InteractionPairs)?;
         let (width, shap_width) = (g * (f + 1) * (f + 1), g * (f + 1));
         for (r, out) in values.chunks_mut(width).enumerate() {
-            finish_row(out, &shap.values[r * shap_width..(r + 1) * shap_width], f, g);
+            finish_interaction_row(out, &shap.values[r * shap_width..(r + 1) * shap_width], f, g);
         }
         Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
     }

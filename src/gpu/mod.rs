@@ -1,16 +1,16 @@
 //! The NVIDIA GPU engine. The CUDA driver and NVRTC are loaded at run time (cudarc's dynamic
 //! loading), so this builds and runs on machines without CUDA; [`probe`] says what is there.
 //!
-//! * [`paths`]: GPUTreeShap's preprocessing on the CPU (path extraction, merging, bin packing);
-//! * [`warps`]: the packed paths as the kernels' flat arrays, and a lane-by-lane CPU simulation
+//! * `paths`: GPUTreeShap's preprocessing on the CPU (path extraction, merging, bin packing);
+//! * `warps`: the packed paths as the kernels' flat arrays, and a lane-by-lane CPU simulation
 //!   of the kernels, so their arithmetic is tested without a GPU;
-//! * [`engine`]: [`GpuExplainer`], which compiles `kernels/treeshap.cu` with NVRTC and runs it.
+//! * `engine`: [`GpuEngine`], which compiles `kernels/treeshap.cu` with NVRTC and runs it.
 
-pub mod engine;
-pub mod paths;
-pub mod warps;
+mod engine;
+mod paths;
+mod warps;
 
-pub use engine::{compile_kernels, GpuExplainer, KERNEL_SOURCE};
+pub use engine::{compile_kernels, GpuEngine, KERNEL_SOURCE};
 
 /// What the GPU probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +43,84 @@ pub fn probe() -> Result<GpuInfo, String> {
     Ok(GpuInfo { name, devices: devices as usize })
 }
 
+/// The kernels' arithmetic without a GPU: every fixture's paths extracted, merged and packed,
+/// and the kernels' steps simulated lane by lane, equal to the exact engine.
 #[cfg(test)]
 mod tests {
+    use super::paths::{extract, pack, WARP_LANES};
+    use super::warps::{WarpProgram, IDLE_LANE, LANE_INTS};
+    use crate::engine::{build_engine, finish_interaction_row, Algorithm, EngineOptions};
+    use crate::test_fixtures::{fixtures, max_row_rel_error, Fixture};
+
+    #[test]
+    fn every_leaf_is_one_merged_path_and_every_path_is_packed_once() {
+        for f in &fixtures() {
+            let set = extract(f.model.clone()).unwrap();
+            // One path per leaf; each feature at most once per path; root first.
+            let leaves: usize = f.model.trees.iter().map(|t| t.nodes.iter().filter(|n| n.is_leaf()).count()).sum();
+            assert_eq!(set.paths.len(), leaves, "{}", f.name);
+            for p in &set.paths {
+                assert!(p.elements[0].feature.is_none());
+                let mut features: Vec<u32> = p.elements[1..].iter().map(|e| e.feature.unwrap()).collect();
+                let n = features.len();
+                features.sort();
+                features.dedup();
+                assert_eq!(features.len(), n, "{}: a feature repeated on a merged path", f.name);
+            }
+            let bins = pack(&set.lengths(), WARP_LANES).unwrap();
+            let mut packed: Vec<usize> = bins.iter().flatten().copied().collect();
+            packed.sort();
+            assert_eq!(packed, (0..set.paths.len()).collect::<Vec<_>>(), "{}: every path packed once", f.name);
+            let lens = set.lengths();
+            for b in &bins {
+                assert!(b.iter().map(|&p| lens[p]).sum::<usize>() <= WARP_LANES, "{}: a bin over 32 lanes", f.name);
+            }
+        }
+    }
+
+    /// Interaction values of the exact engine, for comparison.
+    fn exact_interactions(f: &Fixture) -> Vec<f64> {
+        build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().interactions(&f.block).unwrap().values
+    }
+
+    fn warp_program(f: &Fixture) -> WarpProgram {
+        let set = extract(f.model.clone()).unwrap();
+        let bins = pack(&set.lengths(), WARP_LANES).unwrap();
+        WarpProgram::new(&set, &bins)
+    }
+
+    #[test]
+    fn the_kernels_steps_simulated_lane_by_lane_give_the_exact_shap_values() {
+        for f in &fixtures() {
+            let program = warp_program(f);
+            // Every element in one lane; idle lanes fill the rest of each warp.
+            let lanes = program.lane_ints.chunks(LANE_INTS).filter(|l| l[0] != IDLE_LANE).count();
+            assert_eq!(lanes, extract(f.model.clone()).unwrap().lengths().iter().sum::<usize>(), "{}", f.name);
+            let block = &f.block;
+            let got = program.simulate_shap(block);
+            let exact = build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(block).unwrap();
+            let (err, row) = max_row_rel_error(&got.values, &exact.values, f.model.num_groups * (f.model.num_features() + 1));
+            assert!(err <= 1e-9, "{}: row {row} differs from treeshap by {err:e} of max|phi|", f.name);
+        }
+    }
+
+    #[test]
+    fn the_interaction_kernels_steps_simulated_lane_by_lane_give_the_exact_interactions() {
+        for f in &fixtures() {
+            let program = warp_program(f);
+            let block = &f.block;
+            let (nf, g) = (f.model.num_features(), f.model.num_groups);
+            let mut got = program.simulate_interaction_pairs(block);
+            let shap = program.simulate_shap(block);
+            let (w, sw) = (g * (nf + 1) * (nf + 1), g * (nf + 1));
+            for (r, out) in got.values.chunks_mut(w).enumerate() {
+                finish_interaction_row(out, &shap.values[r * sw..(r + 1) * sw], nf, g);
+            }
+            let (err, row) = max_row_rel_error(&got.values, &exact_interactions(f), w);
+            assert!(err <= 1e-9, "{}: row {row} differs from treeshap's interactions by {err:e}", f.name);
+        }
+    }
+
     #[test]
     fn probing_never_panics_and_explains_a_missing_gpu() {
         match super::probe() {

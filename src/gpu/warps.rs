@@ -3,10 +3,11 @@
 //!
 //! The simulation runs the same steps as the CUDA code, in the same order, with the warp's
 //! shuffles emulated over 32-element arrays, so everything but the CUDA syntax is checked on
-//! machines without a GPU (`tests/gpu_paths.rs` holds it to the `treeshap` engine at 1e-9).
+//! machines without a GPU (the unit tests in `gpu/mod.rs` hold it to the `treeshap` engine at 1e-9).
 //! Keep the two in step: a change to one is a change to both.
 
 use super::paths::{PathSet, WARP_LANES};
+#[cfg(test)]
 use crate::engine::{Attributions, FeatureBlock, Interactions};
 use crate::model::{MissingType, SplitRule};
 
@@ -135,8 +136,14 @@ impl WarpProgram {
         self.categories.extend_from_slice(&tree.category_words[begin as usize..(begin + words) as usize]);
         self.split_thresholds.push(threshold);
         self.split_ints.extend([category_begin, words, flags, 0]);
+        debug_assert_eq!(self.split_ints.len() % SPLIT_INTS, 0);
     }
 
+}
+
+/// The lane-by-lane simulation of the kernels, for the unit tests in `gpu/mod.rs`.
+#[cfg(test)]
+impl WarpProgram {
     /// Whether `x` (the split's feature value) follows split `s` the way the path does.
     /// `follows` in the kernel source.
     pub fn follows(&self, s: usize, x: f64) -> bool {
@@ -269,6 +276,7 @@ impl WarpProgram {
 }
 
 /// One lane's record, decoded.
+#[cfg(test)]
 #[derive(Debug, Clone)]
 struct Lane {
     feature: i32,
@@ -282,6 +290,7 @@ struct Lane {
 }
 
 /// The per-lane registers of a warp for one row: fractions and permutation weights.
+#[cfg(test)]
 #[derive(Debug, Clone)]
 struct WarpState {
     zero: Vec<f64>,
@@ -289,6 +298,7 @@ struct WarpState {
     w: Vec<f64>,
 }
 
+#[cfg(test)]
 impl WarpState {
     fn load(program: &WarpProgram, lanes: &[Lane], x: &[f64]) -> Self {
         WarpState {

@@ -21,6 +21,9 @@ extensions_options! {
         pub workers: String, default = String::new()
         /// File holding the bearer token the workers require (empty: none).
         pub worker_token_file: String, default = String::new()
+        /// A registered background set (`--background NAME=URL`): `shap(...)` returns
+        /// interventional SHAP values over its rows; empty: path-dependent values.
+        pub background: String, default = String::new()
     }
 }
 

@@ -34,6 +34,11 @@ pub enum OutputFormat {
     Parquet,
 }
 
+impl OutputFormat {
+    /// All names, in the order help texts list them.
+    pub const NAMES: &'static [&'static str] = &["table", "csv", "json", "ndjson", "parquet"];
+}
+
 impl std::str::FromStr for OutputFormat {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -43,7 +48,7 @@ impl std::str::FromStr for OutputFormat {
             "json" => OutputFormat::Json,
             "ndjson" => OutputFormat::NdJson,
             "parquet" => OutputFormat::Parquet,
-            other => return Err(Error::Input(format!("unknown format {other:?}; expected table, csv, json, ndjson or parquet"))),
+            other => return Err(Error::Input(format!("unknown format {other:?}; expected one of {}", OutputFormat::NAMES.join(", ")))),
         })
     }
 }
@@ -53,6 +58,8 @@ impl std::str::FromStr for OutputFormat {
 pub struct SessionSetup {
     /// `name=URL` models.
     pub models: Vec<String>,
+    /// `name=URL` background sets for `SET shap.background = 'name'`.
+    pub backgrounds: Vec<String>,
     /// Initial `shap.model_dir`.
     pub model_dir: Option<String>,
     /// Initial `shap.workers` (comma-separated Flight worker URLs).
@@ -104,6 +111,9 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
     };
     for m in &setup.models {
         registry.register_arg(m)?;
+    }
+    for b in &setup.backgrounds {
+        registry.register_background_arg(b)?;
     }
     let settings = [
         ("model_dir", &setup.model_dir),

@@ -1,6 +1,7 @@
 //! The scalar UDFs. Planning resolves the (constant) model name, checks the arguments against
-//! the model's features and fixes the output type; the resolved model's URL and version travel
-//! in the return field's metadata so execution uses exactly the version that was planned.
+//! the model's features and fixes the output type; the resolved model's URL and version (and
+//! the background's, with `shap.background` set) travel in the return field's metadata so
+//! execution uses exactly the versions that were planned.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -15,7 +16,8 @@ use datafusion::logical_expr::{
 };
 
 use super::options::ShapOptions;
-use crate::engine::{Algorithm, Device, EngineOptions};
+use crate::device::Device;
+use crate::engine::{Algorithm, EngineOptions};
 use crate::batch::{compute_pool, explain_block, output_fields, OutputKind};
 use crate::features::{block_from_columns, is_numeric};
 
@@ -24,6 +26,8 @@ use crate::registry::ModelRegistry;
 
 const META_URL: &str = "shapfusion.model.url";
 const META_VERSION: &str = "shapfusion.model.version";
+const META_BACKGROUND_URL: &str = "shapfusion.background.url";
+const META_BACKGROUND_VERSION: &str = "shapfusion.background.version";
 
 /// `shap`, `shap_interactions` or `predict`, bound to a model registry and the session's
 /// `shap.*` options.
@@ -58,7 +62,7 @@ impl ShapUdf {
     }
 
     fn engine_options(&self) -> EngineOptions {
-        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb.saturating_mul(1 << 20), device: self.device }
+        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb.saturating_mul(1 << 20), ..Default::default() }
     }
 
     fn usage(&self, model: &Model) -> String {
@@ -91,7 +95,8 @@ impl ShapUdf {
     /// URL this session resolved, so they must be able to read it (a shared object store or
     /// the same path mounted).
     #[cfg(feature = "flight")]
-    fn invoke_on_workers(&self, loaded: &crate::registry::LoadedModel, columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
+    fn invoke_on_workers(&self, loaded: &crate::registry::LoadedModel, background: Option<&crate::registry::LoadedBackground>, columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
+        use crate::flight::ExchangeCommand;
         use arrow::array::RecordBatch;
         use arrow::datatypes::Schema;
         let model = &loaded.model;
@@ -99,13 +104,16 @@ impl ShapUdf {
         let fields: Vec<Field> =
             model.feature_names.iter().zip(&columns).map(|(n, c)| Field::new(n, c.data_type().clone(), true)).collect();
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
-        let (url, version, kind) = (loaded.url.clone(), loaded.content_hash.clone(), self.kind);
-        let out = crate::registry::run_io(async move { pool.explain(&url, Some(&version), kind, batch).await }).map_err(df_err)?;
+        // The workers know the background by its registered name; its content hash pins the rows.
+        let command = ExchangeCommand::new(loaded.url.clone(), self.kind)
+            .pinned(Some(loaded.content_hash.clone()))
+            .with_background(background.map(|b| (b.name.clone(), b.content_hash.clone())));
+        let out = crate::registry::run_io(async move { pool.run(&command, batch).await }).map_err(df_err)?;
         self.as_result(model, out.columns().to_vec()).map_err(df_err)
     }
 
     #[cfg(not(feature = "flight"))]
-    fn invoke_on_workers(&self, _loaded: &crate::registry::LoadedModel, _columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
+    fn invoke_on_workers(&self, _loaded: &crate::registry::LoadedModel, _background: Option<&crate::registry::LoadedBackground>, _columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
         Err(exec_datafusion_err!("shap.workers is set, but this build has no Flight support (build with the `flight` feature)"))
     }
 }
@@ -125,6 +133,7 @@ impl Hash for ShapUdf {
         self.options.algorithm.hash(state);
         self.options.device.hash(state);
         self.options.workers.hash(state);
+        self.options.background.hash(state);
     }
 }
 
@@ -138,6 +147,7 @@ fn same_options(a: &ShapOptions, b: &ShapOptions) -> bool {
         && a.v2_memory_mb == b.v2_memory_mb
         && a.workers == b.workers
         && a.worker_token_file == b.worker_token_file
+        && a.background == b.background
 }
 
 fn df_err(e: crate::Error) -> DataFusionError {
@@ -197,7 +207,15 @@ impl ScalarUDFImpl for ShapUdf {
                 self.usage(model)
             );
         }
-        let metadata = HashMap::from([(META_URL.to_string(), loaded.url.clone()), (META_VERSION.to_string(), loaded.version.clone())]);
+        let mut metadata = HashMap::from([(META_URL.to_string(), loaded.url.clone()), (META_VERSION.to_string(), loaded.version.clone())]);
+        if !self.options.background.is_empty() {
+            if self.kind == OutputKind::Interactions {
+                return plan_err!("{}(): interaction values are path-dependent only; RESET shap.background first", self.name);
+            }
+            let background = self.registry.background(&self.options.background).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+            metadata.insert(META_BACKGROUND_URL.to_string(), background.url.clone());
+            metadata.insert(META_BACKGROUND_VERSION.to_string(), background.version.clone());
+        }
         Ok(Arc::new(Field::new(self.name, self.output_type(model), false).with_metadata(metadata)))
     }
 
@@ -230,10 +248,18 @@ impl ScalarUDFImpl for ShapUdf {
         let rows = args.number_rows;
         let columns: Vec<ArrayRef> =
             args.args[1..].iter().map(|c| c.to_array(rows)).collect::<DfResult<_>>()?;
+        let background = match (meta.get(META_BACKGROUND_URL), meta.get(META_BACKGROUND_VERSION)) {
+            (Some(u), Some(v)) => Some(
+                self.registry
+                    .get_background_version(u, v)
+                    .ok_or_else(|| exec_datafusion_err!("{}(): background {u} changed twice while this query ran; run it again", self.name))?,
+            ),
+            _ => None,
+        };
         if !self.options.workers.is_empty() {
-            return self.invoke_on_workers(&loaded, columns).map(ColumnarValue::Array);
+            return self.invoke_on_workers(&loaded, background.as_deref(), columns).map(ColumnarValue::Array);
         }
-        let explainer = loaded.explainer(self.algorithm, &self.engine_options()).map_err(df_err)?;
+        let explainer = loaded.engine(self.algorithm, self.device, &self.engine_options(), background.as_deref()).map_err(df_err)?;
         let output = self.pool.install(|| -> crate::Result<ArrayRef> {
             let block = block_from_columns(&columns, &model.feature_names, model)?;
             let columns = explain_block(explainer.as_ref(), &block, self.kind)?;

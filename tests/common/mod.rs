@@ -10,7 +10,6 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use shapfusion::engine::FeatureBlock;
-use shapfusion::features::FeatureColumns;
 use shapfusion::model::Model;
 
 /// Directory of the committed fixtures: `SHAPFUSION_FIXTURES` when set (a test binary carried
@@ -23,6 +22,7 @@ pub fn fixtures_dir() -> PathBuf {
 }
 
 /// One fixture: model, input rows and the library's reference outputs.
+#[derive(Clone)]
 pub struct Fixture {
     pub name: String,
     pub dir: PathBuf,
@@ -34,8 +34,7 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn block(&self) -> FeatureBlock {
-        let cols = FeatureColumns::resolve(&self.batch.schema(), &self.model).unwrap();
-        cols.block(&self.batch, &self.model).unwrap()
+        self.model.feature_block(&self.batch).unwrap()
     }
 
     pub fn expected_f64(&self, key: &str) -> Option<Vec<f64>> {
@@ -85,4 +84,40 @@ pub fn max_row_rel_error(a: &[f64], b: &[f64], row_width: usize) -> (f64, usize)
         }
     }
     worst
+}
+
+/// Interventional Shapley values of every group by enumerating all coalitions: `v(S)` is the
+/// mean margin of the hybrid rows (x on S, a background row elsewhere), from the model's own
+/// prediction (checked against the library's margins by the fixture tests). Exponential in the features:
+/// for small models.
+pub fn brute_force_interventional(model: &Model, x: &[f64], background: &FeatureBlock) -> Vec<Vec<f64>> {
+    let (m, g) = (model.num_features(), model.num_groups);
+    let mut margin = vec![0.0; g];
+    let v: Vec<Vec<f64>> = (0..1usize << m)
+        .map(|s| {
+            let mut mean = vec![0.0; g];
+            for r in 0..background.rows() {
+                let hybrid: Vec<f64> = (0..m).map(|k| if s & (1 << k) != 0 { x[k] } else { background.row(r)[k] }).collect();
+                model.predict_row(&hybrid, &mut margin);
+                mean.iter_mut().zip(&margin).for_each(|(a, b)| *a += b / background.rows() as f64);
+            }
+            mean
+        })
+        .collect();
+    let factorial = |n: usize| (1..=n).map(|k| k as f64).product::<f64>();
+    (0..g)
+        .map(|k| {
+            (0..m)
+                .map(|i| {
+                    (0..1usize << m)
+                        .filter(|s| s & (1 << i) == 0)
+                        .map(|s| {
+                            let c = s.count_ones() as usize;
+                            factorial(c) * factorial(m - c - 1) / factorial(m) * (v[s | 1 << i][k] - v[s][k])
+                        })
+                        .sum()
+                })
+                .collect()
+        })
+        .collect()
 }

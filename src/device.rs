@@ -1,0 +1,160 @@
+//! Where attributions are computed: the CPU engines of [`crate::engine`] or the GPU engine,
+//! and `auto`'s choice between them (a probe for the CUDA driver, NVRTC and a device, said
+//! once in the log). This layer sits above both, so neither engine layer knows of the other.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::engine::{build_engine, Algorithm, Engine, EngineOptions};
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// Where attributions are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// The GPU when one can be used, else the CPU (said once in the log).
+    #[default]
+    Auto,
+    /// All CPU cores.
+    Cpu,
+    /// An NVIDIA GPU; an error when none can be used.
+    Gpu,
+}
+
+impl Device {
+    /// All names, in the order help texts list them.
+    pub const NAMES: &'static [&'static str] = &["auto", "cpu", "gpu"];
+
+    /// The name used on the command line and in SQL options.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Device::Auto => "auto",
+            Device::Cpu => "cpu",
+            Device::Gpu => "gpu",
+        }
+    }
+
+    /// The device that will actually run, or why the one asked for cannot: `gpu` fails naming
+    /// what is missing (driver library, NVRTC, device); `auto` takes the GPU when one is usable
+    /// and otherwise the CPU, saying why once in the log.
+    pub fn resolve(self) -> Result<Device> {
+        match self {
+            Device::Cpu => Ok(Device::Cpu),
+            Device::Auto => match gpu_status() {
+                Ok(name) => {
+                    log_once(|| tracing::info!("device auto: computing on the GPU ({name})"));
+                    Ok(Device::Gpu)
+                }
+                Err(why) => {
+                    log_once(|| tracing::info!("device auto: computing on the CPU ({why})"));
+                    Ok(Device::Cpu)
+                }
+            },
+            Device::Gpu => gpu_status()
+                .map(|_| Device::Gpu)
+                .map_err(|why| Error::Unavailable(format!("device gpu was asked for, but {why}; ask for device cpu or auto instead"))),
+        }
+    }
+
+    /// The device the engines use for `algorithm` (before a model the GPU cannot take falls
+    /// back to the CPU): as [`resolve`](Self::resolve), except that `auto` with a named CPU
+    /// algorithm stays on the CPU.
+    pub fn for_algorithm(self, algorithm: Algorithm) -> Result<Device> {
+        if self == Device::Auto && algorithm != Algorithm::Auto {
+            return Ok(Device::Cpu);
+        }
+        self.resolve()
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Device {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "gpu" => Ok(Device::Gpu),
+            other => Err(Error::Input(format!("unknown device {other:?}; expected one of {}", Device::NAMES.join(", ")))),
+        }
+    }
+}
+
+/// Builds the engine for `model` on `device`: the GPU engine when the device resolves to the
+/// GPU and the model fits it, else the CPU engine named by `algorithm` (`rows_hint` as in
+/// [`build_engine`]). An explicit `gpu` that cannot be honoured is an error; with `auto`, a
+/// GPU engine that fails to start, or a named CPU algorithm, keeps the work on the CPU.
+pub fn engine_on(device: Device, model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<usize>, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+    if let Some(gpu) = gpu_engine(device, &model, algorithm)? {
+        return Ok(gpu);
+    }
+    build_engine(model, algorithm, rows_hint, options)
+}
+
+/// The GPU engine when `device` resolves to the GPU and the model fits it; `None` means
+/// compute on the CPU.
+fn gpu_engine(device: Device, model: &Arc<Model>, algorithm: Algorithm) -> Result<Option<Arc<dyn Engine>>> {
+    if device.for_algorithm(algorithm)? != Device::Gpu {
+        return Ok(None);
+    }
+    #[cfg(feature = "gpu")]
+    {
+        match crate::gpu::GpuEngine::new(model.clone()) {
+            Ok(engine) => Ok(engine.map(|e| Arc::new(e) as Arc<dyn Engine>)),
+            Err(e) if device == Device::Auto => {
+                tracing::warn!("GPU engine failed, computing on the CPU: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = model;
+        Ok(None)
+    }
+}
+
+/// Runs `log` the first time only: the device choice is said once per process, not per model.
+fn log_once(log: impl FnOnce()) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(log);
+}
+
+/// The usable GPU's name, or what is missing.
+fn gpu_status() -> std::result::Result<String, String> {
+    #[cfg(feature = "gpu")]
+    {
+        crate::gpu::probe().map(|info| info.name)
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        Err("this build has no GPU support (the `gpu` cargo feature is off)".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_unknown_ones_list_the_choices() {
+        for name in Device::NAMES {
+            assert_eq!(name.parse::<Device>().unwrap().name(), *name);
+        }
+        let e = "tpu".parse::<Device>().unwrap_err().to_string();
+        assert!(e.contains("auto, cpu, gpu"), "{e}");
+    }
+
+    #[test]
+    fn a_named_cpu_algorithm_keeps_auto_on_the_cpu() {
+        assert_eq!(Device::Auto.for_algorithm(Algorithm::Linear).unwrap(), Device::Cpu);
+        assert_eq!(Device::Cpu.for_algorithm(Algorithm::Auto).unwrap(), Device::Cpu);
+    }
+}

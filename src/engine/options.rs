@@ -1,0 +1,87 @@
+//! What a caller chooses: the engine by name, and the knobs engines share.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// The engines callers can ask for by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// Pick per model and row count (see [`auto_choice`](super::auto_choice)).
+    #[default]
+    Auto,
+    /// The original recursive TreeSHAP (Lundberg et al. 2018, algorithm 2): the reference.
+    TreeShap,
+    /// Fast TreeSHAP v1: hot/cold split of the path, same memory as TreeSHAP.
+    FastV1,
+    /// Fast TreeSHAP v2: per-leaf tables over the satisfied-feature patterns, bounded memory.
+    FastV2,
+    /// Gauss–Legendre quadrature of the Shapley weights: exact, O(⌈d/2⌉) per node, no tables.
+    Quadrature,
+    /// The quadrature rule in Linear TreeSHAP's bottom-up form, eight rows per SIMD pass:
+    /// exact, O(⌈d/2⌉) per node and row instead of per leaf and path feature, no tables.
+    Linear,
+}
+
+impl Algorithm {
+    /// The name used on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Auto => "auto",
+            Algorithm::TreeShap => "treeshap",
+            Algorithm::FastV1 => "fast-v1",
+            Algorithm::FastV2 => "fast-v2",
+            Algorithm::Quadrature => "quadrature",
+            Algorithm::Linear => "linear",
+        }
+    }
+
+    /// All names, for help texts.
+    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2", "quadrature", "linear"];
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "auto" => Algorithm::Auto,
+            "treeshap" => Algorithm::TreeShap,
+            "fast-v1" | "fast_v1" => Algorithm::FastV1,
+            "fast-v2" | "fast_v2" => Algorithm::FastV2,
+            "quadrature" => Algorithm::Quadrature,
+            "linear" => Algorithm::Linear,
+            other => {
+                return Err(Error::Input(format!(
+                    "unknown algorithm {other:?}; expected one of {}",
+                    Algorithm::NAMES.join(", ")
+                )))
+            }
+        })
+    }
+}
+
+/// Default bound on the size of the fast-v2 tables: 256 MiB.
+pub const DEFAULT_V2_MEMORY_BYTES: usize = 256 << 20;
+
+/// Knobs shared by all engines.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Most memory the fast-v2 tables may take, in bytes.
+    pub v2_memory_bytes: usize,
+    /// Most memory the interventional engine's aggregated background may take, in bytes.
+    pub interventional_memory_bytes: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES, interventional_memory_bytes: super::interventional::DEFAULT_INTERVENTIONAL_MEMORY_BYTES }
+    }
+}
+

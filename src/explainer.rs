@@ -1,0 +1,251 @@
+//! [`Explainer`]: a model, an engine and the threads to run it, ready to turn Arrow record
+//! batches into attributions. The one-call entry point of the library:
+//!
+//! ```no_run
+//! use shapfusion::{Algorithm, Explainer, Model};
+//! # fn rows() -> arrow::array::RecordBatch { unimplemented!() }
+//! let model = Model::load("examples/models/fraud.json")?;
+//! let explainer = Explainer::builder(model).algorithm(Algorithm::Linear).threads(4).build()?;
+//! let shap = explainer.explain_batch(&rows())?; // one column per feature, then `bias`
+//! # Ok::<(), shapfusion::Error>(())
+//! ```
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{Schema, SchemaRef};
+
+use crate::batch::{compute_pool, explain_batch, output_fields, OutputKind};
+use crate::device::{engine_on, Device};
+use crate::engine::{build_interventional, Algorithm, Engine, EngineOptions};
+use crate::error::{Error, Result};
+use crate::features::FeatureColumns;
+use crate::model::Model;
+
+/// A model bound to an engine and a compute pool. Cheap to clone; share it across threads.
+#[derive(Clone)]
+pub struct Explainer {
+    engine: Arc<dyn Engine>,
+    pool: Arc<rayon::ThreadPool>,
+    output: OutputKind,
+    schema: SchemaRef,
+}
+
+/// Settings of an [`Explainer`], each with the default every front end uses.
+#[derive(Debug, Clone)]
+pub struct ExplainerBuilder {
+    model: Arc<Model>,
+    algorithm: Algorithm,
+    device: Device,
+    threads: usize,
+    output: OutputKind,
+    rows_hint: Option<usize>,
+    options: EngineOptions,
+    background: Option<RecordBatch>,
+}
+
+impl Explainer {
+    /// Starts an explainer for `model`: engine `auto`, device `auto`, all cores, SHAP values.
+    pub fn builder(model: impl Into<Arc<Model>>) -> ExplainerBuilder {
+        ExplainerBuilder {
+            model: model.into(),
+            algorithm: Algorithm::default(),
+            device: Device::default(),
+            threads: 0,
+            output: OutputKind::default(),
+            rows_hint: None,
+            options: EngineOptions::default(),
+            background: None,
+        }
+    }
+
+    /// Attributions of every row of `batch`, with the [`schema`](Self::schema): features are
+    /// found by name (any column order, extra columns ignored; a missing feature is an error
+    /// naming it and what the batch has).
+    pub fn explain_batch(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let columns = self.explain_columns(batch)?;
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| Error::arrow("assembling the output batch", e))
+    }
+
+    /// The output columns of [`explain_batch`](Self::explain_batch) without their schema, for
+    /// callers that put them beside columns of their own.
+    pub fn explain_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
+        self.pool.install(|| explain_batch(self.engine.as_ref(), &features, batch, self.output))
+    }
+
+    /// The schema of every output batch: one Float64 column per feature then `bias` (SHAP
+    /// values; lists of G values for multi-output models), or one `interactions` or
+    /// `prediction` column.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The model being explained.
+    pub fn model(&self) -> &Model {
+        self.engine.model()
+    }
+
+    /// The engine that runs (what `auto` picked).
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// Compute threads in this explainer's pool.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+}
+
+impl std::fmt::Debug for Explainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Explainer").field("engine", &self.engine.name()).field("threads", &self.threads()).field("output", &self.output).finish()
+    }
+}
+
+impl ExplainerBuilder {
+    /// The engine, by [`Algorithm`] (default `auto`: picked from the model's shape).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// Where to compute (default `auto`: the GPU when one is usable and the algorithm is
+    /// `auto`, else the CPU).
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Compute threads (default 0: all cores). Pools are shared in the process and capped at
+    /// its cores; results never depend on the thread count.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// What to compute (default SHAP values).
+    pub fn output(mut self, output: OutputKind) -> Self {
+        self.output = output;
+        self
+    }
+
+    /// Rows expected per call, if known: lets `auto` weigh an engine's set-up against its
+    /// per-row cost. Left unset, every front end picks the same engine for a model.
+    pub fn rows_hint(mut self, rows: usize) -> Self {
+        self.rows_hint = Some(rows);
+        self
+    }
+
+    /// Most memory fast-v2's tables may take, in bytes (default 256 MiB).
+    pub fn v2_memory_bytes(mut self, bytes: usize) -> Self {
+        self.options.v2_memory_bytes = bytes;
+        self
+    }
+
+    /// Interventional SHAP over these background rows (features found by name, as in
+    /// [`Explainer::explain_batch`]): each feature left out of a coalition takes the background
+    /// rows' values, as `shap.TreeExplainer(model, data=background)` does, and the bias is the
+    /// background's mean margin. Without a background, SHAP values are path-dependent (the
+    /// training covers stand in for a missing feature), as XGBoost's and LightGBM's own.
+    pub fn background(mut self, rows: RecordBatch) -> Self {
+        self.background = Some(rows);
+        self
+    }
+
+    /// Most memory the interventional engine's aggregated background may take, in bytes
+    /// (default 1 GiB); leaves beyond it keep their background patterns instead of tables.
+    pub fn interventional_memory_bytes(mut self, bytes: usize) -> Self {
+        self.options.interventional_memory_bytes = bytes;
+        self
+    }
+
+    /// Builds the engine (and any tables it needs, on the compute pool).
+    pub fn build(self) -> Result<Explainer> {
+        let pool = compute_pool(self.threads)?;
+        let engine = match &self.background {
+            None => pool.install(|| engine_on(self.device, self.model.clone(), self.algorithm, self.rows_hint, &self.options))?,
+            Some(rows) => {
+                if self.device == Device::Gpu {
+                    return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()));
+                }
+                if self.output == OutputKind::Interactions {
+                    return Err(Error::Unavailable(
+                        "interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into(),
+                    ));
+                }
+                let background = self.model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
+                pool.install(|| build_interventional(self.model.clone(), &background, self.algorithm, &self.options))?
+            }
+        };
+        let schema = Arc::new(Schema::new(output_fields(&self.model, self.output)));
+        Ok(Explainer { engine, pool, output: self.output, schema })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, Float64Array};
+    use arrow::datatypes::{DataType, Field};
+
+    use super::*;
+
+    fn fixture_model() -> Model {
+        Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/models/fraud.json")).unwrap()
+    }
+
+    /// A batch of the model's features in reverse order, with one column the model lacks.
+    fn shuffled_rows(model: &Model, rows: usize) -> RecordBatch {
+        let mut fields = vec![Field::new("id", DataType::Float64, false)];
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Float64Array::from_iter_values((0..rows).map(|r| r as f64)))];
+        for (j, name) in model.feature_names.iter().enumerate().rev() {
+            fields.push(Field::new(name, DataType::Float64, true));
+            columns.push(Arc::new(Float64Array::from_iter_values((0..rows).map(|r| ((r * 7 + j * 3) % 11) as f64 - 2.0))));
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    #[test]
+    fn a_batch_in_a_batch_out_with_its_schema_and_additive() {
+        let model = fixture_model();
+        let rows = shuffled_rows(&model, 40);
+        let explainer = Explainer::builder(model.clone()).algorithm(Algorithm::TreeShap).threads(1).build().unwrap();
+        let shap = explainer.explain_batch(&rows).unwrap();
+        assert_eq!(shap.schema(), explainer.schema());
+        assert_eq!(shap.num_rows(), 40);
+        assert_eq!(shap.num_columns(), model.num_features() + 1);
+        let margins = Explainer::builder(model).output(OutputKind::Predict).build().unwrap().explain_batch(&rows).unwrap();
+        let margin = margins.column(0).as_any().downcast_ref::<Float64Array>().unwrap();
+        for r in 0..40 {
+            let sum: f64 = shap.columns().iter().map(|c| c.as_any().downcast_ref::<Float64Array>().unwrap().value(r)).sum();
+            assert!((sum - margin.value(r)).abs() < 1e-9, "row {r}: {sum} vs {}", margin.value(r));
+        }
+    }
+
+    #[test]
+    fn every_engine_and_thread_count_gives_the_same_batch() {
+        let model = fixture_model();
+        let rows = shuffled_rows(&model, 70);
+        let reference = Explainer::builder(model.clone()).algorithm(Algorithm::TreeShap).threads(1).build().unwrap().explain_batch(&rows).unwrap();
+        for name in Algorithm::NAMES {
+            let explainer = Explainer::builder(model.clone()).algorithm(name.parse().unwrap()).device(Device::Cpu).threads(2).build().unwrap();
+            let got = explainer.explain_batch(&rows).unwrap();
+            for (a, b) in got.columns().iter().zip(reference.columns()) {
+                let (a, b) = (a.as_any().downcast_ref::<Float64Array>().unwrap(), b.as_any().downcast_ref::<Float64Array>().unwrap());
+                for r in 0..a.len() {
+                    assert!((a.value(r) - b.value(r)).abs() < 1e-12, "{name} row {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_feature_is_named() {
+        let model = fixture_model();
+        let rows = shuffled_rows(&model, 3);
+        let without = rows.project(&(0..rows.num_columns() - 1).collect::<Vec<_>>()).unwrap();
+        let missing = &model.feature_names[0];
+        let e = Explainer::builder(model.clone()).build().unwrap().explain_batch(&without).unwrap_err().to_string();
+        assert!(e.contains(missing.as_str()), "{e}");
+    }
+}

@@ -1,0 +1,192 @@
+//! Interventional SHAP against shap's own `TreeExplainer(model, data=background,
+//! feature_perturbation="interventional")` on the committed fixtures
+//! (`tests/make_interventional_fixtures.py`), and the front ends against the engine.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+
+use common::{brute_force_interventional, fixtures, max_row_rel_error, read_parquet, Fixture};
+use shapfusion::engine::{build_interventional, Algorithm, EngineOptions};
+use shapfusion::{Explainer, OutputKind};
+
+/// One shap reference: the fixture, its background rows and shap's values.
+struct Case {
+    fixture: Fixture,
+    size: usize,
+    background: arrow::array::RecordBatch,
+    expected: serde_json::Value,
+}
+
+fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for fixture in fixtures() {
+        let mut sizes: Vec<usize> = std::fs::read_dir(&fixture.dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.strip_prefix("interventional_")?.strip_suffix(".json")?.parse().ok())
+            .collect();
+        sizes.sort();
+        for size in sizes {
+            let expected = serde_json::from_slice(&std::fs::read(fixture.dir.join(format!("interventional_{size}.json"))).unwrap()).unwrap();
+            let background = read_parquet(&fixture.dir.join(format!("background_{size}.parquet")));
+            out.push(Case { fixture: fixture.clone(), size, background, expected });
+        }
+    }
+    assert!(out.len() >= 14, "interventional fixtures missing: run tests/make_interventional_fixtures.py");
+    out
+}
+
+fn values(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+#[test]
+fn every_fixture_matches_shap_and_the_librarys_margins() {
+    let mut with_shap = 0;
+    for case in cases() {
+        let f = &case.fixture;
+        let (nf, g) = (f.model.num_features(), f.model.num_groups);
+        let what = format!("{} background {}", f.name, case.size);
+        let background = f.model.feature_block(&case.background).unwrap();
+        let engine = build_interventional(f.model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap();
+        let got = engine.shap(&f.block()).unwrap();
+        // The bias is the library's own mean margin over the background.
+        let mean_margin = values(&case.expected["library_mean_margin"]);
+        for k in 0..g {
+            let bias = got.row(0, k)[nf];
+            assert!((bias - mean_margin[k]).abs() <= 1e-6 * mean_margin[k].abs().max(1.0), "{what}: bias {bias} vs the library's {}", mean_margin[k]);
+        }
+        // Additivity against the library's margins for the explained rows.
+        let margins = f.expected_f64("margin").unwrap();
+        for r in 0..got.rows {
+            for k in 0..g {
+                let total: f64 = got.row(r, k).iter().sum();
+                let m = margins[r * g + k];
+                assert!((total - m).abs() <= 1e-5 * m.abs().max(1.0), "{what} row {r} group {k}: Σφ + bias = {total}, the library's margin {m}");
+            }
+        }
+        // shap's values (rows × groups × features), where shap can explain the model.
+        if let Some(shap_values) = case.expected.get("values") {
+            let ours: Vec<f64> = (0..got.rows).flat_map(|r| (0..g).flat_map(move |k| (0..nf).map(move |i| (r, k, i)))).map(|(r, k, i)| got.row(r, k)[i]).collect();
+            let (err, row) = max_row_rel_error(&ours, &values(shap_values), g * nf);
+            assert!(err <= 1e-6, "{what}: row {row} off shap by {err:e} of max|phi|");
+            with_shap += 1;
+        }
+        // The reference engine agrees far below shap's tolerance.
+        let reference = build_interventional(f.model.clone(), &background, Algorithm::TreeShap, &EngineOptions::default()).unwrap().shap(&f.block()).unwrap();
+        let (err, row) = max_row_rel_error(&got.values, &reference.values, g * (nf + 1));
+        assert!(err <= 1e-9, "{what}: row {row} off the reference by {err:e}");
+    }
+    assert!(with_shap >= 9, "only {with_shap} fixtures have shap's values");
+}
+
+/// Where shap cannot serve as the reference (categorical splits of either library, LightGBM
+/// multiclass and zero-as-missing; see tests/make_interventional_fixtures.py), the definition
+/// itself does: every coalition of a small model, from its predictions alone.
+#[test]
+fn models_shap_cannot_explain_equal_brute_force() {
+    let names = ["xgb_categorical", "lgb_categorical", "lgb_multiclass", "lgb_zero_missing"];
+    for f in fixtures().into_iter().filter(|f| names.contains(&f.name.as_str())) {
+        let block = f.block();
+        let values: Vec<f64> = block.values()[..10 * block.cols()].to_vec();
+        let background = f.model.feature_block_from_values(10, values).unwrap();
+        let engine = build_interventional(f.model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap();
+        let rows: Vec<f64> = block.values()[10 * block.cols()..13 * block.cols()].to_vec();
+        let explained = f.model.feature_block_from_values(3, rows).unwrap();
+        let got = engine.shap(&explained).unwrap();
+        for r in 0..3 {
+            let want = brute_force_interventional(&f.model, explained.row(r), &background);
+            for (k, want) in want.iter().enumerate() {
+                let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
+                for (i, w) in want.iter().enumerate() {
+                    let ours = got.row(r, k)[i];
+                    assert!((ours - w).abs() <= 1e-9 * scale, "{} row {r} group {k} feature {i}: {ours} vs {w}", f.name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn explainer_with_a_background_gives_the_engines_values() {
+    let case = cases().into_iter().find(|c| c.fixture.name == "xgb_missing").unwrap();
+    let f = &case.fixture;
+    let explainer = Explainer::builder(f.model.clone()).background(case.background.clone()).build().unwrap();
+    assert_eq!(explainer.engine().name(), "interventional");
+    let batch = explainer.explain_batch(&f.batch).unwrap();
+    let background = f.model.feature_block(&case.background).unwrap();
+    let want = build_interventional(f.model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap().shap(&f.block()).unwrap();
+    for (i, column) in batch.columns().iter().enumerate() {
+        let column = column.as_any().downcast_ref::<arrow::array::Float64Array>().unwrap();
+        for r in 0..want.rows {
+            assert_eq!(column.value(r).to_bits(), want.row(r, 0)[i].to_bits(), "column {i} row {r}");
+        }
+    }
+    let e = Explainer::builder(f.model.clone()).background(case.background.clone()).output(OutputKind::Interactions).build().unwrap_err().to_string();
+    assert!(e.contains("path-dependent only"), "{e}");
+    let e = Explainer::builder(f.model.clone()).background(case.background.project(&[1]).unwrap()).build().unwrap_err().to_string();
+    assert!(e.starts_with("background: ") && e.contains(&f.model.feature_names[0]), "{e}");
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_shapfusion");
+
+fn explain(args: &[&str]) -> std::process::Output {
+    Command::new(BIN).arg("explain").args(args).arg("--no-progress").output().unwrap()
+}
+
+#[test]
+fn explain_background_writes_the_engines_values_and_names_bad_backgrounds() {
+    let case = cases().into_iter().find(|c| c.fixture.name == "xgb_missing").unwrap();
+    let f = &case.fixture;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.parquet");
+    let bg = f.dir.join(format!("background_{}.parquet", case.size));
+    let run = explain(&["--model", p(&f.model_path), "--input", p(&f.input_path()), "--output", p(&out), "--background", p(&bg)]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let written = read_parquet(&out);
+    let want = Explainer::builder(f.model.clone()).background(case.background.clone()).build().unwrap().explain_batch(&f.batch).unwrap();
+    assert_eq!(written.columns(), want.columns());
+
+    // A sample of the background: the same rows for the same seed.
+    let sampled = |seed: &str| {
+        let out = dir.path().join(format!("sampled_{seed}.parquet"));
+        let run = explain(&["--model", p(&f.model_path), "--input", p(&f.input_path()), "--output", p(&out), "--background", p(&bg), "--background-rows", "7", "--seed", seed]);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        read_parquet(&out)
+    };
+    assert_eq!(sampled("3"), sampled("3"));
+    assert_ne!(sampled("3"), sampled("4"));
+
+    // Bad backgrounds, each named.
+    let missing = dir.path().join("missing_feature.parquet");
+    let projected = case.background.project(&(1..case.background.num_columns()).collect::<Vec<_>>()).unwrap();
+    write_parquet(&missing, &projected);
+    let empty = dir.path().join("empty.parquet");
+    write_parquet(&empty, &case.background.slice(0, 0));
+    let text = dir.path().join("text.parquet");
+    let mut fields: Vec<Field> = case.background.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields[0] = Field::new(fields[0].name(), DataType::Utf8, true);
+    let mut columns: Vec<ArrayRef> = case.background.columns().to_vec();
+    columns[0] = Arc::new(StringArray::from(vec!["abc"; case.background.num_rows()]));
+    write_parquet(&text, &RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap());
+    for (path, what) in [(&missing, f.model.feature_names[0].clone()), (&empty, "has no rows".to_string()), (&text, f.model.feature_names[0].clone())] {
+        let run = explain(&["--model", p(&f.model_path), "--input", p(&f.input_path()), "--output", p(&dir.path().join("bad.parquet")), "--background", p(path)]);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success() && err.contains(p(path)) && err.contains(&what), "{}: {err}", path.display());
+    }
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn write_parquet(path: &Path, batch: &arrow::array::RecordBatch) {
+    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
