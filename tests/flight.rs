@@ -398,27 +398,45 @@ fn a_gpu_worker_on_a_machine_without_a_usable_gpu_refuses_to_start_and_says_why(
     assert!(err.contains("device gpu was asked for") && err.contains(&missing), "{err}");
 }
 
-/// A worker with `--background`: the pool's chunks come back as the local interventional
-/// values bit for bit; an unregistered background and a background of another version are
-/// refused, naming them.
+/// The smallest background committed beside a fixture, if any.
+fn fixture_background(f: &common::Fixture) -> Option<PathBuf> {
+    let size = std::fs::read_dir(&f.dir)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.strip_prefix("background_")?.strip_suffix(".parquet")?.parse::<usize>().ok())
+        .min()?;
+    Some(f.dir.join(format!("background_{size}.parquet")))
+}
+
+/// Workers with `--background`: on every fixture with a background, the pool's chunks come back
+/// as the local interventional values bit for bit; an unregistered background and a background
+/// of another version are refused, naming them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_compute_interventional_values_over_their_registered_background() {
-    let f = fixtures().into_iter().find(|f| f.name == "xgb_missing").unwrap();
-    let bg_path = f.dir.join("background_100.parquet");
-    let w = worker(&["--model", &format!("m={}", f.model_path.display()), "--background", &format!("recent={}", bg_path.display())]);
+    let with_background: Vec<(common::Fixture, PathBuf)> = fixtures().into_iter().filter_map(|f| fixture_background(&f).map(|b| (f, b))).collect();
+    assert!(with_background.len() >= 10, "fixture backgrounds missing");
+    let flags: Vec<String> = with_background.iter().map(|(f, b)| format!("{}={}", f.name, b.display())).collect();
+    let mut extra = Vec::new();
+    for flag in &flags {
+        extra.extend(["--background", flag.as_str()]);
+    }
+    let w = worker(&extra);
     let pool = WorkerPool::new(std::slice::from_ref(&w.url), small_chunks()).unwrap();
-    let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
-    let hash = shapfusion::registry::content_hash(&std::fs::read(&bg_path).unwrap());
-    let command = ExchangeCommand::new("m", OutputKind::Shap).with_background(Some(("recent".into(), hash)));
-    let got = pool.run(&command, input.clone()).await.unwrap();
-    let background = shapfusion::input::read_background(&bg_path, &f.model, None, 0).unwrap();
-    let want = shapfusion::Explainer::builder(f.model.clone()).background(background).build().unwrap().explain_batch(&input).unwrap();
-    assert_same(&got, &want, "interventional on a worker");
+    for (f, bg_path) in &with_background {
+        let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
+        let hash = shapfusion::registry::content_hash(&std::fs::read(bg_path).unwrap());
+        let command = ExchangeCommand::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), hash)));
+        let got = pool.run(&command, input.clone()).await.unwrap();
+        let background = shapfusion::input::read_background(bg_path, &f.model, None, 0).unwrap();
+        let want = shapfusion::Explainer::builder(f.model.clone()).background(background).build().unwrap().explain_batch(&input).unwrap();
+        assert_same(&got, &want, &format!("{}: interventional on a worker", f.name));
+    }
 
-    let unknown = ExchangeCommand::new("m", OutputKind::Shap).with_background(Some(("old".into(), "x".into())));
+    let (f, _) = &with_background[0];
+    let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
+    let unknown = ExchangeCommand::new(f.name.clone(), OutputKind::Shap).with_background(Some(("old".into(), "x".into())));
     let e = pool.run(&unknown, input.clone()).await.unwrap_err().to_string();
-    assert!(e.contains("unknown background \"old\"") && e.contains("recent"), "{e}");
-    let stale = ExchangeCommand::new("m", OutputKind::Shap).with_background(Some(("recent".into(), "0123".into())));
+    assert!(e.contains("unknown background \"old\"") && e.contains(&f.name), "{e}");
+    let stale = ExchangeCommand::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), "0123".into())));
     let e = pool.run(&stale, input).await.unwrap_err().to_string();
-    assert!(e.contains("background \"recent\"") && e.contains("0123"), "{e}");
+    assert!(e.contains(&format!("background \"{}\"", f.name)) && e.contains("0123"), "{e}");
 }
