@@ -6,7 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::engine::{build_engine, Algorithm, Engine, EngineOptions};
+use crate::engine::{build_engine, build_interventional, Algorithm, Engine, EngineOptions, FeatureBlock};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -95,6 +95,15 @@ pub fn engine_on(device: Device, model: Arc<Model>, algorithm: Algorithm, rows_h
         return Ok(gpu);
     }
     build_engine(model, algorithm, rows_hint, options)
+}
+
+/// The interventional engine over `background` (see [`build_interventional`]) for `device`:
+/// it runs on the CPU only, so `gpu` is refused and `auto` stays on the CPU.
+pub(crate) fn interventional_on(device: Device, model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+    if device == Device::Gpu {
+        return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()));
+    }
+    build_interventional(model, background, algorithm, options)
 }
 
 /// The GPU engine when `device` resolves to the GPU and the model fits it; `None` means

@@ -101,8 +101,7 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
         .device(options.device)
         .threads(options.threads.unwrap_or(0))
         .output(options.output)
-        .v2_memory_bytes(options.engine.v2_memory_bytes)
-        .interventional_memory_bytes(options.engine.interventional_memory_bytes);
+        .engine_options(options.engine.clone());
     if let Some(background) = &options.background {
         builder = builder.background(background.clone());
     }

@@ -16,8 +16,8 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
 
 use crate::batch::{compute_pool, explain_batch, output_fields, OutputKind};
-use crate::device::{engine_on, Device};
-use crate::engine::{build_interventional, Algorithm, Engine, EngineOptions};
+use crate::device::{engine_on, interventional_on, Device};
+use crate::engine::{interventional_interactions_unavailable, Algorithm, Engine, EngineOptions};
 use crate::error::{Error, Result};
 use crate::features::FeatureColumns;
 use crate::model::Model;
@@ -160,22 +160,24 @@ impl ExplainerBuilder {
         self
     }
 
+    /// All engine knobs at once (what the file pipeline passes through).
+    pub(crate) fn engine_options(mut self, options: EngineOptions) -> Self {
+        self.options = options;
+        self
+    }
+
     /// Builds the engine (and any tables it needs, on the compute pool).
     pub fn build(self) -> Result<Explainer> {
         let pool = compute_pool(self.threads)?;
         let engine = match &self.background {
             None => pool.install(|| engine_on(self.device, self.model.clone(), self.algorithm, self.rows_hint, &self.options))?,
             Some(rows) => {
-                if self.device == Device::Gpu {
-                    return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()));
-                }
+                // Refused here, before the background is aggregated, rather than at the first batch.
                 if self.output == OutputKind::Interactions {
-                    return Err(Error::Unavailable(
-                        "interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into(),
-                    ));
+                    return Err(interventional_interactions_unavailable());
                 }
                 let background = self.model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
-                pool.install(|| build_interventional(self.model.clone(), &background, self.algorithm, &self.options))?
+                pool.install(|| interventional_on(self.device, self.model.clone(), &background, self.algorithm, &self.options))?
             }
         };
         let schema = Arc::new(Schema::new(output_fields(&self.model, self.output)));

@@ -31,8 +31,8 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
-use crate::device::{engine_on, Device};
-use crate::engine::{build_interventional, Algorithm, Engine, EngineOptions};
+use crate::device::{engine_on, interventional_on, Device};
+use crate::engine::{Algorithm, Engine, EngineOptions};
 use crate::input::{sample_background, InputReader};
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -96,12 +96,9 @@ impl LoadedModel {
         }
         let e = match background {
             None => engine_on(device, self.model.clone(), algorithm, None, options)?,
-            Some(_) if device == Device::Gpu => {
-                return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()))
-            }
             Some(b) => {
                 let rows = self.model.feature_block(&b.rows_for(&self.model)?)?;
-                build_interventional(self.model.clone(), &rows, algorithm, options)?
+                interventional_on(device, self.model.clone(), &rows, algorithm, options)?
             }
         };
         // Engines over an older version of a background are dropped with the new one.

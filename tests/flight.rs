@@ -398,21 +398,12 @@ fn a_gpu_worker_on_a_machine_without_a_usable_gpu_refuses_to_start_and_says_why(
     assert!(err.contains("device gpu was asked for") && err.contains(&missing), "{err}");
 }
 
-/// The smallest background committed beside a fixture, if any.
-fn fixture_background(f: &common::Fixture) -> Option<PathBuf> {
-    let size = std::fs::read_dir(&f.dir)
-        .unwrap()
-        .filter_map(|e| e.unwrap().file_name().to_str()?.strip_prefix("background_")?.strip_suffix(".parquet")?.parse::<usize>().ok())
-        .min()?;
-    Some(f.dir.join(format!("background_{size}.parquet")))
-}
-
 /// Workers with `--background`: on every fixture with a background, the pool's chunks come back
 /// as the local interventional values bit for bit; an unregistered background and a background
 /// of another version are refused, naming them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_compute_interventional_values_over_their_registered_background() {
-    let with_background: Vec<(common::Fixture, PathBuf)> = fixtures().into_iter().filter_map(|f| fixture_background(&f).map(|b| (f, b))).collect();
+    let with_background: Vec<(common::Fixture, PathBuf)> = fixtures().into_iter().filter_map(|f| f.background().map(|b| (f, b))).collect();
     assert!(with_background.len() >= 10, "fixture backgrounds missing");
     let flags: Vec<String> = with_background.iter().map(|(f, b)| format!("{}={}", f.name, b.display())).collect();
     let mut extra = Vec::new();

@@ -213,14 +213,9 @@ async fn models_load_from_an_object_store_behind_s3_urls() {
 async fn sql_with_a_background_equals_explain_with_it() {
     let mut checked = 0;
     for f in fixtures() {
-        let Some(size) = std::fs::read_dir(&f.dir)
-            .unwrap()
-            .filter_map(|e| e.unwrap().file_name().to_str()?.strip_prefix("background_")?.strip_suffix(".parquet")?.parse::<usize>().ok())
-            .min()
-        else {
+        let Some(bg_path) = f.background() else {
             continue;
         };
-        let bg_path = f.dir.join(format!("background_{size}.parquet"));
         let (ctx, registry) = session(2);
         registry.register("m", f.model_path.to_str().unwrap()).unwrap();
         registry.register_background("recent", bg_path.to_str().unwrap()).unwrap();

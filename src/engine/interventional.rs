@@ -421,7 +421,7 @@ impl Engine for Interventional {
 }
 
 /// Why interventional interaction values are refused.
-fn interactions_unavailable() -> Error {
+pub(crate) fn interactions_unavailable() -> Error {
     Error::Unavailable("interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into())
 }
 

@@ -42,6 +42,7 @@ pub use explainer::Engine;
 pub use interventional::{DEFAULT_INTERVENTIONAL_MEMORY_BYTES, MAX_INTERVENTIONAL_PATH_FEATURES};
 pub use options::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
 pub use output::{Attributions, Interactions, Predictions};
+pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
 pub(crate) use prepared::PreparedModel;
 
 use crate::error::{Error, Result};

@@ -163,6 +163,16 @@ impl WorkerService {
             .map_err(|e| status_from_error(&e))
     }
 
+    /// Resolves a registered background set off the async threads, as [`resolve`](Self::resolve).
+    async fn background(&self, name: &str) -> std::result::Result<Arc<LoadedBackground>, Status> {
+        let registry = self.registry.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || registry.background(&name))
+            .await
+            .map_err(|e| Status::internal(format!("background lookup failed: {e}")))?
+            .map_err(|e| Status::not_found(e.to_string()))
+    }
+
     /// The engine for a model, built (once per model version) on a blocking thread.
     async fn explainer(&self, loaded: Arc<LoadedModel>, background: Option<Arc<LoadedBackground>>) -> std::result::Result<Arc<dyn Engine>, Status> {
         let (algorithm, device, options) = (self.config.algorithm, self.config.device, self.config.engine.clone());
@@ -316,12 +326,7 @@ impl FlightService for WorkerService {
         let background = match &command.background {
             None => None,
             Some(name) => {
-                let registry = self.registry.clone();
-                let name = name.clone();
-                let background = tokio::task::spawn_blocking(move || registry.background(&name))
-                    .await
-                    .map_err(|e| Status::internal(format!("background lookup failed: {e}")))?
-                    .map_err(|e| Status::not_found(e.to_string()))?;
+                let background = self.background(name).await?;
                 if let Some(planned) = command.background_version.as_deref().filter(|v| *v != background.content_hash) {
                     return Err(Status::failed_precondition(format!(
                         "background {:?} here ({}) is version {}, but the request was planned with version {planned}: the coordinator and the workers must serve the same background file",

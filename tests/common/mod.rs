@@ -44,6 +44,15 @@ impl Fixture {
     pub fn input_path(&self) -> PathBuf {
         self.dir.join("input.parquet")
     }
+
+    /// The smallest background committed beside the fixture (`background_<rows>.parquet`), if any.
+    pub fn background(&self) -> Option<PathBuf> {
+        let size = std::fs::read_dir(&self.dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_str()?.strip_prefix("background_")?.strip_suffix(".parquet")?.parse::<usize>().ok())
+            .min()?;
+        Some(self.dir.join(format!("background_{size}.parquet")))
+    }
 }
 
 pub fn read_parquet(path: &Path) -> RecordBatch {
