@@ -12,12 +12,10 @@ bin="${SHAPFUSION_BIN:-target/debug/shapfusion}"
 py="${PYTHON:-.venv/bin/python}"
 limit="${CLUSTER_TIMEOUT:-900}"
 [[ -x "$bin" ]] || cargo build --locked --bin shapfusion
+source scripts/compose-lib.sh
 
-compose() {
-  if docker compose version >/dev/null 2>&1; then docker compose "$@"; else docker-compose "$@"; fi
-}
 export COMPOSE_PROJECT_NAME="shapfusion-test-$$"
-export SHAPFUSION_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+export SHAPFUSION_PORT="$(free_port)"
 cleanup() {
   status=$?
   if [[ $status -ne 0 ]]; then compose logs --tail 30 >&2 || true; fi
@@ -35,19 +33,7 @@ compose up -d
 
 echo "waiting for the cluster to be healthy"
 deadline=$((started + limit))
-while :; do
-  states=$(for c in $(compose ps -q); do docker inspect --format '{{.State.Health.Status}}' "$c"; done | sort | uniq -c | tr -s ' ')
-  [[ "$states" == " 4 healthy" ]] && break
-  for c in $(compose ps -q); do
-    if [[ "$(docker inspect --format '{{.RestartCount}}' "$c")" != 0 ]]; then
-      echo "container $(docker inspect --format '{{.Name}}' "$c") keeps restarting:" >&2
-      docker logs --tail 20 "$c" >&2
-      exit 1
-    fi
-  done
-  if (( $(date +%s) > deadline )); then echo "cluster not healthy in time: $states" >&2; exit 1; fi
-  sleep 1
-done
+wait_healthy "$deadline" 4 ps -q
 echo "healthy after $(( $(date +%s) - started ))s: coordinator + 3 workers"
 
 timeout "$(( deadline - $(date +%s) ))" "$py" scripts/cluster_check.py \

@@ -35,6 +35,44 @@ def check_same(shap: pa.Table, want: pa.Table, what: str):
     print(f"ok: {what}: {shap.num_rows} rows identical to local explain")
 
 
+def check_token_required(server, what):
+    """A client without the token is refused, with a message that says why."""
+    refused = None
+    try:
+        with flight_sql.connect(server) as anonymous:
+            flight_sql.query(anonymous, "SELECT 1")
+    except Exception as e:  # noqa: BLE001 (the ADBC error classes vary between versions)
+        refused = str(e)
+    assert refused is not None, f"{what} answered a client without the token"
+    assert "token" in refused.lower() or "unauthenticated" in refused.lower(), refused
+    print("ok: a client without the token is refused")
+
+
+def query_across_kill(conn, sql, container, after, what):
+    """Runs `sql` while `docker kill`ing `container` `after` seconds in; returns the result and
+    the query's seconds (raises what the query raised)."""
+    result = {}
+
+    def run():
+        started = time.time()
+        try:
+            result["table"] = flight_sql.query(conn, sql)
+        except Exception as e:  # noqa: BLE001 (re-raised below)
+            result["error"] = e
+        result["seconds"] = time.time() - started
+
+    query = threading.Thread(target=run)
+    query.start()
+    time.sleep(after)
+    assert query.is_alive(), f"the query finished before a {what} could be killed"
+    subprocess.run(["docker", "kill", container], check=True, stdout=subprocess.DEVNULL)
+    print(f"killed {what} {container[:12]} during the query")
+    query.join()
+    if "error" in result:
+        raise result["error"]
+    return result["table"], result["seconds"]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--server", required=True)
@@ -47,16 +85,7 @@ def main():
     local = local_explain(args.bin)
     want = local.drop_columns(["id"])
 
-    # Without the token the coordinator refuses the query.
-    refused = None
-    try:
-        with flight_sql.connect(args.server) as anonymous:
-            flight_sql.query(anonymous, "SELECT 1")
-    except Exception as e:  # noqa: BLE001 (the ADBC error classes vary between versions)
-        refused = str(e)
-    assert refused is not None, "the coordinator answered a client without the token"
-    assert "token" in refused.lower() or "unauthenticated" in refused.lower(), refused
-    print("ok: a client without the token is refused")
+    check_token_required(args.server, "the coordinator")
 
     with flight_sql.connect(args.server, token) as conn:
         got = flight_sql.query(conn, f"SELECT id, shap('fraud', {flight_sql.FEATURES}) AS s FROM payments ORDER BY id")
@@ -66,28 +95,9 @@ def main():
         long_sql = " UNION ALL ".join(
             f"SELECT {k} AS copy, id, shap('fraud', {flight_sql.FEATURES}) AS s FROM payments" for k in range(args.repeat)
         ) + " ORDER BY copy, id"
-        result = {}
-
-        def run():
-            started = time.time()
-            try:
-                result["table"] = flight_sql.query(conn, long_sql)
-            except Exception as e:
-                result["error"] = e
-            result["seconds"] = time.time() - started
-
-        query = threading.Thread(target=run)
-        query.start()
-        time.sleep(2.0)
-        assert query.is_alive(), "the long query finished before a worker could be killed; raise --repeat"
-        subprocess.run(["docker", "kill", args.kill], check=True, stdout=subprocess.DEVNULL)
-        print(f"killed worker {args.kill[:12]} during the long query")
-        query.join()
-        if "error" in result:
-            raise result["error"]
-        got = result["table"]
+        got, seconds = query_across_kill(conn, long_sql, args.kill, 2.0, "worker")
         expected = pa.concat_tables([want] * args.repeat)
-        check_same(pa.Table.from_struct_array(got["s"].combine_chunks()), expected, f"long query across a worker kill ({result['seconds']:.1f}s)")
+        check_same(pa.Table.from_struct_array(got["s"].combine_chunks()), expected, f"long query across a worker kill ({seconds:.1f}s)")
 
 
 if __name__ == "__main__":

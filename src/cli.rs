@@ -49,6 +49,13 @@ pub enum Command {
         #[arg(long, default_value_t = 3.0)]
         timeout: f64,
     },
+    /// Run a Ballista cluster member (scheduler or executor) with the shap UDFs: SQL planned
+    /// by the scheduler and computed on executors next to the data.
+    #[cfg(feature = "ballista")]
+    Ballista {
+        #[command(subcommand)]
+        command: BallistaCommand,
+    },
     /// Work with model files.
     Models {
         #[command(subcommand)]
@@ -68,6 +75,167 @@ pub enum ModelsCommand {
     },
 }
 
+#[cfg(feature = "ballista")]
+#[derive(Debug, Subcommand)]
+pub enum BallistaCommand {
+    /// The scheduler: plans queries (pinning model versions) and hands tasks to executors.
+    Scheduler(BallistaSchedulerArgs),
+    /// An executor: scans its partitions and computes the UDFs with the planned model versions.
+    Executor(BallistaExecutorArgs),
+    /// Ask a scheduler (df://HOST:PORT) or an executor's data service (http://HOST:PORT)
+    /// whether it serves (exit 0) or not (exit 1); for health checks.
+    Health {
+        /// The member, e.g. df://127.0.0.1:50050 or http://127.0.0.1:50071.
+        url: String,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 3.0)]
+        timeout: f64,
+    },
+}
+
+/// Where a client (`sql`, `serve`) sends its queries when they run on a Ballista cluster.
+#[cfg(feature = "ballista")]
+#[derive(Debug, Args)]
+pub struct BallistaClientArgs {
+    /// Run the queries on this Ballista cluster, df://HOST:PORT (its scheduler).
+    #[arg(long = "ballista", conflicts_with = "workers")]
+    pub url: Option<String>,
+    /// File holding the Ballista cluster's token.
+    #[arg(long = "ballista-token-file", requires = "url")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[cfg(feature = "ballista")]
+impl BallistaClientArgs {
+    /// The scheduler to submit to, if `--ballista` was given.
+    fn scheduler(&self) -> Result<Option<shapfusion::sql::remote::RemoteScheduler>> {
+        let Some(url) = self.url.clone() else { return Ok(None) };
+        let token = self.token_file.as_deref().map(shapfusion::flight::read_token_file).transpose()?;
+        let scheduler = shapfusion::sql::remote::RemoteScheduler { url, token };
+        scheduler.grpc_address()?;
+        Ok(Some(scheduler))
+    }
+}
+
+/// Flags every Ballista cluster member shares.
+#[cfg(feature = "ballista")]
+#[derive(Debug, Args)]
+pub struct BallistaMemberArgs {
+    /// The host name the other members and clients reach this one at (default: the listen
+    /// address, or with 0.0.0.0 the address that reaches the scheduler).
+    #[arg(long)]
+    pub external_host: Option<String>,
+    /// The cluster token (the same file on every member and client).
+    #[command(flatten)]
+    pub access: AccessArgs,
+    /// The models (the same flags on every member, on a store every member reads).
+    #[command(flatten)]
+    pub models: ModelArgs,
+}
+
+#[cfg(feature = "ballista")]
+impl BallistaMemberArgs {
+    fn models(&self) -> shapfusion::ballista::ClusterModels {
+        shapfusion::ballista::ClusterModels {
+            models: self.models.models.clone(),
+            backgrounds: self.models.backgrounds.clone(),
+            model_dir: self.models.model_dir.clone(),
+        }
+    }
+}
+
+/// Who may call a server, shared by `worker`, `serve` and the Ballista members.
+#[cfg(feature = "flight")]
+#[derive(Debug, Args)]
+pub struct AccessArgs {
+    /// File whose first line is the bearer token clients must send. Required to listen on
+    /// anything but loopback (unless --insecure-no-auth).
+    #[arg(long, alias = "auth-token-file")]
+    pub token_file: Option<PathBuf>,
+    /// Listen on a non-loopback address without a token: anyone who reaches it can use the server.
+    #[arg(long, conflicts_with = "token_file")]
+    pub insecure_no_auth: bool,
+}
+
+#[cfg(feature = "flight")]
+impl AccessArgs {
+    /// Plaintext listening on `listen` under these flags.
+    fn listen(&self, listen: &str) -> shapfusion::flight::transport::ListenOptions {
+        shapfusion::flight::transport::ListenOptions {
+            authenticated: self.token_file.is_some(),
+            insecure_no_auth: self.insecure_no_auth,
+            ..shapfusion::flight::transport::ListenOptions::local(listen)
+        }
+    }
+
+    /// The token in `--token-file`, if given.
+    fn token(&self) -> Result<Option<String>> {
+        self.token_file.as_deref().map(shapfusion::flight::read_token_file).transpose()
+    }
+}
+
+/// The models a command may name, shared by `sql`, `worker`, `serve` and the Ballista members.
+#[cfg(feature = "sql")]
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// A named model, NAME=URL (a path, file://, s3://, gs://, az:// …); repeatable.
+    #[arg(long = "model")]
+    pub models: Vec<String>,
+    /// A named background set, NAME=URL (Parquet or CSV with the models' feature columns), for
+    /// interventional SHAP (SET shap.background = 'NAME', or "background" in a DoExchange
+    /// command); repeatable.
+    #[arg(long = "background")]
+    pub backgrounds: Vec<String>,
+    /// Where a model named NAME is looked up as NAME.json|.ubj|.txt, a directory or URL prefix
+    /// (sets shap.model_dir).
+    #[arg(long)]
+    pub model_dir: Option<String>,
+}
+
+#[cfg(feature = "ballista")]
+#[derive(Debug, Args)]
+pub struct BallistaSchedulerArgs {
+    /// Address to listen on (clients connect with df://HOST:PORT).
+    #[arg(long, default_value = "127.0.0.1:50050")]
+    pub listen: String,
+    /// A directory or URL prefix queries may scan; repeatable (none: no file scans).
+    #[arg(long = "data-root")]
+    pub data_roots: Vec<String>,
+    /// A directory or URL prefix COPY … TO may write under; repeatable (none: no writes).
+    #[arg(long = "allow-write")]
+    pub allow_write: Vec<String>,
+    /// Seconds without a heartbeat before an executor counts as lost and its tasks run elsewhere.
+    #[arg(long, default_value_t = 30)]
+    pub executor_timeout_secs: u64,
+    #[command(flatten)]
+    pub member: BallistaMemberArgs,
+}
+
+#[cfg(feature = "ballista")]
+#[derive(Debug, Args)]
+pub struct BallistaExecutorArgs {
+    /// Address of this executor's data service (shuffle and result fetches); a port is required.
+    #[arg(long, default_value = "127.0.0.1:50071")]
+    pub listen: String,
+    /// The scheduler, HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:50050")]
+    pub scheduler: String,
+    /// Tasks run at once (default: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub concurrent_tasks: usize,
+    /// Directory for shuffle files (default: a new temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<String>,
+    /// Seconds between heartbeats to the scheduler (keep well under its --executor-timeout-secs).
+    #[arg(long, default_value_t = 5)]
+    pub heartbeat_secs: u64,
+    /// This executor's id in the cluster and in errors (default: random).
+    #[arg(long)]
+    pub executor_id: Option<String>,
+    #[command(flatten)]
+    pub member: BallistaMemberArgs,
+}
+
 #[cfg(feature = "sql")]
 #[derive(Debug, Args)]
 pub struct SqlArgs {
@@ -77,16 +245,8 @@ pub struct SqlArgs {
     /// A file of SQL statements to run (repeatable; run before -c).
     #[arg(short = 'f', long = "file")]
     pub files: Vec<PathBuf>,
-    /// A named model, NAME=URL (a path, file://, s3://, gs://, az:// …); repeatable.
-    #[arg(long = "model")]
-    pub models: Vec<String>,
-    /// A named background set, NAME=URL (Parquet or CSV with the models' feature columns), for
-    /// interventional SHAP with SET shap.background = 'NAME'; repeatable.
-    #[arg(long = "background")]
-    pub backgrounds: Vec<String>,
-    /// Where `shap('name', …)` looks for name.json|.ubj|.txt (sets shap.model_dir).
-    #[arg(long)]
-    pub model_dir: Option<String>,
+    #[command(flatten)]
+    pub models: ModelArgs,
     /// Output format (parquet writes the last result to --output).
     #[arg(long, default_value = "table", value_parser = PossibleValuesParser::new(OutputFormat::NAMES).try_map(|s| s.parse::<OutputFormat>()))]
     pub format: OutputFormat,
@@ -96,6 +256,10 @@ pub struct SqlArgs {
     /// Do not print timing lines.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Run the queries on a Ballista cluster instead of in this process.
+    #[cfg(feature = "ballista")]
+    #[command(flatten)]
+    pub ballista: BallistaClientArgs,
     /// Compute on these Flight workers (comma separated URLs; sets shap.workers).
     #[arg(long)]
     pub workers: Option<String>,
@@ -108,13 +272,8 @@ pub struct SqlArgs {
 #[cfg(feature = "flight")]
 #[derive(Debug, Args)]
 pub struct ServerArgs {
-    /// File whose first line is the bearer token clients must send. Required to listen on
-    /// anything but loopback (unless --insecure-no-auth).
-    #[arg(long, alias = "auth-token-file")]
-    pub token_file: Option<PathBuf>,
-    /// Listen on a non-loopback address without a token: anyone who reaches it can use the server.
-    #[arg(long, conflicts_with = "token_file")]
-    pub insecure_no_auth: bool,
+    #[command(flatten)]
+    pub access: AccessArgs,
     /// PEM certificate chain: serve TLS (with --tls-key).
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -124,17 +283,8 @@ pub struct ServerArgs {
     /// Largest gRPC message accepted or sent, in MiB (one record batch is one message).
     #[arg(long, default_value_t = shapfusion::flight::DEFAULT_MAX_MESSAGE_BYTES >> 20)]
     pub max_message_mb: usize,
-    /// A named model, NAME=URL (a path, file://, s3://, gs://, az:// …); repeatable.
-    #[arg(long = "model")]
-    pub models: Vec<String>,
-    /// A named background set, NAME=URL (Parquet or CSV with the models' feature columns):
-    /// interventional SHAP for requests naming it (SET shap.background, or "background" in a
-    /// DoExchange command); repeatable.
-    #[arg(long = "background")]
-    pub backgrounds: Vec<String>,
-    /// Where a model named NAME is looked up as NAME.json|.ubj|.txt (a directory or URL prefix).
-    #[arg(long)]
-    pub model_dir: Option<String>,
+    #[command(flatten)]
+    pub models: ModelArgs,
     /// Requests (exchanges, statements) running at once; more are refused as busy.
     #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().max_concurrent)]
     pub max_concurrent: usize,
@@ -153,11 +303,9 @@ pub struct ServerArgs {
 impl ServerArgs {
     fn listen(&self, listen: &str) -> shapfusion::flight::transport::ListenOptions {
         shapfusion::flight::transport::ListenOptions {
-            listen: listen.to_string(),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             max_message_bytes: self.max_message_mb << 20,
-            authenticated: self.token_file.is_some(),
-            insecure_no_auth: self.insecure_no_auth,
+            ..self.access.listen(listen)
         }
     }
 
@@ -170,9 +318,6 @@ impl ServerArgs {
         }
     }
 
-    fn token(&self) -> Result<Option<String>> {
-        self.token_file.as_deref().map(shapfusion::flight::read_token_file).transpose()
-    }
 }
 
 #[cfg(feature = "flight")]
@@ -230,6 +375,10 @@ pub struct ServeArgs {
     /// e.g. 8G or 512M; a query needing more fails with a message instead of the process.
     #[arg(long, default_value = "8G")]
     pub memory_limit: ByteSize,
+    /// Run the queries on a Ballista cluster instead of in this process.
+    #[cfg(feature = "ballista")]
+    #[command(flatten)]
+    pub ballista: BallistaClientArgs,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -413,13 +562,15 @@ pub fn run(cli: Cli) -> Result<()> {
                 commands: a.commands,
                 files: a.files,
                 setup: SessionSetup {
-                    models: a.models,
-                    backgrounds: a.backgrounds,
-                    model_dir: a.model_dir,
+                    models: a.models.models,
+                    backgrounds: a.models.backgrounds,
+                    model_dir: a.models.model_dir,
                     workers: a.workers,
                     worker_token_file: a.worker_token_file,
                     names_only: false,
                     memory_limit: None,
+                    #[cfg(feature = "ballista")]
+                    ballista: a.ballista.scheduler()?,
                 },
                 format: a.format,
                 output: a.output,
@@ -430,6 +581,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Worker(a) => run_worker(a),
         #[cfg(feature = "flight")]
         Command::Serve(a) => run_serve(a),
+        #[cfg(feature = "ballista")]
+        Command::Ballista { command } => run_ballista(command),
         #[cfg(feature = "flight")]
         Command::Health { url, timeout } => {
             let reply = async_runtime()?.block_on(shapfusion::flight::health(&url, std::time::Duration::from_secs_f64(timeout)))?;
@@ -502,8 +655,8 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
         engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), ..Default::default() },
         device: a.device,
         threads: Some(threads),
-        model_dir: a.server.model_dir.clone(),
-        token: a.server.token()?,
+        model_dir: a.server.models.model_dir.clone(),
+        token: a.server.access.token()?,
         device_description: match device {
             Device::Gpu => "gpu".to_string(),
             _ => format!("cpu ({threads} threads)"),
@@ -513,10 +666,10 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     };
     // Workers load the models the operator configured, never a path or URL a client names.
     let registry = std::sync::Arc::new(shapfusion::registry::ModelRegistry::names_only(None));
-    for m in &a.server.models {
+    for m in &a.server.models.models {
         registry.register_arg(m)?;
     }
-    for b in &a.server.backgrounds {
+    for b in &a.server.models.backgrounds {
         registry.register_background_arg(b)?;
     }
     let listen = a.server.listen(&a.listen);
@@ -527,25 +680,74 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     })
 }
 
+#[cfg(feature = "ballista")]
+fn run_ballista(command: BallistaCommand) -> Result<()> {
+    match command {
+        BallistaCommand::Scheduler(a) => {
+            let options = shapfusion::ballista::SchedulerOptions {
+                listen: a.member.access.listen(&a.listen),
+                external_host: a.member.external_host.clone(),
+                token: a.member.access.token()?,
+                models: a.member.models(),
+                data_roots: a.data_roots,
+                allow_write: a.allow_write,
+                executor_timeout_secs: a.executor_timeout_secs,
+                runtime: None,
+            };
+            async_runtime()?.block_on(async move {
+                let running = shapfusion::ballista::start_scheduler(options).await?;
+                running.task.await.map_err(|e| shapfusion::Error::Input(format!("scheduler task: {e}")))?
+            })
+        }
+        BallistaCommand::Executor(a) => {
+            let options = shapfusion::ballista::ExecutorOptions {
+                listen: a.member.access.listen(&a.listen),
+                external_host: a.member.external_host.clone(),
+                scheduler: a.scheduler,
+                token: a.member.access.token()?,
+                models: a.member.models(),
+                concurrent_tasks: a.concurrent_tasks,
+                work_dir: a.work_dir,
+                heartbeat_secs: a.heartbeat_secs,
+                executor_id: a.executor_id,
+                runtime: None,
+            };
+            async_runtime()?.block_on(shapfusion::ballista::run_executor(options))
+        }
+        BallistaCommand::Health { url, timeout } => {
+            let reply = async_runtime()?.block_on(shapfusion::ballista::health(&url, std::time::Duration::from_secs_f64(timeout)))?;
+            println!("{reply}");
+            Ok(())
+        }
+    }
+}
+
 #[cfg(feature = "flight")]
 fn run_serve(a: ServeArgs) -> Result<()> {
     use shapfusion::flight::{transport, AccessPolicy, SqlService};
-    let token = a.server.token()?;
+    let token = a.server.access.token()?;
     let policy = AccessPolicy::new(&a.data_roots, &a.allow_write)?;
     let listen = a.server.listen(&a.listen);
     async_runtime()?.block_on(async move {
         let setup = SessionSetup {
-            models: a.server.models.clone(),
-            backgrounds: a.server.backgrounds.clone(),
-            model_dir: a.server.model_dir.clone(),
+            models: a.server.models.models.clone(),
+            backgrounds: a.server.models.backgrounds.clone(),
+            model_dir: a.server.models.model_dir.clone(),
             workers: a.workers.clone(),
             worker_token_file: a.worker_token_file.clone(),
             names_only: true,
             memory_limit: Some(a.memory_limit.0),
+            #[cfg(feature = "ballista")]
+            ballista: a.ballista.scheduler()?,
         };
         let (ctx, registry, _stores) = shell::new_session(&setup).await?;
         let admission = shapfusion::flight::Admission::new(a.server.limits());
-        let service = SqlService::new(ctx, registry, token, policy, admission);
+        #[allow(unused_mut)]
+        let mut service = SqlService::new(ctx, registry, token, policy, admission);
+        #[cfg(feature = "ballista")]
+        if let Some(scheduler) = setup.ballista.clone() {
+            service = service.on_ballista(scheduler)?;
+        }
         for t in &a.tables {
             service.register_table(t).await?;
         }

@@ -34,14 +34,19 @@
 //! * `flight`: `shapfusion worker` (Arrow Flight), the worker pool, and the Flight SQL server
 //!   `shapfusion serve`, closed by default (loopback, tokens, one session per client, only the
 //!   models, tables and paths the operator configured).
+//! * `ballista`: a Ballista scheduler and executors with the UDFs, for SQL computed where the
+//!   data is; `sql::remote` makes a session whose queries run on such a cluster.
 //!
-//! Cargo features: `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`), `gpu` (the CUDA
+//! Cargo features: `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`), `ballista`
+//! (Apache Ballista, implies `flight`), `gpu` (the CUDA
 //! engine, loaded at run time), `cli` (the `shapfusion` binary's own dependencies: argument
 //! parsing, progress bars, log formatting). All are on by default; a library user who wants the
 //! engines only takes `default-features = false`.
 #![warn(missing_docs)]
 
 mod atomic_file;
+#[cfg(feature = "ballista")]
+pub mod ballista;
 mod batch;
 mod device;
 pub mod engine;

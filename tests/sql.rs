@@ -4,9 +4,9 @@ mod common;
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::compute::concat_batches;
+use arrow::array::AsArray;
 use arrow::datatypes::Float64Type;
+use common::sql::{explain_output, feature_list, query, query_err, same_bits};
 use common::{fixtures, read_parquet, Fixture};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use object_store::memory::InMemory;
@@ -18,33 +18,6 @@ fn session(partitions: usize) -> (SessionContext, Arc<shapfusion::registry::Mode
     let ctx = SessionContext::new_with_config(shapfusion::sql::session_config().with_target_partitions(partitions));
     let registry = shapfusion::sql::register(&ctx).unwrap();
     (ctx, registry)
-}
-
-fn feature_list(f: &Fixture) -> String {
-    f.model.feature_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
-}
-
-async fn query(ctx: &SessionContext, sql: &str) -> RecordBatch {
-    let batches = ctx.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}")).collect().await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-    concat_batches(&batches[0].schema(), &batches).unwrap()
-}
-
-async fn query_err(ctx: &SessionContext, sql: &str) -> String {
-    match ctx.sql(sql).await {
-        Err(e) => e.to_string(),
-        Ok(df) => df.collect().await.err().map(|e| e.to_string()).unwrap_or_else(|| panic!("{sql} succeeded")),
-    }
-}
-
-fn explain_output(f: &Fixture, output: OutputKind) -> RecordBatch {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("o.parquet");
-    explain_with_model(f.model.clone(), &f.input_path(), &out, &ExplainOptions { output, ..Default::default() }).unwrap();
-    read_parquet(&out)
-}
-
-fn same_bits(a: &dyn Array, b: &dyn Array) -> bool {
-    a.to_data() == b.to_data()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,6 +67,31 @@ impl AccessPolicy {
         refusal.map_or(Ok(()), Err)
     }
 
+    /// Refuses a plan that scans files outside the `--data-root` prefixes: what a server that
+    /// receives whole plans (a Ballista scheduler) checks, since its clients name tables by
+    /// location in the plan itself.
+    pub fn check_scans(&self, plan: &LogicalPlan) -> std::result::Result<(), String> {
+        use datafusion::datasource::listing::ListingTable;
+        use datafusion::datasource::source_as_provider;
+        let mut refusal = None;
+        let _ = plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node {
+                if let Ok(provider) = source_as_provider(&scan.source) {
+                    if let Some(table) = provider.downcast_ref::<ListingTable>() {
+                        for path in table.table_paths() {
+                            if let Err(e) = allowed(&self.read, path.as_str(), "read", "--data-root") {
+                                refusal = Some(format!("table {}: {e}", scan.table_name));
+                                return Ok(TreeNodeRecursion::Stop);
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        refusal.map_or(Ok(()), Err)
+    }
+
     fn check_node(&self, node: &LogicalPlan) -> std::result::Result<(), String> {
         match node {
             LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) => {

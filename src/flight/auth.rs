@@ -39,10 +39,23 @@ pub fn read_token_file(path: &std::path::Path) -> Result<String> {
     Ok(token)
 }
 
+/// The token in a `user-agent` header (`… shapfusion-token=<token> …`): how Ballista's own
+/// channels, which take no extra headers, carry it (see `sql::remote`).
+#[cfg(feature = "ballista")]
+pub fn agent_token(metadata: &MetadataMap) -> Option<&str> {
+    let agent = metadata.get("user-agent")?.to_str().ok()?;
+    let start = agent.find(crate::sql::remote::TOKEN_AGENT_PREFIX)? + crate::sql::remote::TOKEN_AGENT_PREFIX.len();
+    agent[start..].split_whitespace().next()
+}
+
 /// Refuses a call that lacks the expected bearer token (no token configured: anyone may call).
 pub fn check(metadata: &MetadataMap, expected: Option<&str>) -> std::result::Result<(), Status> {
     let Some(expected) = expected else { return Ok(()) };
-    match bearer_token(metadata) {
+    #[cfg(feature = "ballista")]
+    let presented = bearer_token(metadata).or_else(|| agent_token(metadata));
+    #[cfg(not(feature = "ballista"))]
+    let presented = bearer_token(metadata);
+    match presented {
         Some(t) if token_matches(t, expected) => Ok(()),
         Some(_) => Err(Status::unauthenticated("wrong bearer token")),
         None => Err(Status::unauthenticated(
@@ -99,5 +112,17 @@ mod tests {
         assert!(check(&m, Some("s3cret")).is_ok());
         assert!(check(&m, Some("s3creT")).unwrap_err().message().contains("wrong"));
         assert!(!token_matches("s3cre", "s3cret"));
+    }
+
+    #[cfg(feature = "ballista")]
+    #[test]
+    fn a_token_in_the_user_agent_is_accepted() {
+        let mut m = MetadataMap::new();
+        m.insert("user-agent", "shapfusion-token=s3cret tonic/0.14".parse().unwrap());
+        assert_eq!(agent_token(&m), Some("s3cret"));
+        assert!(check(&m, Some("s3cret")).is_ok());
+        assert!(check(&m, Some("other")).unwrap_err().message().contains("wrong"));
+        m.insert("user-agent", "tonic/0.14".parse().unwrap());
+        assert_eq!(check(&m, Some("s3cret")).unwrap_err().code(), tonic::Code::Unauthenticated);
     }
 }

@@ -12,7 +12,7 @@
 //! explained remotely is bit-identical to the same row explained locally.
 
 mod access;
-mod auth;
+pub(crate) mod auth;
 mod limits;
 mod pool;
 mod protocol;

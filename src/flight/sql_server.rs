@@ -92,6 +92,9 @@ struct SessionTemplate {
     runtime: Arc<RuntimeEnv>,
     registry: Arc<ModelRegistry>,
     tables: Vec<(String, Arc<dyn TableProvider>)>,
+    /// Client sessions run their queries on this Ballista cluster.
+    #[cfg(feature = "ballista")]
+    remote: Option<crate::sql::remote::RemoteScheduler>,
 }
 
 /// The Flight SQL service of `shapfusion serve`.
@@ -136,8 +139,25 @@ impl SqlService {
         // Each client session gets its own default catalog (the operator's session may have
         // turned creating one off once it had its own).
         let config = state.config().clone().with_create_default_catalog_and_schema(true);
-        let template = SessionTemplate { config, runtime: ctx.runtime_env(), registry, tables: Vec::new() };
+        let template = SessionTemplate {
+            config,
+            runtime: ctx.runtime_env(),
+            registry,
+            tables: Vec::new(),
+            #[cfg(feature = "ballista")]
+            remote: None,
+        };
         SqlService { base: ctx, template: Mutex::new(template), token, policy, admission, sessions: Mutex::new(HashMap::new()) }
+    }
+
+    /// Client sessions submit their queries to the Ballista cluster `scheduler` (whose
+    /// executors compute next to the data) instead of running them here. `ctx` (given to
+    /// [`SqlService::new`]) should carry [`crate::sql::remote::remote_config`] for the cluster's token.
+    #[cfg(feature = "ballista")]
+    pub fn on_ballista(self, scheduler: crate::sql::remote::RemoteScheduler) -> Result<Self> {
+        scheduler.grpc_address()?;
+        self.template.lock().expect("template").remote = Some(scheduler);
+        Ok(self)
     }
 
     /// Registers `NAME=URL` (`--table`): a Parquet or CSV (with header) file or directory,
@@ -174,7 +194,13 @@ impl SqlService {
     /// (`SELECT * FROM '/path'`), so files are reached only through tables.
     fn new_session(&self) -> std::result::Result<SessionContext, Status> {
         let template = self.template.lock().expect("template");
-        let ctx = SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone());
+        #[allow(unused_mut)]
+        let mut ctx = SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone());
+        #[cfg(feature = "ballista")]
+        if let Some(scheduler) = &template.remote {
+            let state = crate::sql::remote::remote_state(ctx.state(), scheduler).map_err(|e| Status::internal(e.to_string()))?;
+            ctx = SessionContext::new_with_state(state);
+        }
         crate::sql::register_with(&ctx, template.registry.clone()).map_err(|e| Status::internal(e.to_string()))?;
         for (name, provider) in &template.tables {
             ctx.register_table(name.as_str(), provider.clone()).map_err(df_status)?;

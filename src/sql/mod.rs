@@ -10,6 +10,8 @@
 //! so the numbers and the column layout are identical.
 
 mod options;
+#[cfg(feature = "ballista")]
+pub mod remote;
 pub mod shell;
 mod udf;
 
@@ -19,8 +21,8 @@ use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionConfig;
 
-pub use options::ShapOptions;
-pub use udf::ShapUdf;
+pub use options::{ShapOptions, ShapSettings};
+pub use udf::{PlannedCall, PlannedObject, ShapUdf};
 
 use crate::error::Result;
 use crate::batch::OutputKind;
@@ -29,6 +31,11 @@ use crate::registry::ModelRegistry;
 /// Names of the UDFs, with what each returns.
 pub const FUNCTIONS: [(&str, OutputKind); 3] =
     [("shap", OutputKind::Shap), ("shap_interactions", OutputKind::Interactions), ("predict", OutputKind::Predict)];
+
+/// The UDF names, comma separated (for messages).
+pub(crate) fn function_names() -> String {
+    FUNCTIONS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
 
 /// A session config with the `shap.*` options available (so `SET shap.model_dir = …` works).
 pub fn session_config() -> SessionConfig {

@@ -71,6 +71,9 @@ pub struct SessionSetup {
     pub names_only: bool,
     /// Bytes DataFusion's operators (sorts, joins, aggregations) may hold; `None`: no limit.
     pub memory_limit: Option<usize>,
+    /// Run queries on this Ballista cluster instead of in this process.
+    #[cfg(feature = "ballista")]
+    pub ballista: Option<super::remote::RemoteScheduler>,
 }
 
 /// Options of `shapfusion sql`.
@@ -99,7 +102,20 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
         runtime = runtime.with_memory_limit(bytes, 1.0);
     }
     let runtime = runtime.build_arc().map_err(df)?;
-    let ctx = SessionContext::new_with_config_rt(super::session_config(), runtime).enable_url_table();
+    #[allow(unused_mut)]
+    let mut config = super::session_config();
+    #[cfg(feature = "ballista")]
+    if let Some(scheduler) = &setup.ballista {
+        config = super::remote::remote_config(config, scheduler.token.as_deref())?;
+    }
+    #[allow(unused_mut)]
+    let mut ctx = SessionContext::new_with_config_rt(config, runtime);
+    #[cfg(feature = "ballista")]
+    if let Some(scheduler) = &setup.ballista {
+        // Before URL tables and the catalog below: both keep a reference to their session.
+        ctx = SessionContext::new_with_state(super::remote::remote_state(ctx.state(), scheduler)?);
+    }
+    let ctx = ctx.enable_url_table();
     ctx.refresh_catalogs().await.map_err(df)?;
     ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(ctx.state().catalog_list().clone(), ctx.state_weak_ref())));
     let registry = if setup.names_only {

@@ -2,6 +2,12 @@
 //! the model's features and fixes the output type; the resolved model's URL and version (and
 //! the background's, with `shap.background` set) travel in the return field's metadata so
 //! execution uses exactly the versions that were planned.
+//!
+//! The optimizer's expression simplification also pins each call: `simplify` swaps the
+//! session's function for one bound to the model (and background) it resolved, so the plan
+//! itself holds the versions. A pinned call is what crosses machines: [`PlannedCall`] is its
+//! serialised form (the Ballista codec sends it to executors, which load the same URL and refuse
+//! any other version).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -11,9 +17,12 @@ use arrow::array::{ArrayRef, StructArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::{exec_datafusion_err, plan_datafusion_err, plan_err, DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
+use serde::{Deserialize, Serialize};
 
 use super::options::ShapOptions;
 use crate::device::Device;
@@ -22,7 +31,7 @@ use crate::batch::{compute_pool, explain_block, output_fields, OutputKind};
 use crate::features::{block_from_columns, is_numeric};
 
 use crate::model::Model;
-use crate::registry::ModelRegistry;
+use crate::registry::{LoadedBackground, LoadedModel, ModelRegistry};
 
 const META_URL: &str = "shapfusion.model.url";
 const META_VERSION: &str = "shapfusion.model.version";
@@ -30,7 +39,7 @@ const META_BACKGROUND_URL: &str = "shapfusion.background.url";
 const META_BACKGROUND_VERSION: &str = "shapfusion.background.version";
 
 /// `shap`, `shap_interactions` or `predict`, bound to a model registry and the session's
-/// `shap.*` options.
+/// `shap.*` options; after simplification, also to the model version it was planned with.
 #[derive(Debug)]
 pub struct ShapUdf {
     name: &'static str,
@@ -41,6 +50,48 @@ pub struct ShapUdf {
     device: Device,
     pool: Arc<rayon::ThreadPool>,
     signature: Signature,
+    pinned: Option<Pinned>,
+}
+
+/// The model (and background) one call was planned with.
+#[derive(Debug, Clone)]
+struct Pinned {
+    model_name: String,
+    model: Arc<LoadedModel>,
+    background: Option<Arc<LoadedBackground>>,
+}
+
+/// A stored object as a plan pins it: what it was called, where it is, and its version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedObject {
+    /// The name the query (or `shap.background`) used.
+    pub name: String,
+    /// Where the planner loaded it from.
+    pub url: String,
+    /// The planner's store version (ETag, or last-modified and size).
+    pub version: String,
+    /// Hash of the bytes: the version every machine agrees on.
+    pub content_hash: String,
+}
+
+/// A pinned call in serialised form: the function, the model and background versions it was
+/// planned with, and the engine options that shape its numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedCall {
+    /// `shap`, `shap_interactions` or `predict`.
+    pub function: String,
+    /// The model.
+    pub model: PlannedObject,
+    /// The background set (interventional SHAP), if any.
+    pub background: Option<PlannedObject>,
+    /// `shap.algorithm`.
+    pub algorithm: String,
+    /// `shap.device`.
+    pub device: String,
+    /// `shap.threads` (0: all cores of the machine computing).
+    pub threads: usize,
+    /// `shap.v2_memory_mb`.
+    pub v2_memory_mb: usize,
 }
 
 impl ShapUdf {
@@ -58,7 +109,89 @@ impl ShapUdf {
             device,
             pool,
             signature: Signature::user_defined(Volatility::Immutable),
+            pinned: None,
         })
+    }
+
+    /// This function bound to the versions `model_name` (and `shap.background`) resolve to now.
+    fn pin(&self, model_name: &str) -> DfResult<ShapUdf> {
+        let (model, background) = self.resolve(model_name)?;
+        let mut pinned = ShapUdf::new(self.name, self.kind, self.registry.clone(), self.options.clone()).map_err(df_err)?;
+        pinned.pinned = Some(Pinned { model_name: model_name.to_string(), model, background });
+        Ok(pinned)
+    }
+
+    /// The model `name` and the session's background, as the registry resolves them now.
+    fn resolve(&self, name: &str) -> DfResult<(Arc<LoadedModel>, Option<Arc<LoadedBackground>>)> {
+        let dir = Some(self.options.model_dir.as_str()).filter(|d| !d.is_empty());
+        let model = self.registry.resolve(name, dir).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+        if self.options.background.is_empty() {
+            return Ok((model, None));
+        }
+        if self.kind == OutputKind::Interactions {
+            return plan_err!("{}(): interaction values are path-dependent only; RESET shap.background first", self.name);
+        }
+        let background = self.registry.background(&self.options.background).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+        Ok((model, Some(background)))
+    }
+
+    /// The pinned call in serialised form; `None` for a function not yet bound to a version.
+    pub fn planned_call(&self) -> Option<PlannedCall> {
+        let pinned = self.pinned.as_ref()?;
+        let object = |name: &str, url: &str, version: &str, content_hash: &str| PlannedObject {
+            name: name.to_string(),
+            url: url.to_string(),
+            version: version.to_string(),
+            content_hash: content_hash.to_string(),
+        };
+        Some(PlannedCall {
+            function: self.name.to_string(),
+            model: object(&pinned.model_name, &pinned.model.url, &pinned.model.version, &pinned.model.content_hash),
+            background: pinned.background.as_ref().map(|b| object(&b.name, &b.url, &b.version, &b.content_hash)),
+            algorithm: self.options.algorithm.clone(),
+            device: self.options.device.clone(),
+            threads: self.options.threads,
+            v2_memory_mb: self.options.v2_memory_mb,
+        })
+    }
+
+    /// Rebuilds a pinned call on another machine (`here` names it in errors): loads the planned
+    /// model URL through `registry` (a server's registry serves only its registered models and
+    /// its model directory `model_dir`) and the background by its registered name, and refuses
+    /// either when its content differs from what was planned.
+    pub fn from_planned_call(call: &PlannedCall, registry: Arc<ModelRegistry>, model_dir: Option<&str>, here: &str) -> crate::Result<ShapUdf> {
+        let (name, kind) = super::FUNCTIONS.iter().find(|(n, _)| *n == call.function).copied().ok_or_else(|| {
+            crate::Error::Input(format!("{here}: unknown function {:?} in the plan; this build has {}", call.function, super::function_names()))
+        })?;
+        let mismatch = |what: &str, planned: &PlannedObject, ours: &str, our_version: &str| {
+            crate::Error::Input(format!(
+                "{here}: {what} {:?} ({}) is version {ours} (store version {our_version}) here, but the query was planned with version {} (store version {}); deploy the same file everywhere, then run the query again",
+                planned.name, planned.url, planned.content_hash, planned.version
+            ))
+        };
+        let model = registry.resolve(&call.model.url, model_dir).map_err(|e| crate::Error::Input(format!("{here}: {e}")))?;
+        if model.content_hash != call.model.content_hash {
+            return Err(mismatch("model", &call.model, &model.content_hash, &model.version));
+        }
+        let background = match &call.background {
+            None => None,
+            Some(planned) => {
+                let b = registry.background(&planned.name).map_err(|e| crate::Error::Input(format!("{here}: {e}")))?;
+                if b.content_hash != planned.content_hash || b.url != planned.url {
+                    return Err(mismatch("background", planned, &b.content_hash, &b.version));
+                }
+                Some(b)
+            }
+        };
+        let mut options = ShapOptions::default();
+        options.algorithm = call.algorithm.clone();
+        options.device = call.device.clone();
+        options.threads = call.threads;
+        options.v2_memory_mb = call.v2_memory_mb;
+        options.background = call.background.as_ref().map(|b| b.name.clone()).unwrap_or_default();
+        let mut udf = ShapUdf::new(name, kind, registry, options)?;
+        udf.pinned = Some(Pinned { model_name: call.model.name.clone(), model, background });
+        Ok(udf)
     }
 
     fn engine_options(&self) -> EngineOptions {
@@ -120,7 +253,10 @@ impl ShapUdf {
 
 impl PartialEq for ShapUdf {
     fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && Arc::ptr_eq(&self.registry, &other.registry) && same_options(&self.options, &other.options)
+        self.name == other.name
+            && Arc::ptr_eq(&self.registry, &other.registry)
+            && same_options(&self.options, &other.options)
+            && self.pinned_versions() == other.pinned_versions()
     }
 }
 
@@ -134,6 +270,16 @@ impl Hash for ShapUdf {
         self.options.device.hash(state);
         self.options.workers.hash(state);
         self.options.background.hash(state);
+        self.pinned_versions().hash(state);
+    }
+}
+
+impl ShapUdf {
+    /// The pinned model's and background's URL and version: what tells two pinned calls apart.
+    fn pinned_versions(&self) -> Option<(&str, &str, Option<(&str, &str)>)> {
+        self.pinned.as_ref().map(|p| {
+            (p.model.url.as_str(), p.model.version.as_str(), p.background.as_ref().map(|b| (b.url.as_str(), b.version.as_str())))
+        })
     }
 }
 
@@ -148,6 +294,30 @@ fn same_options(a: &ShapOptions, b: &ShapOptions) -> bool {
         && a.workers == b.workers
         && a.worker_token_file == b.worker_token_file
         && a.background == b.background
+}
+
+impl ShapUdf {
+    /// The model and background versions recorded in the return field at planning time.
+    fn planned_versions(&self, return_field: &Field) -> DfResult<(Arc<LoadedModel>, Option<Arc<LoadedBackground>>)> {
+        let meta = return_field.metadata();
+        let (url, version) = match (meta.get(META_URL), meta.get(META_VERSION)) {
+            (Some(u), Some(v)) => (u, v),
+            _ => return Err(exec_datafusion_err!("{}(): the plan carries no model version (planned without return_field_from_args)", self.name)),
+        };
+        let loaded = self
+            .registry
+            .get_version(url, version)
+            .ok_or_else(|| exec_datafusion_err!("{}(): model {url} changed twice while this query ran; run it again", self.name))?;
+        let background = match (meta.get(META_BACKGROUND_URL), meta.get(META_BACKGROUND_VERSION)) {
+            (Some(u), Some(v)) => Some(
+                self.registry
+                    .get_background_version(u, v)
+                    .ok_or_else(|| exec_datafusion_err!("{}(): background {u} changed twice while this query ran; run it again", self.name))?,
+            ),
+            _ => None,
+        };
+        Ok((loaded, background))
+    }
 }
 
 fn df_err(e: crate::Error) -> DataFusionError {
@@ -195,8 +365,10 @@ impl ScalarUDFImpl for ShapUdf {
                 )
             }
         };
-        let dir = Some(self.options.model_dir.as_str()).filter(|d| !d.is_empty());
-        let loaded = self.registry.resolve(&name, dir).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+        let (loaded, background) = match &self.pinned {
+            Some(p) => (p.model.clone(), p.background.clone()),
+            None => self.resolve(&name)?,
+        };
         let model = &loaded.model;
         let given = args.arg_fields.len() - 1;
         if given != model.num_features() {
@@ -208,18 +380,32 @@ impl ScalarUDFImpl for ShapUdf {
             );
         }
         let mut metadata = HashMap::from([(META_URL.to_string(), loaded.url.clone()), (META_VERSION.to_string(), loaded.version.clone())]);
-        if !self.options.background.is_empty() {
-            if self.kind == OutputKind::Interactions {
-                return plan_err!("{}(): interaction values are path-dependent only; RESET shap.background first", self.name);
-            }
-            let background = self.registry.background(&self.options.background).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+        if let Some(background) = background {
             metadata.insert(META_BACKGROUND_URL.to_string(), background.url.clone());
             metadata.insert(META_BACKGROUND_VERSION.to_string(), background.version.clone());
         }
         Ok(Arc::new(Field::new(self.name, self.output_type(model), false).with_metadata(metadata)))
     }
 
+    fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> DfResult<ExprSimplifyResult> {
+        // Pin once, to the versions resolved now; a non-constant name is left for
+        // `return_field_from_args` to reject with its message.
+        let name = match args.first() {
+            Some(Expr::Literal(ScalarValue::Utf8(Some(n)) | ScalarValue::LargeUtf8(Some(n)) | ScalarValue::Utf8View(Some(n)), _)) => n.clone(),
+            _ => return Ok(ExprSimplifyResult::Original(args)),
+        };
+        if self.pinned.is_some() {
+            return Ok(ExprSimplifyResult::Original(args));
+        }
+        let pinned = ScalarUDF::new_from_impl(self.pin(&name)?);
+        Ok(ExprSimplifyResult::Simplified(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(pinned), args))))
+    }
+
     fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        if self.pinned.is_some() {
+            // A planned call keeps the options it was planned with.
+            return None;
+        }
         let options = config.extensions.get::<ShapOptions>()?.clone();
         if same_options(&options, &self.options) {
             return None;
@@ -235,27 +421,14 @@ impl ScalarUDFImpl for ShapUdf {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        let meta = args.return_field.metadata();
-        let (url, version) = match (meta.get(META_URL), meta.get(META_VERSION)) {
-            (Some(u), Some(v)) => (u, v),
-            _ => return Err(exec_datafusion_err!("{}(): the plan carries no model version (planned without return_field_from_args)", self.name)),
+        let (loaded, background) = match &self.pinned {
+            Some(p) => (p.model.clone(), p.background.clone()),
+            None => self.planned_versions(&args.return_field)?,
         };
-        let loaded = self
-            .registry
-            .get_version(url, version)
-            .ok_or_else(|| exec_datafusion_err!("{}(): model {url} changed twice while this query ran; run it again", self.name))?;
         let model = &loaded.model;
         let rows = args.number_rows;
         let columns: Vec<ArrayRef> =
             args.args[1..].iter().map(|c| c.to_array(rows)).collect::<DfResult<_>>()?;
-        let background = match (meta.get(META_BACKGROUND_URL), meta.get(META_BACKGROUND_VERSION)) {
-            (Some(u), Some(v)) => Some(
-                self.registry
-                    .get_background_version(u, v)
-                    .ok_or_else(|| exec_datafusion_err!("{}(): background {u} changed twice while this query ran; run it again", self.name))?,
-            ),
-            _ => None,
-        };
         if !self.options.workers.is_empty() {
             return self.invoke_on_workers(&loaded, background.as_deref(), columns).map(ColumnarValue::Array);
         }

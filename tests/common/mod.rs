@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod server;
+#[cfg(feature = "sql")]
+pub mod sql;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

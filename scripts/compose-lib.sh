@@ -1,0 +1,34 @@
+# Helpers for the Docker tests (cluster-test.sh, ballista-test.sh); sourced, not run.
+
+# `docker compose`, or docker-compose v1 where the plugin is missing.
+compose() {
+  if docker compose version >/dev/null 2>&1; then docker compose "$@"; else docker-compose "$@"; fi
+}
+
+# A free TCP port on this host's loopback.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_healthy DEADLINE COUNT COMPOSE_ARGS...: waits until the COUNT containers that
+# `compose COMPOSE_ARGS` lists (a `ps -q` command) report healthy; fails with their logs when one
+# keeps restarting or DEADLINE (epoch seconds) passes.
+wait_healthy() {
+  local deadline="$1" want=" $2 healthy"
+  shift 2
+  local ids states c
+  while :; do
+    ids=$(compose "$@")
+    states=$(for c in $ids; do docker inspect --format '{{.State.Health.Status}}' "$c"; done | sort | uniq -c | tr -s ' ')
+    [[ "$states" == "$want" ]] && return 0
+    for c in $ids; do
+      if [[ "$(docker inspect --format '{{.RestartCount}}' "$c")" != 0 ]]; then
+        echo "container $(docker inspect --format '{{.Name}}' "$c") keeps restarting:" >&2
+        docker logs --tail 20 "$c" >&2
+        return 1
+      fi
+    done
+    if (( $(date +%s) > deadline )); then echo "not healthy in time: $states" >&2; return 1; fi
+    sleep 1
+  done
+}
