@@ -98,10 +98,10 @@ pub enum BallistaCommand {
 #[derive(Debug, Args)]
 pub struct BallistaClientArgs {
     /// Run the queries on this Ballista cluster, df://HOST:PORT (its scheduler).
-    #[arg(long = "ballista", conflicts_with = "workers")]
+    #[arg(id = "ballista", long = "ballista", conflicts_with = "workers")]
     pub url: Option<String>,
     /// File holding the Ballista cluster's token.
-    #[arg(long = "ballista-token-file", requires = "url")]
+    #[arg(id = "ballista_token_file", long = "ballista-token-file", requires = "ballista")]
     pub token_file: Option<PathBuf>,
 }
 
@@ -754,4 +754,16 @@ fn run_serve(a: ServeArgs) -> Result<()> {
         let (listener, _) = transport::bind(&listen, "shapfusion serve").await?;
         transport::serve(service, listener, &listen, transport::shutdown_signal()).await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_subcommand_has_consistent_flags() {
+        // clap checks flag names, ids, conflicts and requirements when a command is first
+        // built; this builds them all (a clash otherwise shows only when that command runs).
+        super::Cli::command().debug_assert();
+    }
 }
