@@ -101,7 +101,7 @@ def main():
         print("local", results["local `sql`"], flush=True)
 
         port = free_port()
-        worker = subprocess.Popen([args.bin, "worker", "--listen", f"127.0.0.1:{port}", "--device", "cpu", "--log", "warn"],
+        worker = subprocess.Popen([args.bin, "worker", "--listen", f"127.0.0.1:{port}", "--device", "cpu", "--model", f"fraud={MODEL}", "--log", "warn"],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         worker.stdout.readline()
         try:
@@ -131,9 +131,10 @@ def main():
         # Compute divides across machines (each as fast as this one); the job's fixed cost does not.
         t = local_scan + max(job_overhead, 0) + compute / machines
         projection.append(f"{machines} machines: ~{args.rows / t:,.0f} rows/s ({t:.2f} s)")
+    shown_bin = os.path.relpath(args.bin, ROOT) if Path(args.bin).resolve().is_relative_to(ROOT) else args.bin
     body = (
         "## Distributed SQL: Ballista vs the Flight pool vs in-process\n\n"
-        f"Command: `python benchmarks/ballista.py --rows {args.rows} --files {args.files} --repeats {args.repeats} --bin {os.path.relpath(args.bin, ROOT)}`. "
+        f"Command: `python benchmarks/ballista.py --rows {args.rows} --files {args.files} --repeats {args.repeats} --bin {shown_bin}`. "
         f"Machine: {platform.machine()}, {cores} cores; every process (scheduler, executors, workers, client) on the same cores, over loopback. "
         f"{args.rows:,} rows (copies of the example payments) in {args.files} Parquet files; the example fraud model; "
         f"query `{SHAP_QUERY.replace(FEATURES, '…')}` (every row's attributions, one result row); whole-command wall time, median of {args.repeats} after a warm-up. "
@@ -142,7 +143,7 @@ def main():
         f"Per-task overhead on Ballista (scheduler round trips, plan serialisation, task launch and result fetch), from the scan-only job "
         f"({tasks} tasks: {args.files} scan partitions + the final aggregate): {job_overhead * 1000:.0f} ms per job, ~{per_task_ms:.0f} ms per task.\n\n"
         f"What limits scaling here: all executors share this machine's {cores} cores, so more executors add scheduling and "
-        "context switches but no compute. Projection to N machines of this size from the measured costs "
+        "context switches but no compute; the ratios above are each path's overhead over in-process, not a speed-up. Projection to N machines of this size from the measured costs "
         f"(compute {compute:.2f} s divided across machines, the fixed cost {max(job_overhead, 0) * 1000:.0f} ms not; assumes at least "
         f"N × cores partitions and a store that serves them in parallel): {'; '.join(projection)}.\n"
     )
