@@ -29,7 +29,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Explain every row of a Parquet or CSV file; write attributions as Parquet.
+    /// Explain every row of a Parquet, Arrow IPC or CSV file; write attributions as Parquet (or
+    /// Arrow IPC for an output named .arrow, .feather or .ipc).
     Explain(ExplainArgs),
     /// SQL with the shap UDFs: an interactive shell, or a batch of statements (-c / -f).
     #[cfg(feature = "sql")]
@@ -409,10 +410,10 @@ pub struct ExplainArgs {
     /// Model file (XGBoost .json/.ubj or LightGBM .txt).
     #[arg(long)]
     pub model: PathBuf,
-    /// Rows to explain: Parquet, or CSV with a header line.
+    /// Rows to explain: Parquet, Arrow IPC (Feather v2), or CSV with a header line.
     #[arg(long)]
     pub input: PathBuf,
-    /// Parquet file to write.
+    /// File to write: Parquet, or Arrow IPC when named .arrow, .feather or .ipc.
     #[arg(long)]
     pub output: PathBuf,
     /// Engine (auto picks one from the model's shape and logs why).

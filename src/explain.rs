@@ -1,5 +1,5 @@
-//! The batch pipeline behind `shapfusion explain`: stream a Parquet or CSV file through
-//! features → engine → layout and write Parquet, in input row order, with memory bounded by the
+//! The batch pipeline behind `shapfusion explain`: stream a Parquet, Arrow IPC or CSV file
+//! through features → engine → layout and write Parquet (or Arrow IPC), in input row order, with memory bounded by the
 //! batch size rather than the file size.
 
 use std::path::Path;
@@ -155,15 +155,7 @@ pub fn explain_rows(
     fields.extend(out_fields);
     let out_schema = Arc::new(Schema::new(fields));
 
-    let file = pending.file()?;
-    // Keep row groups near 64 MiB of values whatever the row width, so memory stays bounded.
-    let row_bytes: usize = out_schema.fields().iter().map(|f| value_bytes(f.data_type())).sum::<usize>().max(8);
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_max_row_group_row_count(Some(((64usize << 20) / row_bytes).clamp(1024, 1 << 20)))
-        .build();
-    let mut writer = ArrowWriter::try_new(file, out_schema.clone(), Some(props))
-        .map_err(|e| Error::parquet(format!("writing {}", output.display()), e))?;
+    let mut writer = OutputWriter::new(pending.file()?, output, out_schema.clone())?;
 
     if let Some(progress) = &options.progress {
         progress.start(reader.total_rows().map(|n| n as u64));
@@ -174,18 +166,60 @@ pub fn explain_rows(
         let mut columns: Vec<ArrayRef> = keep_idx.iter().map(|&i| batch.column(i).clone()).collect();
         columns.extend(compute(&batch)?);
         let out = RecordBatch::try_new(out_schema.clone(), columns).map_err(|e| Error::arrow("assembling output batch", e))?;
-        writer.write(&out).map_err(|e| Error::parquet(format!("writing {}", output.display()), e))?;
+        writer.write(&out)?;
         rows += batch.num_rows();
         if let Some(progress) = &options.progress {
             progress.advance(batch.num_rows() as u64);
         }
     }
-    writer.close().map_err(|e| Error::parquet(format!("closing {}", output.display()), e))?;
+    writer.close()?;
     pending.commit()?;
     if let Some(progress) = &options.progress {
         progress.finish();
     }
     Ok(rows)
+}
+
+/// Parquet, or the Arrow IPC file format (Feather v2) for an output named `.arrow`,
+/// `.feather` or `.ipc`.
+enum OutputWriter<'a> {
+    Parquet(ArrowWriter<std::fs::File>, &'a Path),
+    ArrowIpc(arrow::ipc::writer::FileWriter<std::fs::File>, &'a Path),
+}
+
+/// Output extensions written as Arrow IPC.
+pub const ARROW_IPC_EXTENSIONS: [&str; 3] = ["arrow", "feather", "ipc"];
+
+impl<'a> OutputWriter<'a> {
+    fn new(file: std::fs::File, output: &'a Path, schema: Arc<Schema>) -> Result<Self> {
+        let ipc = output.extension().and_then(|e| e.to_str()).is_some_and(|e| ARROW_IPC_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
+        if ipc {
+            let writer = arrow::ipc::writer::FileWriter::try_new(file, &schema).map_err(|e| Error::arrow(format!("writing {}", output.display()), e))?;
+            return Ok(OutputWriter::ArrowIpc(writer, output));
+        }
+        // Keep row groups near 64 MiB of values whatever the row width, so memory stays bounded.
+        let row_bytes: usize = schema.fields().iter().map(|f| value_bytes(f.data_type())).sum::<usize>().max(8);
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_max_row_group_row_count(Some(((64usize << 20) / row_bytes).clamp(1024, 1 << 20)))
+            .build();
+        let writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| Error::parquet(format!("writing {}", output.display()), e))?;
+        Ok(OutputWriter::Parquet(writer, output))
+    }
+
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        match self {
+            OutputWriter::Parquet(w, output) => w.write(batch).map_err(|e| Error::parquet(format!("writing {}", output.display()), e)),
+            OutputWriter::ArrowIpc(w, output) => w.write(batch).map_err(|e| Error::arrow(format!("writing {}", output.display()), e)),
+        }
+    }
+
+    fn close(self) -> Result<()> {
+        match self {
+            OutputWriter::Parquet(w, output) => w.close().map(|_| ()).map_err(|e| Error::parquet(format!("closing {}", output.display()), e)),
+            OutputWriter::ArrowIpc(mut w, output) => w.finish().map_err(|e| Error::arrow(format!("closing {}", output.display()), e)),
+        }
+    }
 }
 
 /// Bytes per row of a column of type `t` (fixed-width estimate; variable-width types count 16).

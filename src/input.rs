@@ -25,23 +25,27 @@ pub enum InputFormat {
     Parquet,
     /// Comma-separated values with a header line.
     Csv,
+    /// The Arrow IPC file format (Feather v2, `.arrow`).
+    ArrowIpc,
 }
 
 impl InputFormat {
-    /// Parquet when `head` starts with its `PAR1` magic, else CSV.
+    /// Parquet or Arrow IPC by their magic bytes (`PAR1`, `ARROW1`), else CSV.
     fn of(head: &[u8]) -> InputFormat {
         if head.starts_with(b"PAR1") {
             InputFormat::Parquet
+        } else if head.starts_with(b"ARROW1") {
+            InputFormat::ArrowIpc
         } else {
             InputFormat::Csv
         }
     }
 }
 
-/// Detects the input format: Parquet by its `PAR1` magic, else CSV.
+/// Detects the input format: Parquet or Arrow IPC by their magic bytes, else CSV.
 pub fn detect_input_format(path: &Path) -> Result<InputFormat> {
     let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut magic = [0u8; 4];
+    let mut magic = [0u8; 6];
     let n = f.read(&mut magic).map_err(|e| Error::io(path, e))?;
     Ok(InputFormat::of(&magic[..n]))
 }
@@ -61,6 +65,7 @@ impl InputReader {
         match detect_input_format(path)? {
             InputFormat::Parquet => parquet_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, wanted, batch_rows),
             InputFormat::Csv => csv_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, numeric, batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(File::open(path).map_err(|e| Error::io(path, e))?), label, wanted),
         }
     }
 
@@ -69,6 +74,7 @@ impl InputReader {
         match InputFormat::of(&bytes) {
             InputFormat::Parquet => parquet_reader(bytes, label.to_string(), wanted, batch_rows),
             InputFormat::Csv => csv_reader(Cursor::new(bytes), label.to_string(), numeric, batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label.to_string(), wanted),
         }
     }
 
@@ -101,6 +107,18 @@ fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: &[
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
     let reader = builder.with_projection(mask).with_batch_size(batch_rows).build().map_err(|e| Error::parquet(ctx(), e))?;
     Ok(InputReader { reader: Box::new(reader), total_rows: Some(total), label })
+}
+
+/// An Arrow IPC file reader over `source` projected to the `wanted` columns it has; batches
+/// come as the file holds them.
+fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wanted: &[String]) -> Result<InputReader> {
+    let ctx = || format!("reading {label}");
+    // The footer first, for the column indices of the projection.
+    let schema = arrow::ipc::reader::FileReader::try_new(&mut source, None).map_err(|e| Error::arrow(ctx(), e))?.schema();
+    let projection: Vec<usize> = wanted.iter().filter_map(|n| schema.index_of(n).ok()).collect();
+    source.seek(SeekFrom::Start(0)).map_err(|e| Error::Input(format!("{}: {e}", ctx())))?;
+    let reader = arrow::ipc::reader::FileReader::try_new(source, Some(projection)).map_err(|e| Error::arrow(ctx(), e))?;
+    Ok(InputReader { reader: Box::new(reader), total_rows: None, label })
 }
 
 /// A CSV reader over `source` (a header line, then rows); the `numeric` columns are Float64

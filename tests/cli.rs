@@ -162,6 +162,42 @@ fn keep_copies_columns_and_csv_gives_the_same_numbers() {
     }
 }
 
+/// Every batch of an Arrow IPC file.
+fn read_arrow_ipc(path: &Path) -> RecordBatch {
+    let reader = arrow::ipc::reader::FileReader::try_new(std::fs::File::open(path).unwrap(), None).unwrap();
+    let schema = reader.schema();
+    let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+    arrow::compute::concat_batches(&schema, &batches).unwrap()
+}
+
+#[test]
+fn arrow_ipc_input_and_output_give_the_parquet_numbers() {
+    let f = fixture("xgb_multiclass");
+    let dir = tmp();
+    let input = dir.path().join("in.arrow");
+    let mut w = arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&input).unwrap(), &f.batch.schema()).unwrap();
+    // Two batches, so the reader's batching is exercised.
+    let half = f.batch.num_rows() / 2;
+    w.write(&f.batch.slice(0, half)).unwrap();
+    w.write(&f.batch.slice(half, f.batch.num_rows() - half)).unwrap();
+    w.finish().unwrap();
+    let out_pq = dir.path().join("pq.parquet");
+    assert!(explain(&f.model_path, &f.input_path(), &out_pq, &[]).status.success());
+    let want = read_parquet(&out_pq);
+    // IPC in, Parquet out; Parquet in, IPC out (by extension: .arrow and .feather).
+    let from_ipc = dir.path().join("from_ipc.parquet");
+    let o = explain(&f.model_path, &input, &from_ipc, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(read_parquet(&from_ipc), want);
+    for name in ["out.arrow", "out.feather"] {
+        let out = dir.path().join(name);
+        let o = explain(&f.model_path, &f.input_path(), &out, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(&std::fs::read(&out).unwrap()[..6], b"ARROW1", "{name}");
+        assert_eq!(read_arrow_ipc(&out), want, "{name}");
+    }
+}
+
 #[test]
 fn empty_input_gives_an_empty_output_with_the_schema() {
     let f = fixture("xgb_regression");
