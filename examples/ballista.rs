@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion::prelude::ParquetReadOptions;
 use shapfusion::ballista::{ClusterModels, ExecutorOptions, SchedulerOptions};
 use shapfusion::flight::transport::ListenOptions;
 use shapfusion::input::InputReader;
 use shapfusion::registry::ModelRegistry;
-use shapfusion::sql::remote::{remote_config, remote_state, RemoteScheduler};
+use shapfusion::sql::remote::{remote_context, RemoteScheduler};
 use shapfusion::{Device, Explainer, Model};
 
 const MODEL: &str = "examples/models/fraud.json";
@@ -78,9 +78,7 @@ async fn main() -> shapfusion::Result<()> {
     let scheduler = RemoteScheduler { url, token: std::env::var("SHAPFUSION_TOKEN").ok() };
 
     // 1. A session whose queries run on the cluster (Ballista's settings, the token if any).
-    let config = remote_config(shapfusion::sql::session_config(), scheduler.token.as_deref())?;
-    let local = SessionContext::new_with_config(config);
-    let ctx = SessionContext::new_with_state(remote_state(local.state(), &scheduler)?);
+    let ctx = remote_context(shapfusion::sql::session_config(), Default::default(), &scheduler)?;
 
     // 2. The UDFs, with the client's own registry: it resolves `fraud` for the result type.
     let models = Arc::new(ModelRegistry::new(Some(ctx.runtime_env())));

@@ -667,12 +667,7 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     };
     // Workers load the models the operator configured, never a path or URL a client names.
     let registry = std::sync::Arc::new(shapfusion::registry::ModelRegistry::names_only(None));
-    for m in &a.server.models.models {
-        registry.register_arg(m)?;
-    }
-    for b in &a.server.models.backgrounds {
-        registry.register_background_arg(b)?;
-    }
+    registry.register_args(&a.server.models.models, &a.server.models.backgrounds)?;
     let listen = a.server.listen(&a.listen);
     async_runtime()?.block_on(async move {
         let service = WorkerService::new(registry, config)?;

@@ -1,6 +1,6 @@
 //! The batch pipeline behind `shapfusion explain`: stream a Parquet, Arrow IPC or CSV file
-//! through features → engine → layout and write Parquet (or Arrow IPC), in input row order, with memory bounded by the
-//! batch size rather than the file size.
+//! through features → engine → layout and write Parquet (or Arrow IPC), in input row order,
+//! with memory bounded by the batch size rather than the file size.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -163,6 +163,17 @@ impl ModelRegistry {
         self.register(name, url)
     }
 
+    /// Registers every `--model NAME=URL` and `--background NAME=URL` flag value.
+    pub fn register_args(&self, models: &[String], backgrounds: &[String]) -> Result<()> {
+        for m in models {
+            self.register_arg(m)?;
+        }
+        for b in backgrounds {
+            self.register_background_arg(b)?;
+        }
+        Ok(())
+    }
+
     /// Registers background set `name` (interventional SHAP's reference rows) at `url` (a URL
     /// or a local path to Parquet or CSV with the models' feature columns).
     pub fn register_background(&self, name: &str, url: &str) -> Result<()> {

@@ -18,7 +18,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use shapfusion::ballista::{ClusterModels, ExecutorOptions, SchedulerOptions};
 use shapfusion::flight::transport::ListenOptions;
 use shapfusion::registry::ModelRegistry;
-use shapfusion::sql::remote::{remote_config, remote_state, RemoteScheduler};
+use shapfusion::sql::remote::{remote_context, RemoteScheduler};
 use shapfusion::OutputKind;
 
 /// A scheduler and executors in this process, stopped on drop.
@@ -85,18 +85,28 @@ async fn start_cluster(scheduler: Member, executors: Vec<Member>, data_root: &Pa
     Cluster { url: format!("df://{}", running.addr), tasks }
 }
 
-/// A client session on `cluster` whose models resolve through `registry`'s names.
-fn client(cluster: &Cluster, registry_models: &[(&str, String)], runtime: Option<Arc<RuntimeEnv>>, token: Option<&str>) -> SessionContext {
+/// A client session on `cluster` whose models resolve through its own registry of
+/// `registry_models` (returned too, for more names).
+fn client_with_registry(
+    cluster: &Cluster,
+    registry_models: &[(&str, String)],
+    runtime: Option<Arc<RuntimeEnv>>,
+    token: Option<&str>,
+) -> (SessionContext, Arc<ModelRegistry>) {
     let scheduler = RemoteScheduler { url: cluster.url.clone(), token: token.map(str::to_string) };
-    let config = remote_config(shapfusion::sql::session_config().with_target_partitions(2), token).unwrap();
-    let local = SessionContext::new_with_config_rt(config, runtime.clone().unwrap_or_default());
-    let ctx = SessionContext::new_with_state(remote_state(local.state(), &scheduler).unwrap());
+    let config = shapfusion::sql::session_config().with_target_partitions(2);
+    let ctx = remote_context(config, runtime.unwrap_or_default(), &scheduler).unwrap();
     let registry = Arc::new(ModelRegistry::new(Some(ctx.runtime_env())));
     for (name, url) in registry_models {
         registry.register(name, url).unwrap();
     }
-    shapfusion::sql::register_with(&ctx, registry).unwrap();
-    ctx
+    shapfusion::sql::register_with(&ctx, registry.clone()).unwrap();
+    (ctx, registry)
+}
+
+/// [`client_with_registry`]'s session.
+fn client(cluster: &Cluster, registry_models: &[(&str, String)], runtime: Option<Arc<RuntimeEnv>>, token: Option<&str>) -> SessionContext {
+    client_with_registry(cluster, registry_models, runtime, token).0
 }
 
 /// The fixture's rows with a `row_id` column first, written as two Parquet files (so the scan
@@ -194,14 +204,8 @@ async fn interventional_shap_on_the_cluster_equals_explain() {
     let want = explainer.explain_batch(&f.batch).unwrap();
 
     // A client session whose registry knows the background under the same name.
-    let scheduler = RemoteScheduler { url: cluster.url.clone(), token: None };
-    let config = remote_config(shapfusion::sql::session_config(), None).unwrap();
-    let local = SessionContext::new_with_config(config);
-    let ctx = SessionContext::new_with_state(remote_state(local.state(), &scheduler).unwrap());
-    let registry = Arc::new(ModelRegistry::new(Some(ctx.runtime_env())));
-    registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+    let (ctx, registry) = client_with_registry(&cluster, &[("m", f.model_path.to_string_lossy().into_owned())], None, None);
     registry.register_background("bg", background.to_str().unwrap()).unwrap();
-    shapfusion::sql::register_with(&ctx, registry).unwrap();
     ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
     ctx.sql("SET shap.background = 'bg'").await.unwrap();
     let got = query(&ctx, &format!("SELECT row_id, shap('m', {}) AS s FROM t ORDER BY row_id", feature_list(&f))).await;

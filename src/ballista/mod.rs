@@ -49,12 +49,7 @@ impl ClusterModels {
     /// A registry of these names only (a server never loads a path or URL a client names).
     pub fn registry(&self, runtime: Option<Arc<RuntimeEnv>>) -> Result<Arc<ModelRegistry>> {
         let registry = Arc::new(ModelRegistry::names_only(runtime));
-        for m in &self.models {
-            registry.register_arg(m)?;
-        }
-        for b in &self.backgrounds {
-            registry.register_background_arg(b)?;
-        }
+        registry.register_args(&self.models, &self.backgrounds)?;
         Ok(registry)
     }
 }

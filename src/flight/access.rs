@@ -56,15 +56,7 @@ impl AccessPolicy {
     /// ANALYZE COPY …` is refused like `COPY …`). The message says what was refused and which
     /// flag grants it.
     pub fn check(&self, plan: &LogicalPlan) -> std::result::Result<(), String> {
-        let mut refusal = None;
-        let _ = plan.apply_with_subqueries(|node| {
-            if let Err(e) = self.check_node(node) {
-                refusal = Some(e);
-                return Ok(TreeNodeRecursion::Stop);
-            }
-            Ok(TreeNodeRecursion::Continue)
-        });
-        refusal.map_or(Ok(()), Err)
+        first_refusal(plan, |node| self.check_node(node))
     }
 
     /// Refuses a plan that scans files outside the `--data-root` prefixes: what a server that
@@ -73,23 +65,15 @@ impl AccessPolicy {
     pub fn check_scans(&self, plan: &LogicalPlan) -> std::result::Result<(), String> {
         use datafusion::datasource::listing::ListingTable;
         use datafusion::datasource::source_as_provider;
-        let mut refusal = None;
-        let _ = plan.apply_with_subqueries(|node| {
-            if let LogicalPlan::TableScan(scan) = node {
-                if let Ok(provider) = source_as_provider(&scan.source) {
-                    if let Some(table) = provider.downcast_ref::<ListingTable>() {
-                        for path in table.table_paths() {
-                            if let Err(e) = allowed(&self.read, path.as_str(), "read", "--data-root") {
-                                refusal = Some(format!("table {}: {e}", scan.table_name));
-                                return Ok(TreeNodeRecursion::Stop);
-                            }
-                        }
-                    }
-                }
+        first_refusal(plan, |node| {
+            let LogicalPlan::TableScan(scan) = node else { return Ok(()) };
+            let Ok(provider) = source_as_provider(&scan.source) else { return Ok(()) };
+            let Some(table) = provider.downcast_ref::<ListingTable>() else { return Ok(()) };
+            for path in table.table_paths() {
+                allowed(&self.read, path.as_str(), "read", "--data-root").map_err(|e| format!("table {}: {e}", scan.table_name))?;
             }
-            Ok(TreeNodeRecursion::Continue)
-        });
-        refusal.map_or(Ok(()), Err)
+            Ok(())
+        })
     }
 
     fn check_node(&self, node: &LogicalPlan) -> std::result::Result<(), String> {
@@ -114,6 +98,19 @@ impl AccessPolicy {
             _ => Ok(()),
         }
     }
+}
+
+/// The first refusal `check` gives for a node of `plan` (subqueries included), if any.
+fn first_refusal(plan: &LogicalPlan, check: impl Fn(&LogicalPlan) -> std::result::Result<(), String>) -> std::result::Result<(), String> {
+    let mut refusal = None;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let Err(e) = check(node) {
+            refusal = Some(e);
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    refusal.map_or(Ok(()), Err)
 }
 
 /// Refuses statement options other than file-format and execution settings: object-store

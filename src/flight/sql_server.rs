@@ -151,8 +151,7 @@ impl SqlService {
     }
 
     /// Client sessions submit their queries to the Ballista cluster `scheduler` (whose
-    /// executors compute next to the data) instead of running them here. `ctx` (given to
-    /// [`SqlService::new`]) should carry [`crate::sql::remote::remote_config`] for the cluster's token.
+    /// executors compute next to the data) instead of running them here.
     #[cfg(feature = "ballista")]
     pub fn on_ballista(self, scheduler: crate::sql::remote::RemoteScheduler) -> Result<Self> {
         scheduler.grpc_address()?;
@@ -194,13 +193,14 @@ impl SqlService {
     /// (`SELECT * FROM '/path'`), so files are reached only through tables.
     fn new_session(&self) -> std::result::Result<SessionContext, Status> {
         let template = self.template.lock().expect("template");
-        #[allow(unused_mut)]
-        let mut ctx = SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone());
         #[cfg(feature = "ballista")]
-        if let Some(scheduler) = &template.remote {
-            let state = crate::sql::remote::remote_state(ctx.state(), scheduler).map_err(|e| Status::internal(e.to_string()))?;
-            ctx = SessionContext::new_with_state(state);
-        }
+        let ctx = match &template.remote {
+            Some(scheduler) => crate::sql::remote::remote_context(template.config.clone(), template.runtime.clone(), scheduler)
+                .map_err(|e| Status::internal(e.to_string()))?,
+            None => SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone()),
+        };
+        #[cfg(not(feature = "ballista"))]
+        let ctx = SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone());
         crate::sql::register_with(&ctx, template.registry.clone()).map_err(|e| Status::internal(e.to_string()))?;
         for (name, provider) in &template.tables {
             ctx.register_table(name.as_str(), provider.clone()).map_err(df_status)?;

@@ -1,5 +1,5 @@
 //! Sessions whose queries run on an Apache Ballista cluster (`sql --ballista`, `serve
-//! --ballista`, and library users through [`remote_state`]).
+//! --ballista`, and library users through [`remote_context`]).
 //!
 //! The client plans the SQL (so it resolves models for their types, as a local session does),
 //! then Ballista's query planner sends the logical plan to the scheduler, which plans it again
@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ballista_core::extension::{SessionConfigExt, SessionStateExt};
-use datafusion::execution::SessionState;
-use datafusion::prelude::SessionConfig;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::error::{Error, Result};
 
@@ -50,7 +50,7 @@ impl RemoteScheduler {
 
 /// `config` with Ballista's settings and, when `token` is set, the credentials every Ballista
 /// channel of the session sends.
-pub fn remote_config(config: SessionConfig, token: Option<&str>) -> Result<SessionConfig> {
+fn remote_config(config: SessionConfig, token: Option<&str>) -> Result<SessionConfig> {
     let config = config.upgrade_for_ballista();
     let Some(token) = token else { return Ok(config) };
     Ok(config
@@ -69,12 +69,15 @@ pub fn token_agent(token: &str) -> Result<ballista_core::extension::EndpointOver
     }))
 }
 
-/// `state` turned into a session whose queries run on `scheduler`. Ballista replaces the
-/// session's functions with its own set while upgrading, so register the shap UDFs on the
-/// returned state (as [`crate::sql::register_with`] does on its context).
-pub fn remote_state(state: SessionState, scheduler: &RemoteScheduler) -> Result<SessionState> {
+/// A session on `runtime` whose queries run on `scheduler`: `config` with Ballista's settings
+/// and the scheduler's token. Ballista replaces the session's functions with its own set while
+/// upgrading, so register the shap UDFs on it afterwards ([`crate::sql::register_with`]); URL
+/// tables and catalogs that keep a reference to their session also come after.
+pub fn remote_context(config: SessionConfig, runtime: Arc<RuntimeEnv>, scheduler: &RemoteScheduler) -> Result<SessionContext> {
     let address = scheduler.grpc_address()?;
-    state.upgrade_for_ballista(address).map_err(|e| Error::Input(format!("--ballista {}: {e}", scheduler.url)))
+    let local = SessionContext::new_with_config_rt(remote_config(config, scheduler.token.as_deref())?, runtime);
+    let state = local.state().upgrade_for_ballista(address).map_err(|e| Error::Input(format!("--ballista {}: {e}", scheduler.url)))?;
+    Ok(SessionContext::new_with_state(state))
 }
 
 #[cfg(test)]

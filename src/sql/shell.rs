@@ -102,19 +102,14 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
         runtime = runtime.with_memory_limit(bytes, 1.0);
     }
     let runtime = runtime.build_arc().map_err(df)?;
-    #[allow(unused_mut)]
-    let mut config = super::session_config();
     #[cfg(feature = "ballista")]
-    if let Some(scheduler) = &setup.ballista {
-        config = super::remote::remote_config(config, scheduler.token.as_deref())?;
-    }
-    #[allow(unused_mut)]
-    let mut ctx = SessionContext::new_with_config_rt(config, runtime);
-    #[cfg(feature = "ballista")]
-    if let Some(scheduler) = &setup.ballista {
-        // Before URL tables and the catalog below: both keep a reference to their session.
-        ctx = SessionContext::new_with_state(super::remote::remote_state(ctx.state(), scheduler)?);
-    }
+    let ctx = match &setup.ballista {
+        Some(scheduler) => super::remote::remote_context(super::session_config(), runtime, scheduler)?,
+        None => SessionContext::new_with_config_rt(super::session_config(), runtime),
+    };
+    #[cfg(not(feature = "ballista"))]
+    let ctx = SessionContext::new_with_config_rt(super::session_config(), runtime);
+    // After the remote upgrade: URL tables and the catalog below keep a reference to the session.
     let ctx = ctx.enable_url_table();
     ctx.refresh_catalogs().await.map_err(df)?;
     ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(ctx.state().catalog_list().clone(), ctx.state_weak_ref())));
@@ -125,12 +120,7 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
     } else {
         super::register(&ctx)?
     };
-    for m in &setup.models {
-        registry.register_arg(m)?;
-    }
-    for b in &setup.backgrounds {
-        registry.register_background_arg(b)?;
-    }
+    registry.register_args(&setup.models, &setup.backgrounds)?;
     let settings = [
         ("model_dir", &setup.model_dir),
         ("workers", &setup.workers),

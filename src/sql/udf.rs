@@ -40,7 +40,7 @@ const META_BACKGROUND_VERSION: &str = "shapfusion.background.version";
 
 /// `shap`, `shap_interactions` or `predict`, bound to a model registry and the session's
 /// `shap.*` options; after simplification, also to the model version it was planned with.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ShapUdf {
     name: &'static str,
     kind: OutputKind,
@@ -116,7 +116,7 @@ impl ShapUdf {
     /// This function bound to the versions `model_name` (and `shap.background`) resolve to now.
     fn pin(&self, model_name: &str) -> DfResult<ShapUdf> {
         let (model, background) = self.resolve(model_name)?;
-        let mut pinned = ShapUdf::new(self.name, self.kind, self.registry.clone(), self.options.clone()).map_err(df_err)?;
+        let mut pinned = self.clone();
         pinned.pinned = Some(Pinned { model_name: model_name.to_string(), model, background });
         Ok(pinned)
     }
@@ -390,13 +390,13 @@ impl ScalarUDFImpl for ShapUdf {
     fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> DfResult<ExprSimplifyResult> {
         // Pin once, to the versions resolved now; a non-constant name is left for
         // `return_field_from_args` to reject with its message.
+        if self.pinned.is_some() {
+            return Ok(ExprSimplifyResult::Original(args));
+        }
         let name = match args.first() {
             Some(Expr::Literal(ScalarValue::Utf8(Some(n)) | ScalarValue::LargeUtf8(Some(n)) | ScalarValue::Utf8View(Some(n)), _)) => n.clone(),
             _ => return Ok(ExprSimplifyResult::Original(args)),
         };
-        if self.pinned.is_some() {
-            return Ok(ExprSimplifyResult::Original(args));
-        }
         let pinned = ScalarUDF::new_from_impl(self.pin(&name)?);
         Ok(ExprSimplifyResult::Simplified(Expr::ScalarFunction(ScalarFunction::new_udf(Arc::new(pinned), args))))
     }
