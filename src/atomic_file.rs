@@ -38,11 +38,18 @@ impl AtomicFile {
             _ => Path::new("."),
         };
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".partial")
-            .tempfile_in(dir)
-            .map_err(|e| Error::io(dir, e))?;
+        let prefix = format!(".{name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".partial");
+        // A temporary file is private (0600); the output is not: it keeps the permissions of
+        // the file it replaces, or gets the usual 0644.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let permissions = std::fs::metadata(target).map(|m| m.permissions()).unwrap_or_else(|_| std::fs::Permissions::from_mode(0o644));
+            builder.permissions(permissions);
+        }
+        let temp = builder.tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
         Ok(AtomicFile { temp, target: target.to_path_buf() })
     }
 
@@ -98,6 +105,20 @@ mod tests {
         pending.file().unwrap().write_all(b"new").unwrap();
         pending.commit().unwrap();
         assert_eq!(std::fs::read(&target).unwrap(), b"new");
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn an_output_is_readable_like_any_file_or_keeps_the_permissions_it_had() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.png");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        AtomicFile::create(&target, &[]).unwrap().commit().unwrap();
+        assert_eq!(mode(&target), 0o644);
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        AtomicFile::create(&target, &[]).unwrap().commit().unwrap();
+        assert_eq!(mode(&target), 0o600);
     }
 
     #[test]

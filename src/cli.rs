@@ -1,5 +1,8 @@
 //! Command-line parsing and wiring; no logic of its own beyond turning flags into options.
 
+#[cfg(feature = "plot")]
+mod plot;
+
 use std::path::PathBuf;
 
 use std::sync::Arc;
@@ -56,6 +59,12 @@ pub enum Command {
     Ballista {
         #[command(subcommand)]
         command: BallistaCommand,
+    },
+    /// Draw a chart of SHAP values (PNG or SVG): summary, bar, dependence or waterfall.
+    #[cfg(feature = "plot")]
+    Plot {
+        #[command(subcommand)]
+        command: plot::PlotCommand,
     },
     /// Work with model files.
     Models {
@@ -590,6 +599,8 @@ pub fn run(cli: Cli) -> Result<()> {
             println!("{reply}");
             Ok(())
         }
+        #[cfg(feature = "plot")]
+        Command::Plot { command } => plot::run(command),
         Command::Models { command: ModelsCommand::Inspect { path, json } } => {
             let model = Model::load(&path)?;
             let s = model.summary();
@@ -607,6 +618,11 @@ pub fn run(cli: Cli) -> Result<()> {
                 println!("features ({}): {}", s.features.len(), s.features.join(", "));
                 if !s.categorical.is_empty() {
                     println!("categorical:    {}", s.categorical.join(", "));
+                }
+                for (feature, categories) in &s.stored_categories {
+                    let shown: Vec<&str> = categories.iter().take(12).map(String::as_str).collect();
+                    let more = if categories.len() > shown.len() { ", ..." } else { "" };
+                    println!("  {feature}: {} stored categories: {}{more}", categories.len(), shown.join(", "));
                 }
             }
             Ok(())

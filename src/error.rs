@@ -93,6 +93,15 @@ pub enum Error {
     #[error("{0}")]
     Unavailable(String),
 
+    /// A chart could not be drawn.
+    #[error("drawing {chart}: {detail}")]
+    Draw {
+        /// The chart (its kind, or the file it was going to).
+        chart: String,
+        /// What the drawing library said.
+        detail: String,
+    },
+
     /// An Arrow error, with context.
     #[error("{context}: {source}")]
     Arrow {

@@ -21,6 +21,9 @@ use crate::explainer::Explainer;
 use crate::input::InputReader;
 use crate::model::Model;
 
+/// Schema metadata key of an output with `--keep` columns: their names, as a JSON list.
+pub const KEPT_COLUMNS_METADATA: &str = "shapfusion.kept";
+
 /// Default rows per batch.
 pub const DEFAULT_BATCH_ROWS: usize = 65_536;
 
@@ -109,12 +112,13 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
     let engine = explainer.engine().name();
     tracing::info!(engine, threads = explainer.threads(), "explaining {}", input.display());
     let fields = explainer.schema().fields().iter().cloned().collect();
-    let rows = explain_rows(input, output, options, &model.feature_names, fields, |batch| explainer.explain_columns(batch))?;
+    let numeric = model.numeric_input_columns();
+    let rows = explain_rows(input, output, options, &model.feature_names, &numeric, fields, |batch| explainer.explain_columns(batch))?;
     Ok(ExplainSummary { rows, algorithm: engine, seconds: start.elapsed().as_secs_f64() })
 }
 
 /// The streaming loop shared by local and remote (worker pool) explanation: reads `input`
-/// (the `features` and the kept columns only), hands each batch to `compute` for the
+/// (the `features` and the kept columns only; CSV columns named in `numeric` as numbers), hands each batch to `compute` for the
 /// attribution columns (laid out as `out_fields`), and writes kept columns + attributions as
 /// Parquet with bounded row groups. The output appears (replacing any previous file) only once
 /// every row is written; an output that is the input is refused. Returns the number of rows
@@ -124,6 +128,7 @@ pub fn explain_rows(
     output: &Path,
     options: &ExplainOptions,
     features: &[String],
+    numeric: &[String],
     out_fields: Vec<FieldRef>,
     mut compute: impl FnMut(&RecordBatch) -> Result<Vec<ArrayRef>>,
 ) -> Result<usize> {
@@ -134,7 +139,7 @@ pub fn explain_rows(
     let pending = AtomicFile::create(output, &[input])?;
     let mut wanted = features.to_vec();
     wanted.extend(options.keep.iter().cloned());
-    let mut reader = InputReader::open(input, &wanted, features, options.batch_rows)?;
+    let mut reader = InputReader::open(input, &wanted, numeric, options.batch_rows)?;
     let schema = reader.schema();
 
     // Output schema: kept columns (as in the input), then the attributions.
@@ -153,7 +158,13 @@ pub fn explain_rows(
         }
     }
     fields.extend(out_fields);
-    let out_schema = Arc::new(Schema::new(fields));
+    let mut out_schema = Schema::new(fields);
+    if !options.keep.is_empty() {
+        // Readers of the output (`shapfusion plot`) tell copied columns from attributions by it.
+        let kept = serde_json::to_string(&options.keep).unwrap_or_default();
+        out_schema = out_schema.with_metadata([(KEPT_COLUMNS_METADATA.to_string(), kept)].into());
+    }
+    let out_schema = Arc::new(out_schema);
 
     let mut writer = OutputWriter::new(pending.file()?, output, out_schema.clone())?;
 

@@ -1,5 +1,7 @@
 //! Arrow → engine input: pick the model's feature columns by name, cast them to numbers, turn
-//! nulls into missing values (NaN), and lay them out as a dense [`FeatureBlock`].
+//! nulls into missing values (NaN), and lay them out as a dense [`FeatureBlock`]. String (and
+//! dictionary) columns of categorical features become codes through the category names the
+//! model file stores, with the library's own rule for values not seen in training.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::cast;
@@ -7,7 +9,7 @@ use arrow::datatypes::{DataType, Float64Type, Schema};
 
 use crate::engine::FeatureBlock;
 use crate::error::{Error, Result};
-use crate::model::Model;
+use crate::model::{Categories, FeatureKind, Model, UnseenCategory};
 
 impl Model {
     /// The engines' input for `batch`: the model's features found by name (any order, other
@@ -41,10 +43,7 @@ impl FeatureColumns {
         let mut indices = Vec::with_capacity(model.num_features());
         for (i, name) in model.feature_names.iter().enumerate() {
             let idx = column_index(schema, name, i)?;
-            let field = schema.field(idx);
-            if !is_numeric(field.data_type()) {
-                return Err(Error::ColumnType { name: name.clone(), data_type: field.data_type().to_string() });
-            }
+            check_feature_type(model, i, schema.field(idx).data_type())?;
             indices.push(idx);
         }
         Ok(FeatureColumns { indices })
@@ -73,6 +72,83 @@ pub fn is_numeric(t: &DataType) -> bool {
         || matches!(t, DataType::Dictionary(_, v) if is_numeric(v))
 }
 
+/// Whether a column type holds text: strings, or a dictionary of strings.
+pub fn is_text(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) || matches!(t, DataType::Dictionary(_, v) if is_text(v))
+}
+
+/// Checks that a column of type `t` can feed feature `j` of `model`: numbers always (category
+/// codes for a categorical feature); text only for a categorical feature whose category names
+/// the model file stores.
+pub fn check_feature_type(model: &Model, j: usize, t: &DataType) -> Result<()> {
+    let feature = &model.feature_names[j];
+    if is_numeric(t) {
+        return Ok(());
+    }
+    if is_text(t) && model.feature_kinds[j] == FeatureKind::Categorical {
+        return match model.categories.get(j) {
+            Some(Some(Categories::Names(_))) => Ok(()),
+            Some(Some(Categories::Numbers(_))) => Err(Error::Input(format!(
+                "column {feature:?} holds strings, but the model's categories for it are numbers: pass the category codes (integers) instead"
+            ))),
+            _ => Err(Error::Input(format!(
+                "column {feature:?} holds strings, but the model stores no category names for its categorical feature {feature:?} (it was trained on integer codes): pass the codes instead"
+            ))),
+        };
+    }
+    Err(Error::ColumnType { name: feature.clone(), data_type: t.to_string() })
+}
+
+/// Codes of a text column through a categorical feature's stored `names`: nulls are missing
+/// (NaN); a value not among them follows `unseen`.
+fn category_codes(column: &ArrayRef, names: &[String], unseen: UnseenCategory, feature: &str) -> Result<Vec<f64>> {
+    let code: std::collections::HashMap<&str, f64> = names.iter().enumerate().map(|(k, n)| (n.as_str(), k as f64)).collect();
+    let strings = cast(column, &DataType::Utf8).map_err(|e| Error::arrow(format!("reading column {feature:?} as strings"), e))?;
+    strings
+        .as_string::<i32>()
+        .iter()
+        .map(|value| match value {
+            None => Ok(f64::NAN),
+            Some(s) => match (code.get(s), unseen) {
+                (Some(&k), _) => Ok(k),
+                (None, UnseenCategory::Missing) => Ok(f64::NAN),
+                (None, UnseenCategory::Error) => {
+                    let shown: Vec<&str> = names.iter().take(10).map(String::as_str).collect();
+                    Err(Error::Input(format!(
+                        "column {feature:?}: category {s:?} was not seen in training, and XGBoost refuses such rows; the model knows {} categories: {}{}",
+                        names.len(),
+                        shown.join(", "),
+                        if names.len() > shown.len() { ", ..." } else { "" }
+                    )))
+                }
+            },
+        })
+        .collect()
+}
+
+/// Codes of a dictionary column of category values through a feature's stored numeric
+/// categories, with the rules of [`category_codes`].
+fn number_codes(column: &ArrayRef, categories: &[f64], unseen: UnseenCategory, feature: &str) -> Result<Vec<f64>> {
+    let numbers = cast(column, &DataType::Float64).map_err(|e| Error::arrow(format!("reading column {feature:?} as numbers"), e))?;
+    let numbers = numbers.as_primitive::<Float64Type>();
+    (0..numbers.len())
+        .map(|i| {
+            if numbers.is_null(i) {
+                return Ok(f64::NAN);
+            }
+            let v = numbers.value(i);
+            match (categories.iter().position(|&c| c == v), unseen) {
+                (Some(k), _) => Ok(k as f64),
+                (None, UnseenCategory::Missing) => Ok(f64::NAN),
+                (None, UnseenCategory::Error) => Err(Error::Input(format!(
+                    "column {feature:?}: category {v} was not seen in training, and XGBoost refuses such rows; the model knows {:?}",
+                    categories
+                ))),
+            }
+        })
+        .collect()
+}
+
 /// Builds a block from one array per model feature (already in the model's order); `names`
 /// label errors. Used by every front end (files, SQL arguments, Flight batches).
 pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model) -> Result<FeatureBlock> {
@@ -87,8 +163,20 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
         if col.len() != rows {
             return Err(Error::Input(format!("feature column {name:?} has {} rows, expected {rows}", col.len())));
         }
-        if !is_numeric(col.data_type()) {
-            return Err(Error::ColumnType { name: name.to_string(), data_type: col.data_type().to_string() });
+        check_feature_type(model, j, col.data_type())?;
+        if let (true, Some(Some(Categories::Names(categories)))) = (is_text(col.data_type()), model.categories.get(j)) {
+            for (i, code) in category_codes(col, categories, model.unseen_category(), name)?.into_iter().enumerate() {
+                values[i * f + j] = code;
+            }
+            continue;
+        }
+        if let (DataType::Dictionary(_, _), Some(Some(Categories::Numbers(categories)))) = (col.data_type(), model.categories.get(j)) {
+            // A dictionary of numbers holds category values (a pandas categorical of numbers),
+            // not codes: find each value's position among the training categories.
+            for (i, code) in number_codes(col, categories, model.unseen_category(), name)?.into_iter().enumerate() {
+                values[i * f + j] = code;
+            }
+            continue;
         }
         let as_f64 = cast(col, &DataType::Float64).map_err(|e| Error::arrow(format!("casting column {name:?} to float64"), e))?;
         let prim = as_f64.as_primitive::<Float64Type>();

@@ -63,18 +63,29 @@ impl InputReader {
     pub fn open(path: &Path, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
         let label = path.display().to_string();
         match detect_input_format(path)? {
-            InputFormat::Parquet => parquet_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, wanted, batch_rows),
+            InputFormat::Parquet => parquet_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, Some(wanted), batch_rows),
             InputFormat::Csv => csv_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, numeric, batch_rows),
-            InputFormat::ArrowIpc => ipc_reader(BufReader::new(File::open(path).map_err(|e| Error::io(path, e))?), label, wanted),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(File::open(path).map_err(|e| Error::io(path, e))?), label, Some(wanted)),
+        }
+    }
+
+    /// Opens `path` with every column it has (the SHAP files `plot` reads back).
+    pub fn open_all(path: &Path, batch_rows: usize) -> Result<InputReader> {
+        let label = path.display().to_string();
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        match detect_input_format(path)? {
+            InputFormat::Parquet => parquet_reader(file, label, None, batch_rows),
+            InputFormat::Csv => csv_reader(file, label, &[], batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, None),
         }
     }
 
     /// Reads Parquet or CSV `bytes` (named `label` in errors), as [`open`](Self::open) does.
     pub fn from_bytes(bytes: Bytes, label: &str, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
         match InputFormat::of(&bytes) {
-            InputFormat::Parquet => parquet_reader(bytes, label.to_string(), wanted, batch_rows),
+            InputFormat::Parquet => parquet_reader(bytes, label.to_string(), Some(wanted), batch_rows),
             InputFormat::Csv => csv_reader(Cursor::new(bytes), label.to_string(), numeric, batch_rows),
-            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label.to_string(), wanted),
+            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label.to_string(), Some(wanted)),
         }
     }
 
@@ -96,22 +107,28 @@ impl Iterator for InputReader {
     }
 }
 
-/// A Parquet reader over `source` projected to the `wanted` columns it has.
-fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: &[String], batch_rows: usize) -> Result<InputReader> {
+/// A Parquet reader over `source` projected to the `wanted` columns it has (all: `None`).
+fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: Option<&[String]>, batch_rows: usize) -> Result<InputReader> {
     let ctx = || format!("reading {label}");
     let builder = ParquetRecordBatchReaderBuilder::try_new(source).map_err(|e| Error::parquet(ctx(), e))?;
     let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
     // Read only what we need: each model feature plus the kept columns.
     let schema = builder.schema().clone();
-    let roots: Vec<usize> = wanted.iter().filter_map(|n| schema.index_of(n).ok()).collect();
-    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let mask = match wanted {
+        Some(wanted) => ProjectionMask::roots(builder.parquet_schema(), wanted.iter().filter_map(|n| schema.index_of(n).ok())),
+        None => ProjectionMask::all(),
+    };
     let reader = builder.with_projection(mask).with_batch_size(batch_rows).build().map_err(|e| Error::parquet(ctx(), e))?;
     Ok(InputReader { reader: Box::new(reader), total_rows: Some(total), label })
 }
 
-/// An Arrow IPC file reader over `source` projected to the `wanted` columns it has; batches
-/// come as the file holds them.
-fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wanted: &[String]) -> Result<InputReader> {
+/// An Arrow IPC file reader over `source` projected to the `wanted` columns it has (all:
+/// `None`); batches come as the file holds them.
+fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wanted: Option<&[String]>) -> Result<InputReader> {
+    let Some(wanted) = wanted else {
+        let reader = arrow::ipc::reader::FileReader::try_new(source, None).map_err(|e| Error::arrow(format!("reading {label}"), e))?;
+        return Ok(InputReader { reader: Box::new(reader), total_rows: None, label });
+    };
     let ctx = || format!("reading {label}");
     // The footer first, for the column indices of the projection.
     let schema = arrow::ipc::reader::FileReader::try_new(&mut source, None).map_err(|e| Error::arrow(ctx(), e))?.schema();
@@ -154,7 +171,7 @@ const BACKGROUND_BATCH_ROWS: usize = 65_536;
 /// [`sample_background`].
 pub fn read_background(path: &Path, model: &Model, max_rows: Option<usize>, seed: u64) -> Result<RecordBatch> {
     let label = format!("background {}", path.display());
-    let reader = InputReader::open(path, &model.feature_names, &model.feature_names, BACKGROUND_BATCH_ROWS)
+    let reader = InputReader::open(path, &model.feature_names, &model.numeric_input_columns(), BACKGROUND_BATCH_ROWS)
         .map_err(|e| Error::Input(format!("{label}: {e}")))?;
     sample_background(reader, model, max_rows, seed, &label)
 }
@@ -198,8 +215,96 @@ pub fn sample_background(reader: InputReader, model: &Model, max_rows: Option<us
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow(label.to_string(), e))
 }
 
-/// A small seeded generator (SplitMix64) for sampling background rows reproducibly.
-struct SplitMix64(u64);
+/// Which rows of a file to read: see [`selected_indices`] and [`take_rows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowSelection {
+    /// Every row, or `max_rows` of them drawn uniformly without replacement by a generator
+    /// seeded with `seed` (the same rows on every run), kept in file order.
+    Sample {
+        /// Most rows to keep (`None`: all).
+        max_rows: Option<usize>,
+        /// Seed of the draw.
+        seed: u64,
+    },
+    /// The one row with this 0-based index.
+    One(usize),
+}
+
+/// Rows in `reader`'s file: the format's own count when it has one, else counted by reading.
+pub fn count_rows(reader: InputReader) -> Result<usize> {
+    if let Some(total) = reader.total_rows() {
+        return Ok(total);
+    }
+    let mut total = 0usize;
+    for batch in reader {
+        total += batch?.num_rows();
+    }
+    Ok(total)
+}
+
+/// The 0-based row indices `selection` keeps out of `total` rows, ascending; `label` names the
+/// file in the error for a row out of range.
+pub fn selected_indices(selection: RowSelection, total: usize, label: &str) -> Result<Vec<usize>> {
+    match selection {
+        RowSelection::One(row) if row < total => Ok(vec![row]),
+        RowSelection::One(row) => Err(Error::Input(format!(
+            "row {row} is out of range: {label} has {total} rows (rows count from 0)"
+        ))),
+        RowSelection::Sample { max_rows: Some(0), .. } => Err(Error::Input("a sample of 0 rows was asked for; ask for at least 1".into())),
+        RowSelection::Sample { max_rows, seed } => {
+            let keep = max_rows.unwrap_or(usize::MAX);
+            if keep >= total {
+                return Ok((0..total).collect());
+            }
+            // Floyd's algorithm: `keep` distinct indices in O(keep) memory whatever `total` is.
+            let mut rng = SplitMix64(seed);
+            let mut chosen = std::collections::BTreeSet::new();
+            for j in total - keep..total {
+                let t = rng.below(j as u64 + 1) as usize;
+                if !chosen.insert(t) {
+                    chosen.insert(j);
+                }
+            }
+            Ok(chosen.into_iter().collect())
+        }
+    }
+}
+
+/// The rows of `reader` at the ascending `indices`, as one batch (streamed: memory grows with
+/// the rows kept, not the file).
+pub fn take_rows(reader: InputReader, indices: &[usize]) -> Result<RecordBatch> {
+    let schema = reader.schema();
+    let mut parts = Vec::new();
+    let mut start = 0usize;
+    let mut next = 0usize;
+    for batch in reader {
+        let batch = batch?;
+        let end = start + batch.num_rows();
+        let mut local = Vec::new();
+        while next < indices.len() && indices[next] < end {
+            local.push((indices[next] - start) as u32);
+            next += 1;
+        }
+        if !local.is_empty() {
+            let take = arrow::array::UInt32Array::from(local);
+            let columns = batch
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::take(c, &take, None))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::arrow("selecting rows", e))?;
+            parts.push(RecordBatch::try_new(batch.schema(), columns).map_err(|e| Error::arrow("selecting rows", e))?);
+        }
+        start = end;
+        if next == indices.len() {
+            break;
+        }
+    }
+    arrow::compute::concat_batches(&schema, &parts).map_err(|e| Error::arrow("selecting rows", e))
+}
+
+/// A small seeded generator (SplitMix64) for sampling rows reproducibly (backgrounds, plots).
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
@@ -211,7 +316,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in `0..n` (n > 0), without modulo bias.
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         let zone = u64::MAX - u64::MAX % n;
         loop {
             let v = self.next();
@@ -235,6 +340,20 @@ mod tests {
         }
         assert!(counts.iter().all(|&c| (150..250).contains(&c)), "{counts:?}");
         assert_eq!(SplitMix64(7).next(), SplitMix64(7).next());
+    }
+
+    #[test]
+    fn a_row_selection_is_distinct_ascending_and_repeatable() {
+        let pick = |max_rows, seed| selected_indices(RowSelection::Sample { max_rows, seed }, 1000, "f").unwrap();
+        let a = pick(Some(50), 3);
+        assert_eq!(a.len(), 50);
+        assert!(a.windows(2).all(|w| w[0] < w[1]) && *a.last().unwrap() < 1000, "{a:?}");
+        assert_eq!(a, pick(Some(50), 3));
+        assert_ne!(a, pick(Some(50), 4));
+        assert_eq!(pick(None, 0), (0..1000).collect::<Vec<_>>());
+        assert_eq!(selected_indices(RowSelection::One(7), 8, "f").unwrap(), vec![7]);
+        let e = selected_indices(RowSelection::One(8), 8, "rows.parquet").unwrap_err().to_string();
+        assert!(e.contains("row 8 is out of range") && e.contains("rows.parquet has 8 rows"), "{e}");
     }
 
     #[test]

@@ -29,6 +29,8 @@
 //! * [`explain`]: the file pipeline behind `shapfusion explain` (Parquet/CSV in, Parquet out,
 //!   written so an output appears whole or not at all); [`input`] reads Parquet or CSV rows
 //!   and background sets for interventional SHAP.
+//! * `plot`: summary (beeswarm), bar, dependence and waterfall charts as PNG or SVG, from an
+//!   `explain` output and its input or from a model and input.
 //! * `registry`: models by name or URL through `object_store`, cached by version.
 //! * `sql`: the `shap(...)` DataFusion UDFs, `shap.*` options and `shapfusion sql`.
 //! * `flight`: `shapfusion worker` (Arrow Flight), the worker pool, and the Flight SQL server
@@ -37,7 +39,7 @@
 //! * `ballista`: a Ballista scheduler and executors with the UDFs, for SQL computed where the
 //!   data is; `sql::remote` makes a session whose queries run on such a cluster.
 //!
-//! Cargo features: `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`), `ballista`
+//! Cargo features: `plot` (charts, with plotters), `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`), `ballista`
 //! (Apache Ballista, implies `flight`), `gpu` (the CUDA
 //! engine, loaded at run time), `cli` (the `shapfusion` binary's own dependencies: argument
 //! parsing, progress bars, log formatting). All are on by default; a library user who wants the
@@ -61,6 +63,8 @@ pub mod gpu;
 pub mod input;
 mod layout;
 pub mod model;
+#[cfg(feature = "plot")]
+pub mod plot;
 #[cfg(feature = "sql")]
 pub mod registry;
 #[cfg(feature = "sql")]

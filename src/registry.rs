@@ -72,7 +72,7 @@ impl LoadedBackground {
     /// The background's rows for `model`: its feature columns, every row.
     pub fn rows_for(&self, model: &Model) -> Result<arrow::array::RecordBatch> {
         let label = format!("background {:?} ({})", self.name, self.url);
-        let reader = InputReader::from_bytes(self.bytes.clone(), &label, &model.feature_names, &model.feature_names, 65_536)
+        let reader = InputReader::from_bytes(self.bytes.clone(), &label, &model.feature_names, &model.numeric_input_columns(), 65_536)
             .map_err(|e| Error::Input(format!("{label}: {e}")))?;
         sample_background(reader, model, None, 0, &label)
     }

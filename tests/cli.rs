@@ -199,6 +199,41 @@ fn arrow_ipc_input_and_output_give_the_parquet_numbers() {
 }
 
 #[test]
+fn category_names_from_parquet_and_csv_give_the_library_numbers_and_inspect_lists_them() {
+    for name in ["xgb_named_categories", "lgb_named_categories"] {
+        let f = fixture(name);
+        let dir = tmp();
+        // The input as a CSV file: names as text, nulls as empty fields.
+        let csv = dir.path().join("in.csv");
+        let columns: Vec<Arc<dyn Array>> =
+            f.batch.columns().iter().map(|c| if matches!(c.data_type(), DataType::Dictionary(..)) { arrow::compute::cast(c, &DataType::Utf8).unwrap() } else { c.clone() }).collect();
+        let fields: Vec<Field> = f.batch.schema().fields().iter().zip(&columns).map(|(x, c)| Field::new(x.name(), c.data_type().clone(), true)).collect();
+        let text = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+        let mut w = arrow::csv::Writer::new(std::fs::File::create(&csv).unwrap());
+        w.write(&text).unwrap();
+        drop(w);
+        let (from_parquet, from_csv) = (dir.path().join("p.parquet"), dir.path().join("c.parquet"));
+        for (input, output) in [(f.input_path(), &from_parquet), (csv.clone(), &from_csv)] {
+            let o = explain(&f.model_path, &input, output, &[]);
+            assert!(o.status.success(), "{name} {}: {}", input.display(), stderr(&o));
+        }
+        assert_eq!(read_parquet(&from_parquet), read_parquet(&from_csv), "{name}: CSV and Parquet differ");
+        let got: Vec<f64> = {
+            let b = read_parquet(&from_parquet);
+            let w = b.num_columns();
+            (0..b.num_rows()).flat_map(|r| (0..w).map(move |j| (r, j))).map(|(r, j)| b.column(j).as_primitive::<Float64Type>().value(r)).collect()
+        };
+        let (err, row) = common::max_row_rel_error(&got, &f.expected_f64("contribs").unwrap(), f.model.num_features() + 1);
+        assert!(err <= 1e-5, "{name}: {err} at row {row}");
+
+        let o = run(&["models", "inspect", f.model_path.to_str().unwrap()]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("country: 5 stored categories: US, FR, DE, JP, BR"), "{name}: {out}");
+        assert!(out.contains("tier: 3 stored categories: 10, 20, 35"), "{name}: {out}");
+    }
+}
+
+#[test]
 fn empty_input_gives_an_empty_output_with_the_schema() {
     let f = fixture("xgb_regression");
     let dir = tmp();

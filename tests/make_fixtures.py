@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import xgboost as xgb
+from fixture_common import f64_list, write_input, xgboost_expected
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine, make_regression
 
 SEED = 20261121
@@ -36,27 +37,6 @@ ROWS = 40
 
 def rng(offset: int = 0) -> np.random.Generator:
     return np.random.default_rng(SEED + offset)
-
-
-def write_input(path: Path, X: np.ndarray, names: list[str]) -> None:
-    """Write rows as float64 Parquet; every other missing value is a null, the rest stay NaN."""
-    cols = []
-    for j in range(X.shape[1]):
-        col = X[:, j].astype(np.float64)
-        nan_rows = np.flatnonzero(np.isnan(col))
-        mask = np.zeros(len(col), dtype=bool)
-        mask[nan_rows[::2]] = True
-        cols.append(pa.array(col, mask=mask, type=pa.float64()))
-    pq.write_table(pa.table(cols, names=names), path)
-
-
-def f32_list(a: np.ndarray) -> list[float]:
-    # 9 significant digits round-trip a float32 exactly and keep the files small.
-    return [float(f"{v:.9g}") for v in np.asarray(a, dtype=np.float32).ravel()]
-
-
-def f64_list(a: np.ndarray) -> list[float]:
-    return [float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
 
 
 def near_threshold_rows(booster: xgb.Booster, X: np.ndarray, count: int) -> np.ndarray:
@@ -81,6 +61,7 @@ def near_threshold_rows(booster: xgb.Booster, X: np.ndarray, count: int) -> np.n
 def xgb_fixture(out: Path, name: str, X, y, params, rounds, X_test, names=None, feature_types=None,
                 fmt="json", nthread=2):
     d = out / name
+    shutil.rmtree(d, ignore_errors=True)  # only this fixture: other scripts write beside it
     d.mkdir(parents=True)
     dtrain = xgb.DMatrix(X, y, feature_names=names, feature_types=feature_types,
                          enable_categorical=feature_types is not None, missing=np.nan)
@@ -91,24 +72,17 @@ def xgb_fixture(out: Path, name: str, X, y, params, rounds, X_test, names=None, 
     dtest = xgb.DMatrix(X_test, feature_names=names, feature_types=feature_types,
                         enable_categorical=feature_types is not None, missing=np.nan)
     booster.save_model(str(d / f"model.{fmt}"))
-    contribs = booster.predict(dtest, pred_contribs=True, strict_shape=True)
-    inter = booster.predict(dtest, pred_interactions=True, strict_shape=True)
-    margin = booster.predict(dtest, output_margin=True, strict_shape=True)
-    n, g = contribs.shape[0], contribs.shape[1]
     col_names = names or [f"f{i}" for i in range(X.shape[1])]
     write_input(d / "input.parquet", X_test, col_names)
-    expected = {
-        "library": "xgboost", "version": xgb.__version__, "rows": n, "groups": g,
-        "features": col_names, "precision": "float32",
-        "contribs": f32_list(contribs), "interactions": f32_list(inter),
-        "margin": f32_list(margin.reshape(n, -1)[:, :g]),
-    }
+    expected = xgboost_expected(xgb, booster, dtest, col_names)
+    n, g = expected["rows"], expected["groups"]
     (d / "expected.json").write_text(json.dumps(expected))
     print(f"{name}: {n} rows, {g} groups, {len(col_names)} features")
 
 
 def lgb_fixture(out: Path, name: str, X, y, params, rounds, X_test, categorical=None, shap_ok=True):
     d = out / name
+    shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     names = [f"x{i}" for i in range(X.shape[1])]
     params = {"verbose": -1, "num_threads": 2, "seed": SEED, "deterministic": True, **params}
@@ -171,9 +145,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default=str(Path(__file__).parent / "fixtures"))
     out = Path(ap.parse_args().out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
 
     Xd, yd = load_diabetes(return_X_y=True)
     Xb, yb = load_breast_cancer(return_X_y=True)
@@ -236,6 +208,7 @@ def main() -> None:
 
     # --- a model we must refuse ------------------------------------------------------------------
     bad = out / "bad"
+    shutil.rmtree(bad, ignore_errors=True)
     bad.mkdir()
     lin = lgb.train({"objective": "regression", "linear_tree": True, "verbose": -1, "num_leaves": 4},
                     lgb.Dataset(Xd, yd), num_boost_round=2)

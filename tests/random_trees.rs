@@ -82,6 +82,7 @@ fn random_model_with_empty_branches(rng: &mut Rng, features: usize, trees: usize
         base_margin: vec![0.25],
         trees: (0..trees).map(|_| random_tree_with_empty_branches(rng, features, max_depth, 0, empty_rate)).collect(),
         precision: Precision::F64,
+        categories: Vec::new(),
     }
 }
 

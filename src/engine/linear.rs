@@ -807,6 +807,7 @@ mod tests {
             base_margin: vec![0.0],
             trees: (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect(),
             precision: Precision::F64,
+            categories: Vec::new(),
         };
         let prepared = Arc::new(PreparedModel::new(Arc::new(model)).unwrap());
         let engine = Linear::new(prepared.clone()).unwrap();

@@ -62,7 +62,7 @@ pub fn explain_on_workers(
     tracing::info!(model, url = info.url, workers = pool.status().len(), "explaining {} on the worker pool", input.display());
     let features = info.features.clone();
     let version = version.or_else(|| Some(info.content_hash.clone()).filter(|v| !v.is_empty()));
-    let rows = explain_rows(input, output, options, &features, schema.fields().iter().cloned().collect(), |batch| {
+    let rows = explain_rows(input, output, options, &features, &features, schema.fields().iter().cloned().collect(), |batch| {
         let chunk = feature_batch(batch, &features)?;
         let (pool, m, v, kind) = (pool.clone(), model.to_string(), version.clone(), options.output);
         let out = run_io(async move { pool.explain(&m, v.as_deref(), kind, chunk).await })?;

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::{as_index, check_count, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
+use super::{as_index, check_count, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
 use crate::error::{Error, Result};
 
 pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
@@ -111,6 +111,7 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
         }
     }
 
+    let categories = pandas_categories(text, header.get("feature_infos").copied(), &mut feature_kinds).map_err(err)?;
     Ok(Model {
         format: ModelFormat::LightgbmText,
         library_version: header.get("version").map(|v| v.to_string()),
@@ -121,7 +122,46 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
         base_margin: vec![0.0; per_iter],
         trees,
         precision: Precision::F64,
+        categories,
     })
+}
+
+/// The training categories of a model trained on pandas categorical columns: the trailing
+/// `pandas_categorical:` line holds one JSON list per categorical column, in column order, and
+/// code `k` is the `k`-th entry. The categorical features are those whose `feature_infos`
+/// entry lists codes (`-1:0:2`) rather than a range (`[lo:hi]`) or `none`; they are marked
+/// categorical even when no tree splits on them.
+fn pandas_categories(text: &str, feature_infos: Option<&str>, kinds: &mut [FeatureKind]) -> std::result::Result<Vec<Option<Categories>>, String> {
+    let mut out = vec![None; kinds.len()];
+    let Some(line) = text.lines().rev().find_map(|l| l.trim().strip_prefix("pandas_categorical:")) else { return Ok(out) };
+    let lists: Option<Vec<Vec<serde_json::Value>>> =
+        serde_json::from_str(line).map_err(|e| format!("pandas_categorical is not a JSON list of lists ({e})"))?;
+    let Some(lists) = lists else { return Ok(out) };
+    let infos: Vec<&str> = feature_infos.map(|f| f.split_whitespace().collect()).unwrap_or_default();
+    if infos.len() != kinds.len() {
+        return Err(format!("feature_infos has {} entries for {} features, so pandas_categorical cannot be matched to features", infos.len(), kinds.len()));
+    }
+    let categorical: Vec<usize> = (0..infos.len()).filter(|&j| infos[j] != "none" && !infos[j].starts_with('[')).collect();
+    if categorical.len() != lists.len() {
+        return Err(format!(
+            "pandas_categorical has {} lists but feature_infos marks {} features categorical",
+            lists.len(),
+            categorical.len()
+        ));
+    }
+    for (&j, list) in categorical.iter().zip(lists) {
+        kinds[j] = FeatureKind::Categorical;
+        out[j] = Some(if list.iter().all(serde_json::Value::is_string) {
+            Categories::Names(list.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        } else if list.iter().all(serde_json::Value::is_number) {
+            Categories::Numbers(list.iter().filter_map(serde_json::Value::as_f64).collect())
+        } else {
+            // Mixed or other types (booleans, dates): pandas' own mapping is not reproducible
+            // from JSON alone; the column must come as codes.
+            continue;
+        });
+    }
+    Ok(out)
 }
 
 fn parse_tree(

@@ -81,6 +81,41 @@ pub enum FeatureKind {
     Categorical,
 }
 
+/// The categories a categorical feature was trained on, as the library stored them in the
+/// model (XGBoost's `cats`, LightGBM's `pandas_categorical`): the category with code `k` is
+/// the `k`-th, so a value is turned into its code by its position here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Categories {
+    /// String categories (a pandas categorical of strings, an Arrow dictionary of strings).
+    Names(Vec<String>),
+    /// Numeric categories (a pandas categorical of numbers).
+    Numbers(Vec<f64>),
+}
+
+impl Categories {
+    /// Number of categories.
+    pub fn len(&self) -> usize {
+        match self {
+            Categories::Names(n) => n.len(),
+            Categories::Numbers(n) => n.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What a library does with a category value that was not seen in training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnseenCategory {
+    /// XGBoost refuses the row ("Found a category not in the training set").
+    Error,
+    /// LightGBM treats it as missing (pandas maps it to code -1, which LightGBM reads as NaN).
+    Missing,
+}
+
 /// LightGBM's missing-value treatment for a numeric split (`decision_type` bits 2–3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MissingType {
@@ -303,6 +338,9 @@ pub struct Model {
     pub trees: Vec<Tree>,
     /// Precision of threshold comparisons.
     pub precision: Precision,
+    /// Per feature, the training categories stored in the model file, where there are some:
+    /// string (or dictionary) input columns are mapped to codes through them.
+    pub categories: Vec<Option<Categories>>,
 }
 
 impl Model {
@@ -348,6 +386,25 @@ impl Model {
         self.feature_names.len()
     }
 
+    /// The features read as numbers from a text format (CSV): all but the categorical ones
+    /// whose category names the model stores, which may come as names.
+    pub fn numeric_input_columns(&self) -> Vec<String> {
+        self.feature_names
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| !matches!(self.categories.get(*j), Some(Some(Categories::Names(_)))))
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    /// What this model's library does with a category not seen in training.
+    pub fn unseen_category(&self) -> UnseenCategory {
+        match self.format {
+            ModelFormat::XgboostJson | ModelFormat::XgboostUbjson => UnseenCategory::Error,
+            ModelFormat::LightgbmText => UnseenCategory::Missing,
+        }
+    }
+
     /// Predicted margin (raw score) of one row, per group, in f64.
     pub fn predict_row(&self, x: &[f64], out: &mut [f64]) {
         out.copy_from_slice(&self.base_margin);
@@ -366,6 +423,13 @@ impl Model {
                 path: name.into(),
                 format: "tree ensemble",
                 detail: format!("{} feature names but {} feature types", nf, self.feature_kinds.len()),
+            });
+        }
+        if !self.categories.is_empty() && self.categories.len() != nf {
+            return Err(Error::ModelFormat {
+                path: name.into(),
+                format: "tree ensemble",
+                detail: format!("stored categories for {} features but the model has {nf}", self.categories.len()),
             });
         }
         if self.base_margin.len() != self.num_groups || self.base_margin.iter().any(|b| !b.is_finite()) {
@@ -468,6 +532,18 @@ impl Model {
                 .filter(|(_, k)| **k == FeatureKind::Categorical)
                 .map(|(n, _)| n.clone())
                 .collect(),
+            stored_categories: self
+                .feature_names
+                .iter()
+                .zip(&self.categories)
+                .filter_map(|(n, c)| {
+                    let values = match c.as_ref()? {
+                        Categories::Names(names) => names.clone(),
+                        Categories::Numbers(numbers) => numbers.iter().map(f64::to_string).collect(),
+                    };
+                    Some((n.clone(), values))
+                })
+                .collect(),
             output_groups: self.num_groups,
             base_margin: self.base_margin.clone(),
         }
@@ -493,6 +569,8 @@ pub struct ModelSummary {
     pub features: Vec<String>,
     /// Names of categorical features.
     pub categorical: Vec<String>,
+    /// Training categories the model stores, by feature, in code order.
+    pub stored_categories: std::collections::BTreeMap<String, Vec<String>>,
     /// Output groups.
     pub output_groups: usize,
     /// Base margin per group.

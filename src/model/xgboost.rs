@@ -5,12 +5,13 @@
 //! `tree_info` output groups (multiclass, `num_parallel_tree` forests, one tree per target),
 //! `base_score` in the objective's user space transformed to a margin the way the objective's
 //! `ProbToMargin` does, `default_left`, categorical splits (`categories*` arrays), and
-//! `feature_names` / `feature_types`. Not supported, with a clear error: `gblinear`, and vector
-//! leaves (`multi_strategy="multi_output_tree"`).
+//! `feature_names` / `feature_types`, and the training categories of models trained on
+//! categorical data (`cats`, XGBoost 3.1+). Vector-leaf trees (`multi_strategy="multi_output_tree"`)
+//! become one tree per target. Not supported, with a clear error: `gblinear`.
 
 use serde_json::Value;
 
-use super::{as_index, check_count, FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
+use super::{as_index, check_count, Categories, FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
 use crate::error::{Error, Result};
 
 /// Most 32-bit words of category bitsets one tree may need (64 MiB).
@@ -120,6 +121,7 @@ impl Reader<'_> {
             other => return Err(self.err(format!("unknown booster {other:?}"))),
         };
 
+        let categories = self.categories(model, num_feature)?;
         let trees_json = self
             .field(model, "model", "trees")?
             .as_array()
@@ -150,7 +152,7 @@ impl Reader<'_> {
                 detail: format!("model.tree_info[{t}] = {:?} is not an output group (the model has {num_groups})", tree_info[t]),
             })?;
             let weight = weights.as_ref().map_or(1.0, |w| w[t]);
-            trees.push(self.tree(tj, t, group, weight, &feature_kinds)?);
+            trees.extend(self.tree(tj, t, group, weight, &feature_kinds, num_groups)?);
         }
 
         Ok(Model {
@@ -163,7 +165,67 @@ impl Reader<'_> {
             base_margin,
             trees,
             precision: Precision::F32,
+            categories,
         })
+    }
+
+    /// The training categories XGBoost (3.1+) stores for models trained on pandas or Arrow
+    /// categorical data: `model.cats.enc` holds, per feature, either strings (`values` as UTF-8
+    /// bytes cut by `offsets`) or numbers (`values`); empty for numeric features. Code `k` is
+    /// the `k`-th category. Older models and models trained on codes have none.
+    fn categories(&self, model: &Value, nf: usize) -> Result<Vec<Option<Categories>>> {
+        let Some(enc) = model.get("cats").and_then(|c| c.get("enc")) else { return Ok(vec![None; nf]) };
+        let enc = enc.as_array().ok_or_else(|| self.err("model.cats.enc is not an array"))?;
+        if enc.is_empty() {
+            return Ok(vec![None; nf]);
+        }
+        if enc.len() != nf {
+            return Err(self.err(format!("model.cats.enc has {} entries for {nf} features", enc.len())));
+        }
+        let mut out = Vec::with_capacity(nf);
+        for (j, e) in enc.iter().enumerate() {
+            let at = |key: &str| format!("model.cats.enc[{j}].{key}");
+            let values = match e.get("values") {
+                Some(v) => self.f64_array(v, &at("values"))?,
+                None => Vec::new(),
+            };
+            let categories = match e.get("offsets") {
+                Some(offsets) => {
+                    let offsets = self.f64_array(offsets, &at("offsets"))?;
+                    if offsets.is_empty() {
+                        None
+                    } else {
+                        Some(Categories::Names(self.category_names(&offsets, &values, &at("values"))?))
+                    }
+                }
+                None if values.is_empty() => None,
+                None => Some(Categories::Numbers(values)),
+            };
+            out.push(categories);
+        }
+        Ok(out)
+    }
+
+    /// Strings stored as UTF-8 `bytes` cut at `offsets` (an Arrow-style string array).
+    fn category_names(&self, offsets: &[f64], bytes: &[f64], what: &str) -> Result<Vec<String>> {
+        let bytes: Vec<u8> = bytes
+            .iter()
+            .map(|&b| as_index(b, 256).map(|b| b as u8).ok_or_else(|| self.err(format!("{what} holds {b}, not a byte"))))
+            .collect::<Result<_>>()?;
+        let mut names = Vec::with_capacity(offsets.len().saturating_sub(1));
+        for w in offsets.windows(2) {
+            let start = as_index(w[0], bytes.len() + 1);
+            let end = as_index(w[1], bytes.len() + 1);
+            let (Some(start), Some(end)) = (start, end) else {
+                return Err(self.err(format!("{what}: offsets {} .. {} point outside its {} bytes", w[0], w[1], bytes.len())));
+            };
+            if start > end {
+                return Err(self.err(format!("{what}: offsets {start} .. {end} run backwards")));
+            }
+            let name = std::str::from_utf8(&bytes[start..end]).map_err(|e| self.err(format!("{what}: category {} is not UTF-8 ({e})", names.len())))?;
+            names.push(name.to_string());
+        }
+        Ok(names)
     }
 
     /// `base_score` is stored in the objective's output space (a probability for logistic
@@ -248,7 +310,9 @@ impl Reader<'_> {
             .collect()
     }
 
-    fn tree(&self, tj: &Value, t: usize, group: usize, weight: f64, kinds: &[FeatureKind]) -> Result<Tree> {
+    /// Reads tree `t`: one tree, or for a vector-leaf tree one tree per target (see
+    /// [`Reader::leaf_vectors`]).
+    fn tree(&self, tj: &Value, t: usize, group: usize, weight: f64, kinds: &[FeatureKind], num_groups: usize) -> Result<Vec<Tree>> {
         let at = |key: &str| format!("trees[{t}].{key}");
         let arr = |key: &str| -> Result<Vec<f64>> {
             let v = tj.get(key).ok_or_else(|| self.err(format!("missing field {}", at(key))))?;
@@ -260,15 +324,12 @@ impl Reader<'_> {
                 None => Ok(vec![]),
             }
         };
-        if let Some(tp) = tj.get("tree_param") {
-            if let Some(s) = tp.get("size_leaf_vector") {
-                if self.count(s, &at("tree_param.size_leaf_vector"))? > 1 {
-                    return Err(Error::UnsupportedModel {
-                        path: self.name.into(),
-                        detail: format!("tree {t} has vector leaves (multi_strategy=\"multi_output_tree\"); train with the default one_output_per_tree"),
-                    });
-                }
-            }
+        let leaf_size = match tj.get("tree_param").and_then(|tp| tp.get("size_leaf_vector")) {
+            Some(s) => self.count(s, &at("tree_param.size_leaf_vector"))?,
+            None => 1,
+        };
+        if leaf_size > 1 && leaf_size != num_groups {
+            return Err(self.err(format!("{} = {leaf_size}, but the model has {num_groups} targets", at("tree_param.size_leaf_vector"))));
         }
         let left = arr("left_children")?;
         let right = arr("right_children")?;
@@ -364,11 +425,12 @@ impl Reader<'_> {
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
             let l = child(left[i], i)?;
-            let r = child(right[i], i)?;
             if l == LEAF {
-                nodes.push(Node::leaf(cond[i], cover[i]));
+                // A vector leaf's values are filled in per target below.
+                nodes.push(Node::leaf(if leaf_size > 1 { 0.0 } else { cond[i] }, cover[i]));
                 continue;
             }
+            let r = child(right[i], i)?;
             let f = as_index(feature[i], kinds.len()).ok_or_else(|| Error::InvalidTree {
                 path: self.name.into(),
                 tree: t,
@@ -399,6 +461,42 @@ impl Reader<'_> {
                 value: 0.0,
             });
         }
-        Ok(Tree { nodes, category_words: words, group, weight })
+        let tree = Tree { nodes, category_words: words, group, weight };
+        if leaf_size == 1 {
+            return Ok(vec![tree]);
+        }
+        self.leaf_vectors(tj, t, tree, leaf_size, &left, &right)
+    }
+
+    /// Splits a vector-leaf tree (`multi_strategy="multi_output_tree"`) into one scalar tree per
+    /// target, with the same splits and covers and the target's leaf values. SHAP values are
+    /// linear in the leaf values, so each target's attributions are those of its tree, and every
+    /// engine explains these models. XGBoost 3.x numbers leaves into `leaf_weights` (`size`
+    /// values per leaf) through the leaf's `right_children` entry; a file without
+    /// `leaf_weights` keeps each node's vector in `base_weights`.
+    fn leaf_vectors(&self, tj: &Value, t: usize, tree: Tree, size: usize, left: &[f64], right: &[f64]) -> Result<Vec<Tree>> {
+        let at = |key: &str| format!("trees[{t}].{key}");
+        let (weights, by_leaf_index) = match tj.get("leaf_weights") {
+            Some(v) => (self.f64_array(v, &at("leaf_weights"))?, true),
+            None => {
+                let v = tj.get("base_weights").ok_or_else(|| self.err(format!("{} has vector leaves but neither leaf_weights nor base_weights", at(""))))?;
+                (self.f64_array(v, &at("base_weights"))?, false)
+            }
+        };
+        let slots = weights.len() / size;
+        let mut per_target: Vec<Tree> = (0..size).map(|g| Tree { group: g, ..tree.clone() }).collect();
+        for i in (0..tree.nodes.len()).filter(|&i| left[i] == -1.0) {
+            let slot = if by_leaf_index { as_index(right[i], slots) } else { Some(i).filter(|&i| i < slots) };
+            let slot = slot.ok_or_else(|| Error::InvalidTree {
+                path: self.name.into(),
+                tree: t,
+                node: i,
+                detail: format!("leaf vector {} is out of range: the tree stores {slots} vectors of {size} values", if by_leaf_index { right[i] } else { i as f64 }),
+            })?;
+            for (g, tree) in per_target.iter_mut().enumerate() {
+                tree.nodes[i].value = weights[slot * size + g];
+            }
+        }
+        Ok(per_target)
     }
 }

@@ -28,7 +28,7 @@ use super::options::ShapOptions;
 use crate::device::Device;
 use crate::engine::{Algorithm, EngineOptions};
 use crate::batch::{compute_pool, explain_block, output_fields, OutputKind};
-use crate::features::{block_from_columns, is_numeric};
+use crate::features::{block_from_columns, check_feature_type, is_numeric, is_text};
 
 use crate::model::Model;
 use crate::registry::{LoadedBackground, LoadedModel, ModelRegistry};
@@ -342,8 +342,18 @@ impl ScalarUDFImpl for ShapUdf {
         }
         let mut out = vec![DataType::Utf8];
         for (i, t) in arg_types.iter().enumerate().skip(1) {
+            if is_text(t) {
+                // Category names of a categorical feature: mapped through the names the model
+                // stores (checked against the model in `return_field_from_args`).
+                out.push(DataType::Utf8);
+                continue;
+            }
             if !is_numeric(t) {
-                return plan_err!("{}(): argument {} has type {t}; model features must be numeric (integer, float or boolean)", self.name, i + 1);
+                return plan_err!(
+                    "{}(): argument {} has type {t}; model features must be numeric (integer, float or boolean), or strings for a categorical feature whose model stores category names",
+                    self.name,
+                    i + 1
+                );
             }
             out.push(DataType::Float64);
         }
@@ -378,6 +388,9 @@ impl ScalarUDFImpl for ShapUdf {
                 model.num_features(),
                 self.usage(model)
             );
+        }
+        for (j, field) in args.arg_fields[1..].iter().enumerate() {
+            check_feature_type(model, j, field.data_type()).map_err(|e| DataFusionError::Plan(format!("{}(): argument {}: {e}", self.name, j + 2)))?;
         }
         let mut metadata = HashMap::from([(META_URL.to_string(), loaded.url.clone()), (META_VERSION.to_string(), loaded.version.clone())]);
         if let Some(background) = background {
