@@ -4,13 +4,17 @@
 //! * `paths`: GPUTreeShap's preprocessing on the CPU (path extraction, merging, bin packing);
 //! * `warps`: the packed paths as the kernels' flat arrays, and a lane-by-lane CPU simulation
 //!   of the kernels, so their arithmetic is tested without a GPU;
+//! * [`launch`]: the launch plan and the host steps around launches, shared by the engine and
+//!   the CPU emulation of the CUDA source (`tests/gpu_emulation.rs`);
 //! * `engine`: [`GpuEngine`], which compiles `kernels/treeshap.cu` with NVRTC and runs it.
 
 mod engine;
+pub mod launch;
 mod paths;
 mod warps;
 
 pub use engine::{compile_kernels, GpuEngine, KERNEL_SOURCE};
+pub use warps::{WarpProgram, IDLE_LANE, LANE_INTS, LANE_REALS, ROOT_LANE, SPLIT_INTS};
 
 /// What the GPU probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]

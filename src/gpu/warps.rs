@@ -6,7 +6,11 @@
 //! machines without a GPU (the unit tests in `gpu/mod.rs` hold it to the `treeshap` engine at 1e-9).
 //! Keep the two in step: a change to one is a change to both.
 
-use super::paths::{PathSet, WARP_LANES};
+use std::sync::Arc;
+
+use super::paths::{extract, pack, PathSet, WARP_LANES};
+use crate::error::Result;
+use crate::model::Model;
 #[cfg(test)]
 use crate::engine::{Attributions, FeatureBlock, Interactions};
 use crate::model::{MissingType, SplitRule};
@@ -65,8 +69,29 @@ pub struct WarpProgram {
 }
 
 impl WarpProgram {
+    /// The program of `model`'s paths: extracted, merged and packed into warps. `None` (with a
+    /// log line saying why) when a path has more elements than a warp has lanes, or a tree is
+    /// deeper than the engines' recursion bound: the caller computes on the CPU.
+    pub fn for_model(model: Arc<Model>) -> Result<Option<WarpProgram>> {
+        // Each path keeps every split on it, so a deep chain (legal in the file formats) would
+        // need memory quadratic in its depth; such models run on the CPU's `linear`.
+        let depth = model.trees.iter().map(crate::model::Tree::depth).max().unwrap_or(0);
+        if depth > crate::engine::MAX_RECURSIVE_DEPTH {
+            tracing::warn!("GPU engine not used: a tree has depth {depth}, over {}; computing on the CPU", crate::engine::MAX_RECURSIVE_DEPTH);
+            return Ok(None);
+        }
+        let set = extract(model)?;
+        match pack(&set.lengths(), WARP_LANES) {
+            Ok(bins) => Ok(Some(WarpProgram::new(&set, &bins))),
+            Err(len) => {
+                tracing::warn!("GPU engine not used: a path of the model has {len} elements (its root and distinct features), more than a warp's {WARP_LANES} lanes; computing on the CPU");
+                Ok(None)
+            }
+        }
+    }
+
     /// Lays out `set`'s paths in the bins `pack` chose.
-    pub fn new(set: &PathSet, bins: &[Vec<usize>]) -> Self {
+    pub(crate) fn new(set: &PathSet, bins: &[Vec<usize>]) -> Self {
         let lanes = bins.len() * WARP_LANES;
         let mut program = WarpProgram {
             bins: bins.len(),
