@@ -218,3 +218,19 @@ fn every_reader_survives_every_committed_input_and_fuzz_regression() {
     // The fixture models themselves read in their own format.
     assert!(loaded >= 15, "only {loaded} inputs read as models");
 }
+
+/// XGBoost 1.x writes `size_leaf_vector: "0"` for scalar leaves (the fuzzer found the zero
+/// dividing by zero when vector leaves were added): it reads as "1" does.
+#[test]
+fn a_leaf_vector_size_of_zero_or_one_means_scalar_leaves() {
+    let with_size = |size: &str| {
+        let mut model: serde_json::Value = serde_json::from_slice(&chain_model(3, 2)).unwrap();
+        model["learner"]["gradient_booster"]["model"]["trees"][0]["tree_param"] = serde_json::json!({"size_leaf_vector": size});
+        Model::from_bytes(&serde_json::to_vec(&model).unwrap(), "chain.json")
+    };
+    let (zero, one) = (with_size("0").unwrap(), with_size("1").unwrap());
+    assert_eq!(zero, one);
+    assert_eq!(zero.trees.len(), 1);
+    let e = with_size("3").unwrap_err().to_string();
+    assert!(e.contains("size_leaf_vector = 3") && e.contains("1 targets"), "{e}");
+}

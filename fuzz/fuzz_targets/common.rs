@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use shapfusion::engine::{build_engine, Algorithm, EngineOptions, FeatureBlock};
+use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
 use shapfusion::model::{Model, ModelFormat};
 
 /// Largest model (in nodes) the targets explain; bigger ones are only read, to keep runs fast.

@@ -462,7 +462,8 @@ impl Reader<'_> {
             });
         }
         let tree = Tree { nodes, category_words: words, group, weight };
-        if leaf_size == 1 {
+        // XGBoost 1.x writes size_leaf_vector "0" for scalar leaves.
+        if leaf_size <= 1 {
             return Ok(vec![tree]);
         }
         self.leaf_vectors(tj, t, tree, leaf_size, &left, &right)
