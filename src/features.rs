@@ -102,51 +102,38 @@ pub fn check_feature_type(model: &Model, j: usize, t: &DataType) -> Result<()> {
 /// Codes of a text column through a categorical feature's stored `names`: nulls are missing
 /// (NaN); a value not among them follows `unseen`.
 fn category_codes(column: &ArrayRef, names: &[String], unseen: UnseenCategory, feature: &str) -> Result<Vec<f64>> {
-    let code: std::collections::HashMap<&str, f64> = names.iter().enumerate().map(|(k, n)| (n.as_str(), k as f64)).collect();
+    let code: std::collections::HashMap<&str, usize> = names.iter().enumerate().map(|(k, n)| (n.as_str(), k)).collect();
     let strings = cast(column, &DataType::Utf8).map_err(|e| Error::arrow(format!("reading column {feature:?} as strings"), e))?;
-    strings
-        .as_string::<i32>()
-        .iter()
-        .map(|value| match value {
-            None => Ok(f64::NAN),
-            Some(s) => match (code.get(s), unseen) {
-                (Some(&k), _) => Ok(k),
-                (None, UnseenCategory::Missing) => Ok(f64::NAN),
-                (None, UnseenCategory::Error) => {
-                    let shown: Vec<&str> = names.iter().take(10).map(String::as_str).collect();
-                    Err(Error::Input(format!(
-                        "column {feature:?}: category {s:?} was not seen in training, and XGBoost refuses such rows; the model knows {} categories: {}{}",
-                        names.len(),
-                        shown.join(", "),
-                        if names.len() > shown.len() { ", ..." } else { "" }
-                    )))
-                }
-            },
-        })
-        .collect()
+    let known = || {
+        let shown: Vec<&str> = names.iter().take(10).map(String::as_str).collect();
+        format!("{} categories: {}{}", names.len(), shown.join(", "), if names.len() > shown.len() { ", ..." } else { "" })
+    };
+    strings.as_string::<i32>().iter().map(|value| value.map_or(Ok(f64::NAN), |s| code_or_unseen(code.get(s).copied(), unseen, feature, &format!("{s:?}"), known))).collect()
 }
 
 /// Codes of a dictionary column of category values through a feature's stored numeric
 /// categories, with the rules of [`category_codes`].
 fn number_codes(column: &ArrayRef, categories: &[f64], unseen: UnseenCategory, feature: &str) -> Result<Vec<f64>> {
     let numbers = cast(column, &DataType::Float64).map_err(|e| Error::arrow(format!("reading column {feature:?} as numbers"), e))?;
-    let numbers = numbers.as_primitive::<Float64Type>();
-    (0..numbers.len())
-        .map(|i| {
-            if numbers.is_null(i) {
-                return Ok(f64::NAN);
-            }
-            let v = numbers.value(i);
-            match (categories.iter().position(|&c| c == v), unseen) {
-                (Some(k), _) => Ok(k as f64),
-                (None, UnseenCategory::Missing) => Ok(f64::NAN),
-                (None, UnseenCategory::Error) => Err(Error::Input(format!(
-                    "column {feature:?}: category {v} was not seen in training, and XGBoost refuses such rows; the model knows {:?}",
-                    categories
-                ))),
-            }
-        })
+    let known = || format!("{categories:?}");
+    numbers
+        .as_primitive::<Float64Type>()
+        .iter()
+        .map(|value| value.map_or(Ok(f64::NAN), |v| code_or_unseen(categories.iter().position(|&c| c == v), unseen, feature, &v.to_string(), known)))
         .collect()
+}
+
+/// A category's code, or for a value not seen in training (`value` as written in the error)
+/// the library's rule: missing, or an error naming the column and the `known` categories.
+fn code_or_unseen(code: Option<usize>, unseen: UnseenCategory, feature: &str, value: &str, known: impl Fn() -> String) -> Result<f64> {
+    match (code, unseen) {
+        (Some(k), _) => Ok(k as f64),
+        (None, UnseenCategory::Missing) => Ok(f64::NAN),
+        (None, UnseenCategory::Error) => Err(Error::Input(format!(
+            "column {feature:?}: category {value} was not seen in training, and XGBoost refuses such rows; the model knows {}",
+            known()
+        ))),
+    }
 }
 
 /// Builds a block from one array per model feature (already in the model's order); `names`
@@ -164,16 +151,15 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
             return Err(Error::Input(format!("feature column {name:?} has {} rows, expected {rows}", col.len())));
         }
         check_feature_type(model, j, col.data_type())?;
-        if let (true, Some(Some(Categories::Names(categories)))) = (is_text(col.data_type()), model.categories.get(j)) {
-            for (i, code) in category_codes(col, categories, model.unseen_category(), name)?.into_iter().enumerate() {
-                values[i * f + j] = code;
-            }
-            continue;
-        }
-        if let (DataType::Dictionary(_, _), Some(Some(Categories::Numbers(categories)))) = (col.data_type(), model.categories.get(j)) {
+        let codes = match (col.data_type(), model.categories.get(j)) {
+            (t, Some(Some(Categories::Names(names)))) if is_text(t) => Some(category_codes(col, names, model.unseen_category(), name)?),
             // A dictionary of numbers holds category values (a pandas categorical of numbers),
             // not codes: find each value's position among the training categories.
-            for (i, code) in number_codes(col, categories, model.unseen_category(), name)?.into_iter().enumerate() {
+            (DataType::Dictionary(_, _), Some(Some(Categories::Numbers(numbers)))) => Some(number_codes(col, numbers, model.unseen_category(), name)?),
+            _ => None,
+        };
+        if let Some(codes) = codes {
+            for (i, code) in codes.into_iter().enumerate() {
                 values[i * f + j] = code;
             }
             continue;

@@ -53,7 +53,8 @@ pub fn probe() -> Result<GpuInfo, String> {
 mod tests {
     use super::paths::{extract, pack, WARP_LANES};
     use super::warps::{WarpProgram, IDLE_LANE, LANE_INTS};
-    use crate::engine::{build_engine, finish_interaction_row, Algorithm, EngineOptions};
+    use super::launch::{interaction_values, shap_values, DeviceLimits};
+    use crate::engine::{build_engine, Algorithm, EngineOptions};
     use crate::test_fixtures::{fixtures, max_row_rel_error, Fixture};
 
     #[test]
@@ -88,9 +89,7 @@ mod tests {
     }
 
     fn warp_program(f: &Fixture) -> WarpProgram {
-        let set = extract(f.model.clone()).unwrap();
-        let bins = pack(&set.lengths(), WARP_LANES).unwrap();
-        WarpProgram::new(&set, &bins)
+        WarpProgram::for_model(f.model.clone()).unwrap().expect("every fixture's paths fit a warp")
     }
 
     #[test]
@@ -101,7 +100,7 @@ mod tests {
             let lanes = program.lane_ints.chunks(LANE_INTS).filter(|l| l[0] != IDLE_LANE).count();
             assert_eq!(lanes, extract(f.model.clone()).unwrap().lengths().iter().sum::<usize>(), "{}", f.name);
             let block = &f.block;
-            let got = program.simulate_shap(block);
+            let got = shap_values(&program, block, &DeviceLimits::new(132), &mut |call| Ok(program.simulate(call))).unwrap();
             let exact = build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(block).unwrap();
             let (err, row) = max_row_rel_error(&got.values, &exact.values, f.model.num_groups * (f.model.num_features() + 1));
             assert!(err <= 1e-9, "{}: row {row} differs from treeshap by {err:e} of max|phi|", f.name);
@@ -113,13 +112,8 @@ mod tests {
         for f in &fixtures() {
             let program = warp_program(f);
             let block = &f.block;
-            let (nf, g) = (f.model.num_features(), f.model.num_groups);
-            let mut got = program.simulate_interaction_pairs(block);
-            let shap = program.simulate_shap(block);
-            let (w, sw) = (g * (nf + 1) * (nf + 1), g * (nf + 1));
-            for (r, out) in got.values.chunks_mut(w).enumerate() {
-                finish_interaction_row(out, &shap.values[r * sw..(r + 1) * sw], nf, g);
-            }
+            let w = f.model.num_groups * (f.model.num_features() + 1).pow(2);
+            let got = interaction_values(&program, block, &DeviceLimits::new(132), &mut |call| Ok(program.simulate(call))).unwrap();
             let (err, row) = max_row_rel_error(&got.values, &exact_interactions(f), w);
             assert!(err <= 1e-9, "{}: row {row} differs from treeshap's interactions by {err:e}", f.name);
         }

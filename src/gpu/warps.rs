@@ -12,7 +12,7 @@ use super::paths::{extract, pack, PathSet, WARP_LANES};
 use crate::error::Result;
 use crate::model::Model;
 #[cfg(test)]
-use crate::engine::{Attributions, FeatureBlock, Interactions};
+use super::launch::{Kernel, KernelCall};
 use crate::model::{MissingType, SplitRule};
 
 /// `i32` fields per lane in [`WarpProgram::lane_ints`].
@@ -229,10 +229,21 @@ impl WarpProgram {
         if lane.splits.clone().all(|s| self.follows(s, v)) { 1.0 } else { 0.0 }
     }
 
-    /// SHAP values by the kernel's steps (`shap_kernel`), simulated on the CPU.
-    pub fn simulate_shap(&self, block: &FeatureBlock) -> Attributions {
-        let (f, g) = (self.features, self.groups);
-        let mut values = self.for_each_warp(block, g * (f + 1), |phi, lanes, loaded, max_len| {
+    /// One planned launch by the kernels' steps, simulated on the CPU: what the device
+    /// returns for `call` (sums only: the host adds the bias and the interaction diagonal, in
+    /// [`super::launch`]). Pass it as the launcher of [`super::launch::shap_values`] or
+    /// [`super::launch::interaction_values`].
+    pub fn simulate(&self, call: &KernelCall) -> Vec<f64> {
+        match call.kernel {
+            Kernel::Shap => self.simulate_shap_sums(call.x, call.width),
+            Kernel::InteractionPairs => self.simulate_interaction_pairs(call.x, call.width),
+        }
+    }
+
+    /// `shap_kernel`'s sums for the rows `x`.
+    fn simulate_shap_sums(&self, x: &[f64], width: usize) -> Vec<f64> {
+        let f = self.features;
+        self.for_each_warp(x, width, |phi, lanes, loaded, max_len| {
             let mut warp = loaded.clone();
             warp.extend(lanes, max_len);
             let sums = warp.unwound_sums(lanes, max_len);
@@ -241,25 +252,17 @@ impl WarpProgram {
                     phi[lane.group * (f + 1) + lane.feature as usize] += sums[l] * (warp.one[l] - warp.zero[l]) * lane.value;
                 }
             }
-        });
-        for phi in values.chunks_mut(g * (f + 1)) {
-            for (k, b) in self.bias.iter().enumerate() {
-                phi[k * (f + 1) + f] = *b;
-            }
-        }
-        Attributions { rows: block.rows(), groups: g, features: f, values }
+        })
     }
 
-    /// The off-diagonal interaction values by the kernel's steps (`interactions_kernel`),
-    /// simulated on the CPU; the caller fills the diagonal and bias from the SHAP values.
+    /// `interactions_kernel`'s off-diagonal pairs for the rows `x`.
     ///
     /// Conditioning on element `c` makes it a null player (fractions 1 and 1: Shapley values of
     /// the others are unchanged by a null player) and scales the path by `one_c` ("on") or
     /// `zero_c` ("off"); half the difference of the two runs is entry `[c][i]`.
-    pub fn simulate_interaction_pairs(&self, block: &FeatureBlock) -> Interactions {
-        let (f, g) = (self.features, self.groups);
-        let w = f + 1;
-        let values = self.for_each_warp(block, g * w * w, |out, lanes, loaded, max_len| {
+    fn simulate_interaction_pairs(&self, x: &[f64], width: usize) -> Vec<f64> {
+        let w = self.features + 1;
+        self.for_each_warp(x, width, |out, lanes, loaded, max_len| {
             for c in 1..max_len {
                 // Every lane learns its path's element c (its own lane when the path is shorter).
                 let src: Vec<usize> = lanes.iter().enumerate().map(|(l, lane)| if c < lane.len { lane.start + c } else { l }).collect();
@@ -282,18 +285,19 @@ impl WarpProgram {
                     }
                 }
             }
-        });
-        Interactions { rows: block.rows(), groups: g, features: f, values }
+        })
     }
 
     /// Calls `warp_fn(row_out, lanes, registers, max_len)` for every row and bin, the
     /// registers loaded for that row; returns the rows' outputs, `width` each, summed.
-    fn for_each_warp(&self, block: &FeatureBlock, width: usize, warp_fn: impl Fn(&mut [f64], &[Lane], &WarpState, usize)) -> Vec<f64> {
-        let mut values = vec![0.0; block.rows() * width];
+    fn for_each_warp(&self, x: &[f64], width: usize, warp_fn: impl Fn(&mut [f64], &[Lane], &WarpState, usize)) -> Vec<f64> {
+        let rows = x.len() / self.features.max(1);
+        let mut values = vec![0.0; rows * width];
         let warps: Vec<Vec<Lane>> = (0..self.bins).map(|b| (0..WARP_LANES).map(|l| self.lane(b, l)).collect()).collect();
-        for (r, out) in values.chunks_mut(width.max(1)).enumerate().take(block.rows()) {
+        for (r, out) in values.chunks_mut(width.max(1)).enumerate().take(rows) {
+            let row = &x[r * self.features..(r + 1) * self.features];
             for (b, lanes) in warps.iter().enumerate() {
-                warp_fn(out, lanes, &WarpState::load(self, lanes, block.row(r)), self.bin_len[b] as usize);
+                warp_fn(out, lanes, &WarpState::load(self, lanes, row), self.bin_len[b] as usize);
             }
         }
         values

@@ -11,6 +11,7 @@ use arrow::datatypes::{DataType, Float64Type, Schema};
 use crate::error::{Error, Result};
 use crate::explain::KEPT_COLUMNS_METADATA;
 use crate::explainer::ExplainerBuilder;
+use crate::features::is_text;
 use crate::input::{count_rows, selected_indices, take_rows, InputReader, RowSelection};
 
 /// Rows per batch while reading files for a chart.
@@ -75,8 +76,12 @@ impl PlotData {
     pub fn from_files(shap: &Path, input: &Path, features: Option<&[String]>, selection: RowSelection) -> Result<PlotData> {
         let shap_label = shap.display().to_string();
         let input_label = input.display().to_string();
-        let shap_rows = count_rows(InputReader::open_all(shap, READ_BATCH_ROWS)?)?;
-        let input_rows = count_rows(InputReader::open_all(input, READ_BATCH_ROWS)?)?;
+        // The layout from the SHAP file's schema first, so the input is read for its features only.
+        let shap_reader = InputReader::open_all(shap, READ_BATCH_ROWS)?;
+        let layout = ShapLayout::of(&shap_reader.schema(), features, &shap_label)?;
+        let open_input = || InputReader::open(input, &layout.features, &[], READ_BATCH_ROWS);
+        let shap_rows = count_rows(shap_reader)?;
+        let input_rows = count_rows(open_input()?)?;
         if shap_rows != input_rows {
             return Err(Error::Input(format!(
                 "{shap_label} has {shap_rows} rows but {input_label} has {input_rows}: the SHAP file must be the explain output of that input, row for row"
@@ -84,9 +89,7 @@ impl PlotData {
         }
         let indices = selected_indices(selection, input_rows, &input_label)?;
         let shap_batch = take_rows(InputReader::open_all(shap, READ_BATCH_ROWS)?, &indices)?;
-        let layout = ShapLayout::of(shap_batch.schema_ref(), features, &shap_label)?;
-        let input_reader = InputReader::open(input, &layout.features, &[], READ_BATCH_ROWS)?;
-        let input_batch = take_rows(input_reader, &indices)?;
+        let input_batch = take_rows(open_input()?, &indices)?;
         let (values, labels) = feature_values(&input_batch, &layout.features, &input_label)?;
         Ok(PlotData {
             rows: indices.len(),
@@ -208,13 +211,7 @@ fn feature_values(batch: &RecordBatch, features: &[String], label: &str) -> Resu
 /// A column as numbers: numeric and boolean columns cast, string columns as the index of each
 /// value among the column's sorted distinct values (returned as the names).
 fn column_numbers(column: &ArrayRef) -> std::result::Result<(Vec<f64>, Option<Vec<String>>), arrow::error::ArrowError> {
-    let is_text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
-    let text = match column.data_type() {
-        t if is_text(t) => true,
-        DataType::Dictionary(_, v) => is_text(v),
-        _ => false,
-    };
-    if !text {
+    if !is_text(column.data_type()) {
         let numbers = cast(column, &DataType::Float64)?;
         let numbers = numbers.as_primitive::<Float64Type>();
         return Ok(((0..numbers.len()).map(|i| if numbers.is_null(i) { f64::NAN } else { numbers.value(i) }).collect(), None));
