@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# GPU engine: correctness on every fixture and speed against the CPU engine, on a GPU host.
+# GPU engine: correctness on every fixture and speed against the CPU engine, on a GPU host; the
+# GPU's two kernels side by side (auto: warp kernel, quadrature for paths over 32 elements; and
+# every path on the quadrature kernel).
 #
 #   bash benchmarks/gpu.sh build   # here (Rust toolchain): stripped GPU test + bench binaries in
 #                                  # target/gpu-carry/, benchmark models in benchmarks/out/

@@ -1,6 +1,8 @@
 //! GPU engine against the CPU engine on the same machine: checks the GPU's values against the
-//! exact CPU engine, then times both. Run by `benchmarks/gpu.sh` on a GPU host (this example
-//! links only the engines and the GPU code, so a stripped build can be carried there).
+//! CPU engine, then times both, with the GPU's two kernels side by side: `auto` (paths of up to
+//! 32 elements on the warp kernel, longer ones on the quadrature kernel) and every path on the
+//! quadrature kernel. Run by `benchmarks/gpu.sh` on a GPU host (this example links only the
+//! engines and the GPU code, so a stripped build can be carried there).
 //!
 //! ```text
 //! gpu_bench [--rows N] [--interaction-rows N] [--cpu-rows N] [--repeats K] NAME=MODEL=ROWS.parquet ...
@@ -86,11 +88,16 @@ fn max_rel_error(a: &[f64], b: &[f64], width: usize) -> f64 {
         .fold(0.0, |m: f64, e| if e.is_nan() { f64::NAN } else { m.max(e) })
 }
 
+/// One model and output: rows/s of each GPU kernel choice and of the CPU engine.
 struct Row {
     name: String,
     what: &'static str,
-    gpu_rate: f64,
+    /// `auto`: warp kernel, quadrature for paths over 32 elements.
+    auto_rate: f64,
+    /// Every path on the quadrature kernel.
+    quadrature_rate: f64,
     cpu_rate: f64,
+    /// Largest error of either GPU choice against the CPU engine, of max|φ| per row.
     error: f64,
 }
 
@@ -103,36 +110,43 @@ fn main() -> Result<(), Error> {
     for (name, model_path, rows_path) in &o.models {
         let model = Arc::new(Model::load(model_path)?);
         let setup = Instant::now();
-        let Some(gpu) = GpuEngine::new(model.clone())? else {
+        let (Some(auto), Some(quadrature)) = (GpuEngine::new(model.clone())?, GpuEngine::with_warp_limit(model.clone(), 0)?) else {
             println!("{name}: the GPU engine cannot take this model (see the log); skipped");
             continue;
         };
-        println!("{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload)", model.trees.len(), model.num_features(), setup.elapsed().as_secs_f64());
+        println!("{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, both kernels)", model.trees.len(), model.num_features(), setup.elapsed().as_secs_f64());
         let cpu = build_engine(model.clone(), Algorithm::Auto, Some(o.cpu_rows), &EngineOptions::default())?;
         let f = model.num_features();
         let width = model.num_groups * (f + 1);
+        let run = |engine: &dyn Engine, what: &str, block: &FeatureBlock| -> shapfusion::Result<Vec<f64>> {
+            Ok(if what == "shap" { engine.shap(block)?.values } else { engine.interactions(block)?.values })
+        };
 
         for (what, gpu_n) in [("shap", o.rows), ("interactions", o.interaction_rows)] {
             let cpu_n = o.cpu_rows.min(gpu_n);
             let check = rows(&model, rows_path, cpu_n)?;
-            let (g_vals, c_vals, w) = if what == "shap" {
-                (gpu.shap(&check)?.values, cpu.shap(&check)?.values, width)
-            } else {
-                (gpu.interactions(&check)?.values, cpu.interactions(&check)?.values, width * (f + 1))
-            };
-            let error = max_rel_error(&g_vals, &c_vals, w);
+            let w = if what == "shap" { width } else { width * (f + 1) };
+            let want = run(cpu.as_ref(), what, &check)?;
+            let error = max_rel_error(&run(&auto, what, &check)?, &want, w).max(max_rel_error(&run(&quadrature, what, &check)?, &want, w));
             let block = rows(&model, rows_path, gpu_n)?;
-            let gpu_s = median_seconds(o.repeats, || if what == "shap" { gpu.shap(&block).map(drop) } else { gpu.interactions(&block).map(drop) })?;
-            let cpu_s = median_seconds(3, || if what == "shap" { cpu.shap(&check).map(drop) } else { cpu.interactions(&check).map(drop) })?;
-            let row = Row { name: name.clone(), what, gpu_rate: gpu_n as f64 / gpu_s, cpu_rate: cpu_n as f64 / cpu_s, error };
-            println!("{name} {what}: GPU {:.0} rows/s ({gpu_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}", row.gpu_rate, row.cpu_rate, row.error);
+            let auto_s = median_seconds(o.repeats, || run(&auto, what, &block).map(drop))?;
+            let quadrature_s = median_seconds(o.repeats, || run(&quadrature, what, &block).map(drop))?;
+            let cpu_s = median_seconds(3, || run(cpu.as_ref(), what, &check).map(drop))?;
+            let row = Row { name: name.clone(), what, auto_rate: gpu_n as f64 / auto_s, quadrature_rate: gpu_n as f64 / quadrature_s, cpu_rate: cpu_n as f64 / cpu_s, error };
+            println!(
+                "{name} {what}: GPU auto {:.0} rows/s, GPU quadrature {:.0} rows/s ({gpu_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
+                row.auto_rate, row.quadrature_rate, row.cpu_rate, row.error
+            );
             table.push(row);
         }
     }
-    println!("\n| model | output | GPU rows/s | CPU rows/s ({threads} threads) | GPU / CPU | max error vs CPU (of max|φ|) |");
-    println!("|---|---|---:|---:|---:|---:|");
+    println!("\n| model | output | GPU auto rows/s | GPU quadrature rows/s | CPU rows/s ({threads} threads) | auto / CPU | quadrature / auto | max error vs CPU (of max|φ|) |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for r in &table {
-        println!("| {} | {} | {:.0} | {:.0} | {:.1}x | {:.1e} |", r.name, r.what, r.gpu_rate, r.cpu_rate, r.gpu_rate / r.cpu_rate, r.error);
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.1e} |",
+            r.name, r.what, r.auto_rate, r.quadrature_rate, r.cpu_rate, r.auto_rate / r.cpu_rate, r.quadrature_rate / r.auto_rate, r.error
+        );
     }
     if table.iter().any(|r| !(r.error <= 1e-5)) {
         return Err("the GPU's values differ from the CPU engine's by more than 1e-5 of max|phi|".into());

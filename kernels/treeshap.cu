@@ -1,9 +1,14 @@
-// Path-dependent TreeSHAP on packed paths, one warp per bin of paths (after GPUTreeShap,
-// Mitchell et al. 2022). Compiled at run time by NVRTC (src/gpu/engine.rs); the same steps are
-// simulated lane by lane on the CPU in src/gpu/warps.rs, which the tests hold to the exact
-// engine: keep the two in step.
+// Path-dependent TreeSHAP on the paths of a model, in two formulations:
+//   * the warp kernels (shap_kernel, interactions_kernel): one warp per bin of packed paths,
+//     EXTEND and UNWOUNDSUM across lanes (after GPUTreeShap, Mitchell et al. 2022), for paths
+//     of at most 32 elements;
+//   * the quadrature kernels (quadrature_shap_kernel, quadrature_interactions_kernel): one
+//     thread per (row, path), any path length, for the paths that do not fit a warp.
+// Compiled at run time by NVRTC (src/gpu/engine.rs). tests/gpu_emulation.rs runs this file
+// unchanged on the CPU under an emulation of CUDA and holds it to the exact engine; the warp
+// kernels' steps are also simulated lane by lane in src/gpu/warps.rs: keep the two in step.
 //
-// Layout (built by WarpProgram in src/gpu/warps.rs):
+// Warp layout (built by PathProgram in src/gpu/warps.rs):
 //   lane_ints  [bins*32][8]: feature (-1 root, -2 idle), group, start lane of the path, rank on
 //                            the path, path length, split range begin, end, unused
 //   lane_reals [bins*32][2]: zero fraction, path value (leaf value x tree weight)
@@ -12,11 +17,22 @@
 //   categories [words]     : category bitsets
 //   x          [rows][cols]: feature values, NaN = missing
 //   out        [rows][G][F+1] (SHAP) or [rows][G][F+1][F+1] (interaction pairs), zeroed by the
-//              host; the bias and the interaction diagonal are filled in by the host.
+//              host; the bias and the interaction diagonal are filled in by the host. Both
+//              kernels of a kind add into the same output.
 //
-// Work split: blockIdx.x takes `rows_per_block` rows, blockIdx.y a slice of the bins; each warp
-// of the block walks its share of the slice's bins over those rows. Sums go to a shared-memory
-// accumulator when it fits (`use_shared`), then once to global memory with atomics.
+// Long-path layout (src/gpu/quadrature.rs), paths sorted longest first:
+//   path_ints    [paths][4]   : first element, element count, group, quadrature points
+//   path_values  [paths]      : leaf value x tree weight
+//   element_ints [elements][4]: feature (-1 root), split range begin, end, unused
+//   element_zero [elements]   : zero fraction
+//   quadrature   [pairs][2]   : Gauss-Legendre nodes and weights on [0, 1]; the rule of m
+//                               points starts at pair m(m-1)/2
+//
+// Work split: blockIdx.x takes `rows_per_block` rows, blockIdx.y a slice of the units (bins for
+// the warp kernels, paths for the quadrature kernels); each warp of the block walks its share
+// of the slice's bins over those rows, or each thread its share of the (row, path) pairs. Sums
+// go to a shared-memory accumulator when it fits (`use_shared`), then once to global memory
+// with atomics.
 
 #define LANES 32
 #define FULL_MASK 0xffffffffu
@@ -96,13 +112,21 @@ __device__ bool follows(const double* thresholds, const unsigned* split_ints, co
   return left == ((flags & TAKE_LEFT) != 0u);
 }
 
+// Whether the row follows every split of a path element (its one fraction is 1); the root
+// element (feature < 0) is always followed.
+__device__ __forceinline__ bool follows_element(int feature, int split_begin, int split_end, const double* row,
+                                                const double* thresholds, const unsigned* split_ints,
+                                                const unsigned* categories) {
+  if (feature < 0) return true;
+  const double v = row[feature];
+  for (int s = split_begin; s < split_end; ++s)
+    if (!follows(thresholds, split_ints, categories, s, v)) return false;
+  return true;
+}
+
 __device__ __forceinline__ double one_fraction(const Lane& l, const double* row, const double* thresholds,
                                                const unsigned* split_ints, const unsigned* categories) {
-  if (l.feature < 0) return 1.0;
-  const double v = row[l.feature];
-  for (int s = l.split_begin; s < l.split_end; ++s)
-    if (!follows(thresholds, split_ints, categories, s, v)) return 0.0;
-  return 1.0;
+  return follows_element(l.feature, l.split_begin, l.split_end, row, thresholds, split_ints, categories) ? 1.0 : 0.0;
 }
 
 // EXTEND every path of the warp by all its elements; returns this lane's permutation weight.
@@ -144,16 +168,17 @@ __device__ __forceinline__ double unwound_sum(const Lane& l, double zero, double
 
 // The rows and bins one block takes, and where its sums go.
 struct BlockWork {
-  long first;      // first row of the block
-  int n_rows;      // rows of the block
-  int bin_begin;   // this warp's first bin (step: warps per block)
-  int bin_end;     // end of the block's slice of bins
-  double* acc;     // the shared accumulator, or the block's rows of `out`
+  long first;       // first row of the block
+  int n_rows;       // rows of the block
+  int slice_begin;  // the block's slice of units (bins or long paths)
+  int slice_end;
+  double* acc;      // the shared accumulator, or the block's rows of `out`
 };
 
-// Sets up a block's work; false when the block has no rows. Clears the shared accumulator.
+// Sets up a block's work over `units` bins or paths; false when the block has no rows. Clears
+// the shared accumulator.
 __device__ bool begin_block(BlockWork& work, double* shared, double* out, int width, long rows, int rows_per_block,
-                            int bins, int use_shared) {
+                            int units, int use_shared) {
   work.first = (long)blockIdx.x * rows_per_block;
   work.n_rows = (int)min((long)rows_per_block, rows - work.first);
   if (work.n_rows <= 0) return false;
@@ -162,9 +187,9 @@ __device__ bool begin_block(BlockWork& work, double* shared, double* out, int wi
     __syncthreads();
   }
   work.acc = use_shared ? shared : out + work.first * width;
-  const int slice = (bins + gridDim.y - 1) / gridDim.y;
-  work.bin_begin = blockIdx.y * slice + threadIdx.x / LANES;
-  work.bin_end = min(bins, (int)(blockIdx.y + 1) * slice);
+  const int slice = (units + gridDim.y - 1) / gridDim.y;
+  work.slice_begin = min(units, (int)blockIdx.y * slice);
+  work.slice_end = min(units, (int)(blockIdx.y + 1) * slice);
   return true;
 }
 
@@ -186,7 +211,7 @@ extern "C" __global__ void shap_kernel(const int* lane_ints, const double* lane_
   BlockWork work;
   if (!begin_block(work, acc_shared, out, width, rows, rows_per_block, bins, use_shared)) return;
   const int lane = threadIdx.x % LANES;
-  for (int b = work.bin_begin; b < work.bin_end; b += blockDim.x / LANES) {
+  for (int b = work.slice_begin + threadIdx.x / LANES; b < work.slice_end; b += blockDim.x / LANES) {
     const Lane l = load_lane(lane_ints, lane_reals, (long)b * LANES + lane);
     const int max_len = bin_len[b];
     for (int r = 0; r < work.n_rows; ++r) {
@@ -216,7 +241,7 @@ extern "C" __global__ void interactions_kernel(const int* lane_ints, const doubl
   BlockWork work;
   if (!begin_block(work, acc_shared, out, width, rows, rows_per_block, bins, use_shared)) return;
   const int lane = threadIdx.x % LANES;
-  for (int b = work.bin_begin; b < work.bin_end; b += blockDim.x / LANES) {
+  for (int b = work.slice_begin + threadIdx.x / LANES; b < work.slice_end; b += blockDim.x / LANES) {
     const Lane l = load_lane(lane_ints, lane_reals, (long)b * LANES + lane);
     const int max_len = bin_len[b];
     for (int r = 0; r < work.n_rows; ++r) {
@@ -240,4 +265,165 @@ extern "C" __global__ void interactions_kernel(const int* lane_ints, const doubl
     }
   }
   end_block(work, acc_shared, out, width, use_shared);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quadrature kernels: any path length, one thread per (row, path).
+//
+// For a path of value v whose elements have zero fractions z_j and one fractions o_j (0 or 1
+// for this row), element i's attribution is
+//     phi_i = v (o_i - z_i) * integral over [0, 1] of prod_{j != i} (z_j + t (o_j - z_j)) dt,
+// since |S|! (n - |S| - 1)! / n! = integral of t^|S| (1 - t)^(n - |S| - 1). The integrand is a
+// polynomial of degree n - 1, so Gauss-Legendre with ceil(n / 2) points is exact; every term is
+// non-negative, so the sum has no cancellation. A pair (i, c) is the same integral without both
+// factors, times (o_c - z_c) / 2 (element c as a null player, as the warp kernel computes it).
+// Each thread takes the quadrature points QUADRATURE_CHUNK at a time, so its registers and local
+// memory do not grow with the path.
+
+#define LONG_PATH_INTS 4
+#define LONG_ELEMENT_INTS 4
+#define QUADRATURE_CHUNK 32
+// Most elements of a long path (the host refuses longer ones): one bit each in `ones`.
+#define LONG_PATH_MAX_ELEMENTS 544
+#define LONG_PATH_WORDS (LONG_PATH_MAX_ELEMENTS / 32)
+
+struct LongPath {
+  int first, len, group, points;
+  double value;
+};
+
+__device__ __forceinline__ LongPath load_long_path(const int* path_ints, const double* path_values, int p) {
+  const int* i = path_ints + (long)p * LONG_PATH_INTS;
+  LongPath path;
+  path.first = i[0];
+  path.len = i[1];
+  path.group = i[2];
+  path.points = i[3];
+  path.value = path_values[p];
+  return path;
+}
+
+// Bit j of `ones`: whether the row follows element j's splits.
+__device__ void long_path_ones(const LongPath& path, const int* element_ints, const double* row, const double* thresholds,
+                               const unsigned* split_ints, const unsigned* categories, unsigned* ones) {
+  for (int w = 0; w < LONG_PATH_WORDS; ++w) ones[w] = 0u;
+  for (int j = 0; j < path.len; ++j) {
+    const int* e = element_ints + (long)(path.first + j) * LONG_ELEMENT_INTS;
+    if (follows_element(e[0], e[1], e[2], row, thresholds, split_ints, categories)) ones[j / 32] |= 1u << (j % 32);
+  }
+}
+
+__device__ __forceinline__ double one_bit(const unsigned* ones, int j) {
+  return ((ones[j / 32] >> (j % 32)) & 1u) ? 1.0 : 0.0;
+}
+
+// weighted[k] = w_k * prod_j (z_j + t_k (o_j - z_j)) for the chunk's points k0 .. k0 + kn; the
+// root element's factor is 1 and is left out.
+__device__ void weighted_products(const LongPath& path, const int* element_ints, const double* element_zero,
+                                  const unsigned* ones, const double* rule, int k0, int kn, double* weighted) {
+  for (int k = 0; k < kn; ++k) weighted[k] = rule[2 * (k0 + k) + 1];
+  for (int j = 0; j < path.len; ++j) {
+    if (element_ints[(long)(path.first + j) * LONG_ELEMENT_INTS] < 0) continue;
+    const double z = element_zero[path.first + j];
+    const double d = one_bit(ones, j) - z;
+    for (int k = 0; k < kn; ++k) weighted[k] *= z + rule[2 * (k0 + k)] * d;
+  }
+}
+
+// Adds the chunk's SHAP values of the path's elements to `acc` (the row's group).
+__device__ void add_quadrature_shap(const LongPath& path, const int* element_ints, const double* element_zero,
+                                    const unsigned* ones, const double* rule, int k0, int kn, const double* weighted,
+                                    double* acc) {
+  for (int i = 0; i < path.len; ++i) {
+    const int feature = element_ints[(long)(path.first + i) * LONG_ELEMENT_INTS];
+    const double z = element_zero[path.first + i];
+    const double d = one_bit(ones, i) - z;
+    if (feature < 0 || d == 0.0) continue;
+    double sum = 0.0;
+    for (int k = 0; k < kn; ++k) sum += weighted[k] / (z + rule[2 * (k0 + k)] * d);
+    const double phi = sum * d * path.value;
+    if (phi != 0.0) atomicAdd(acc + feature, phi);
+  }
+}
+
+// Adds the chunk's interaction pairs of the path's elements to `acc` (the row's group): each
+// unordered pair once, into both of its entries.
+__device__ void add_quadrature_pairs(const LongPath& path, const int* element_ints, const double* element_zero,
+                                     const unsigned* ones, const double* rule, int k0, int kn, const double* weighted,
+                                     int w1, double* acc) {
+  for (int i = 0; i < path.len; ++i) {
+    const int fi = element_ints[(long)(path.first + i) * LONG_ELEMENT_INTS];
+    const double zi = element_zero[path.first + i];
+    const double di = one_bit(ones, i) - zi;
+    if (fi < 0 || di == 0.0) continue;
+    for (int c = i + 1; c < path.len; ++c) {
+      const int fc = element_ints[(long)(path.first + c) * LONG_ELEMENT_INTS];
+      const double zc = element_zero[path.first + c];
+      const double dc = one_bit(ones, c) - zc;
+      if (fc < 0 || dc == 0.0) continue;
+      double sum = 0.0;
+      for (int k = 0; k < kn; ++k) {
+        const double t = rule[2 * (k0 + k)];
+        sum += weighted[k] / ((zi + t * di) * (zc + t * dc));
+      }
+      const double v = 0.5 * sum * di * dc * path.value;
+      if (v != 0.0) {
+        atomicAdd(acc + fc * w1 + fi, v);
+        atomicAdd(acc + fi * w1 + fc, v);
+      }
+    }
+  }
+}
+
+// The quadrature kernels' work: each thread takes (row, path) pairs of the block, a chunk of
+// quadrature points at a time, and adds SHAP values (PAIRS false) or interaction pairs.
+template <bool PAIRS>
+__device__ void quadrature_paths(const int* path_ints, const double* path_values, const int* element_ints,
+                                 const double* element_zero, const double* quadrature, int paths,
+                                 const double* thresholds, const unsigned* split_ints, const unsigned* categories,
+                                 const double* x, long rows, int cols, int groups, int rows_per_block, int use_shared,
+                                 double* out) {
+  extern __shared__ double acc_shared[];
+  const int w1 = cols + 1;
+  const int group_width = PAIRS ? w1 * w1 : w1;
+  const int width = groups * group_width;
+  BlockWork work;
+  if (!begin_block(work, acc_shared, out, width, rows, rows_per_block, paths, use_shared)) return;
+  const long slice = work.slice_end - work.slice_begin;
+  for (long item = threadIdx.x; item < work.n_rows * slice; item += blockDim.x) {
+    const int r = (int)(item / slice);
+    const LongPath path = load_long_path(path_ints, path_values, work.slice_begin + (int)(item % slice));
+    const double* row = x + (work.first + r) * cols;
+    unsigned ones[LONG_PATH_WORDS];
+    long_path_ones(path, element_ints, row, thresholds, split_ints, categories, ones);
+    const double* rule = quadrature + (long)path.points * (path.points - 1);
+    double* acc = work.acc + (long)r * width + (long)path.group * group_width;
+    for (int k0 = 0; k0 < path.points; k0 += QUADRATURE_CHUNK) {
+      const int kn = min(QUADRATURE_CHUNK, path.points - k0);
+      double weighted[QUADRATURE_CHUNK];
+      weighted_products(path, element_ints, element_zero, ones, rule, k0, kn, weighted);
+      if (PAIRS) add_quadrature_pairs(path, element_ints, element_zero, ones, rule, k0, kn, weighted, w1, acc);
+      else add_quadrature_shap(path, element_ints, element_zero, ones, rule, k0, kn, weighted, acc);
+    }
+  }
+  end_block(work, acc_shared, out, width, use_shared);
+}
+
+extern "C" __global__ void quadrature_shap_kernel(const int* path_ints, const double* path_values, const int* element_ints,
+                                                  const double* element_zero, const double* quadrature, int paths,
+                                                  const double* thresholds, const unsigned* split_ints,
+                                                  const unsigned* categories, const double* x, long rows, int cols,
+                                                  int groups, int rows_per_block, int use_shared, double* out) {
+  quadrature_paths<false>(path_ints, path_values, element_ints, element_zero, quadrature, paths, thresholds, split_ints,
+                          categories, x, rows, cols, groups, rows_per_block, use_shared, out);
+}
+
+extern "C" __global__ void quadrature_interactions_kernel(const int* path_ints, const double* path_values,
+                                                          const int* element_ints, const double* element_zero,
+                                                          const double* quadrature, int paths, const double* thresholds,
+                                                          const unsigned* split_ints, const unsigned* categories,
+                                                          const double* x, long rows, int cols, int groups,
+                                                          int rows_per_block, int use_shared, double* out) {
+  quadrature_paths<true>(path_ints, path_values, element_ints, element_zero, quadrature, paths, thresholds, split_ints,
+                         categories, x, rows, cols, groups, rows_per_block, use_shared, out);
 }

@@ -2,7 +2,9 @@
 //! against `tests/gpu_emulation/cuda_emulator.hpp` (CUDA's built-ins on fibers: warp shuffles
 //! and ballots as barriers across a warp, `__syncthreads` across a block, shared memory poisoned
 //! with NaN and guarded by a canary), driven with exactly the arrays and launch plans the GPU
-//! engine uses (`shapfusion::gpu::launch`), and held to the exact engine within 1e-9.
+//! engine uses (`shapfusion::gpu::launch`), and held to the exact engine within 1e-9: the warp
+//! kernels, the quadrature kernels (every path, or the paths over a length), and deep random
+//! ensembles whose paths do not fit a warp.
 //!
 //! Needs a C++20 compiler (`CXX`, else `c++`); without one the tests skip, unless
 //! `SHAPFUSION_REQUIRE_CXX=1` (set by `.ci/run`) makes that a failure.
@@ -13,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use common::random::{random_rows, spine_model, Rng};
 use common::{fixtures, max_row_rel_error, Fixture};
 use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
-use shapfusion::gpu::launch::{interaction_values, shap_values, DeviceLimits, Kernel, KernelCall};
-use shapfusion::gpu::WarpProgram;
+use shapfusion::gpu::launch::{interaction_values, shap_values, DeviceLimits, Kernel, KernelCall, Launch};
+use shapfusion::gpu::PathProgram;
 use shapfusion::{Error, Result};
 
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/gpu_emulation");
@@ -58,25 +61,41 @@ enum Schedule {
     RandomWarps(u64),
 }
 
-/// Runs one planned launch under the emulator: the engine's arrays in, the output back.
+/// Runs the planned launches of `call` under the emulator, one driver run per kernel, and
+/// adds their outputs (the device adds them into one buffer).
 fn emulate(driver: &Path, call: &KernelCall, schedule: Schedule) -> Result<Vec<f64>> {
-    let p: &WarpProgram = call.program;
-    let l = call.launch;
+    let mut sums = vec![0.0; call.plan.rows * call.width];
+    for launch in &call.plan.launches {
+        let out = emulate_launch(driver, call, launch, schedule)?;
+        sums.iter_mut().zip(out).for_each(|(s, v)| *s += v);
+    }
+    Ok(sums)
+}
+
+/// Runs one launch under the emulator: the engine's arrays in, the output back.
+fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedule) -> Result<Vec<f64>> {
+    let p: &PathProgram = call.program;
     let (kind, seed) = match schedule {
         Schedule::RoundRobin => (0i64, 0u64),
         Schedule::RandomWarps(seed) => (1, seed),
     };
-    let out_len = l.rows * call.width;
+    let kernel = match l.kernel {
+        Kernel::Shap => 0,
+        Kernel::InteractionPairs => 1,
+        Kernel::QuadratureShap => 2,
+        Kernel::QuadratureInteractionPairs => 3,
+    };
+    let out_len = call.plan.rows * call.width;
     let header: [i64; 16] = [
-        i64::from(call.kernel == Kernel::InteractionPairs),
+        kernel,
         l.grid.0 as i64,
         l.grid.1 as i64,
         l.block_threads as i64,
         l.shared_bytes as i64,
         l.rows_per_block as i64,
         i64::from(l.use_shared),
-        p.bins as i64,
-        l.rows as i64,
+        l.kernel.units(p) as i64,
+        call.plan.rows as i64,
         p.features as i64,
         p.groups as i64,
         kind,
@@ -97,12 +116,17 @@ fn emulate(driver: &Path, call: &KernelCall, schedule: Schedule) -> Result<Vec<f
     array(&mut bytes, &p.split_ints, u32::to_le_bytes);
     array(&mut bytes, &p.categories, u32::to_le_bytes);
     array(&mut bytes, call.x, f64::to_le_bytes);
+    array(&mut bytes, &p.long.path_ints, i32::to_le_bytes);
+    array(&mut bytes, &p.long.path_values, f64::to_le_bytes);
+    array(&mut bytes, &p.long.element_ints, i32::to_le_bytes);
+    array(&mut bytes, &p.long.element_zero, f64::to_le_bytes);
+    array(&mut bytes, &p.long.quadrature, f64::to_le_bytes);
     let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let (input, output) = (dir.path().join("launch.bin"), dir.path().join("out.bin"));
     std::fs::write(&input, bytes).map_err(|e| Error::io(&input, e))?;
     let run = Command::new(driver).arg(&input).arg(&output).output().map_err(|e| Error::io(driver, e))?;
     if !run.status.success() {
-        return Err(Error::Unavailable(format!("{} ({})", String::from_utf8_lossy(&run.stderr).trim(), run.status)));
+        return Err(Error::Unavailable(format!("{}: {} ({})", l.kernel.name(), String::from_utf8_lossy(&run.stderr).trim(), run.status)));
     }
     let raw = std::fs::read(&output).map_err(|e| Error::io(&output, e))?;
     Ok(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
@@ -143,41 +167,90 @@ fn the_emulator_computes_warp_operations_and_refuses_what_cuda_would_not_run() {
     }
 }
 
+/// Which paths go to which kernel: `auto` (paths of up to 32 elements in warps), every path on
+/// the quadrature kernel, and a mix (paths over 4 elements on the quadrature kernel, both
+/// kernels adding into one output).
+const WARP_LIMITS: [(&str, usize); 3] = [("auto", 32), ("quadrature only", 0), ("mixed at 4", 4)];
+
+fn program(f: &Fixture, warp_max_len: usize) -> PathProgram {
+    PathProgram::with_warp_limit(f.model.clone(), warp_max_len).unwrap().expect("no fixture is deeper than the engines' bound")
+}
+
 #[test]
-fn the_cuda_shap_kernel_matches_the_exact_engine_on_every_fixture_and_plan() {
+fn the_cuda_shap_kernels_match_the_exact_engine_on_every_fixture_and_plan() {
     let Some(driver) = compiled("driver") else { return };
     for f in fixtures() {
-        let Some(program) = WarpProgram::for_model(f.model.clone()).unwrap() else { continue };
         let block = f.block();
         let want = exact(&f).shap(&block).unwrap();
         let width = f.model.num_groups * (f.model.num_features() + 1);
-        for (i, (plan, mut limits)) in plans().into_iter().enumerate() {
-            if limits.max_launch_values == 0 {
-                limits.max_launch_values = 7 * width;
+        for (split, warp_max_len) in WARP_LIMITS {
+            let program = program(&f, warp_max_len);
+            for (i, (plan, mut limits)) in plans().into_iter().enumerate() {
+                // The mix on the H100 plan only: the other plans are the same code per kernel.
+                if warp_max_len == 4 && i > 0 {
+                    continue;
+                }
+                if limits.max_launch_values == 0 {
+                    limits.max_launch_values = 7 * width;
+                }
+                let schedule = if i % 2 == 0 { Schedule::RoundRobin } else { Schedule::RandomWarps(i as u64) };
+                let got = shap_values(&program, &block, &limits, &mut |call| emulate(&driver, call, schedule))
+                    .unwrap_or_else(|e| panic!("{} ({split}) on {plan}: {e}", f.name));
+                let (err, row) = max_row_rel_error(&got.values, &want.values, width);
+                assert!(err <= 1e-9, "{} ({split}) on {plan} ({schedule:?}): row {row} off by {err:e} of max|phi|", f.name);
             }
-            let schedule = if i % 2 == 0 { Schedule::RoundRobin } else { Schedule::RandomWarps(i as u64) };
-            let got = shap_values(&program, &block, &limits, &mut |call| emulate(&driver, call, schedule))
-                .unwrap_or_else(|e| panic!("{} on {plan}: {e}", f.name));
-            let (err, row) = max_row_rel_error(&got.values, &want.values, width);
-            assert!(err <= 1e-9, "{} on {plan} ({schedule:?}): row {row} off by {err:e} of max|phi|", f.name);
         }
     }
 }
 
 #[test]
-fn the_cuda_interaction_kernel_matches_the_exact_engine_on_every_fixture() {
+fn the_cuda_interaction_kernels_match_the_exact_engine_on_every_fixture() {
     let Some(driver) = compiled("driver") else { return };
     for (k, f) in fixtures().into_iter().enumerate() {
-        let Some(program) = WarpProgram::for_model(f.model.clone()).unwrap() else { continue };
         let block = f.block();
         let want = exact(&f).interactions(&block).unwrap();
         let width = f.model.num_groups * (f.model.num_features() + 1).pow(2);
-        // One schedule per fixture, alternating, so both run and the suite stays fast.
-        let schedule = if k % 2 == 0 { Schedule::RoundRobin } else { Schedule::RandomWarps(k as u64) };
-        let got = interaction_values(&program, &block, &DeviceLimits::new(132), &mut |call| emulate(&driver, call, schedule))
-            .unwrap_or_else(|e| panic!("{}: {e}", f.name));
-        let (err, row) = max_row_rel_error(&got.values, &want.values, width);
-        assert!(err <= 1e-9, "{} ({schedule:?}): interactions row {row} off by {err:e}", f.name);
+        for (split, warp_max_len) in WARP_LIMITS {
+            let program = program(&f, warp_max_len);
+            // One schedule per fixture, alternating, so both run and the suite stays fast.
+            let schedule = if k % 2 == 0 { Schedule::RoundRobin } else { Schedule::RandomWarps(k as u64) };
+            let got = interaction_values(&program, &block, &DeviceLimits::new(132), &mut |call| emulate(&driver, call, schedule))
+                .unwrap_or_else(|e| panic!("{} ({split}): {e}", f.name));
+            let (err, row) = max_row_rel_error(&got.values, &want.values, width);
+            assert!(err <= 1e-9, "{} ({split}, {schedule:?}): interactions row {row} off by {err:e}", f.name);
+        }
+    }
+}
+
+#[test]
+fn deep_random_ensembles_run_on_the_gpu_kernels_with_no_path_limit() {
+    let Some(driver) = compiled("driver") else { return };
+    for (seed, depth, groups) in [(1u64, 16usize, 1usize), (2, 24, 2), (3, 40, 1)] {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let features = 5 * depth;
+        let model = std::sync::Arc::new(spine_model(&mut rng, features, 3, depth, groups));
+        let block = random_rows(&mut rng, &model, 12);
+        let oracle = build_engine(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
+        let (want, want_pairs) = (oracle.shap(&block).unwrap(), oracle.interactions(&block).unwrap());
+        let width = groups * (features + 1);
+        let longest = PathProgram::for_model(model.clone()).unwrap().unwrap();
+        if depth == 40 {
+            // Paths longer than a warp exist and go to the quadrature kernel, not the CPU.
+            assert!(longest.long.count > 0, "depth 40 should give paths of more than 32 elements");
+        }
+        for (split, warp_max_len) in [WARP_LIMITS[0], WARP_LIMITS[1]] {
+            let program = PathProgram::with_warp_limit(model.clone(), warp_max_len).unwrap().unwrap();
+            let schedule = Schedule::RandomWarps(seed);
+            let got = shap_values(&program, &block, &DeviceLimits::new(132), &mut |call| emulate(&driver, call, schedule))
+                .unwrap_or_else(|e| panic!("depth {depth} ({split}): {e}"));
+            let (err, row) = max_row_rel_error(&got.values, &want.values, width);
+            assert!(err <= 1e-9, "depth {depth} ({split}): row {row} off by {err:e} of max|phi|");
+            // Interactions under one schedule only (the warp kernel's are the slow case).
+            let got = interaction_values(&program, &block, &DeviceLimits::new(132), &mut |call| emulate(&driver, call, Schedule::RoundRobin))
+                .unwrap_or_else(|e| panic!("depth {depth} ({split}) interactions: {e}"));
+            let (err, row) = max_row_rel_error(&got.values, &want_pairs.values, width * (features + 1));
+            assert!(err <= 1e-9, "depth {depth} ({split}): interactions row {row} off by {err:e}");
+        }
     }
 }
 
@@ -185,13 +258,13 @@ fn the_cuda_interaction_kernel_matches_the_exact_engine_on_every_fixture() {
 fn one_row_batches_fill_the_device_by_splitting_the_bins() {
     let Some(driver) = compiled("driver") else { return };
     let f = fixtures().into_iter().find(|f| f.name == "xgb_multiclass").unwrap();
-    let program = WarpProgram::for_model(f.model.clone()).unwrap().unwrap();
+    let program = program(&f, 32);
     let block = f.block();
     let exact = exact(&f);
     for r in [0, 7, block.rows() - 1] {
         let one = f.model.feature_block_from_values(1, block.row(r).to_vec()).unwrap();
         let got = shap_values(&program, &one, &DeviceLimits::new(132), &mut |call| {
-            assert!(call.launch.grid.1 > 1, "one row should split the bins across blocks: {:?}", call.launch);
+            assert!(call.plan.launches[0].grid.1 > 1, "one row should split the bins across blocks: {:?}", call.plan);
             emulate(&driver, call, Schedule::RandomWarps(r as u64))
         })
         .unwrap();

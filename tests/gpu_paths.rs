@@ -4,9 +4,11 @@
 
 mod common;
 
+use common::random::{random_rows, spine_model, Rng};
 use common::{fixtures, max_row_rel_error};
 use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
 use shapfusion::engine::Engine;
+use shapfusion::gpu::launch::Output;
 use shapfusion::gpu::GpuEngine;
 
 /// The CUDA source compiles with NVRTC (no GPU needed, only libnvrtc). CI installs NVRTC from
@@ -21,17 +23,21 @@ fn the_kernels_compile_with_nvrtc() {
     for (major, minor) in [(8, 0), (9, 0)] {
         let ptx = shapfusion::gpu::compile_kernels(major, minor).unwrap_or_else(|e| panic!("sm_{major}{minor}: {e}"));
         let text = ptx.to_src();
-        for kernel in ["shap_kernel", "interactions_kernel"] {
-            assert!(text.contains(&format!(".entry {kernel}")), "sm_{major}{minor}: no {kernel} in the PTX");
+        for output in [Output::Shap, Output::InteractionPairs] {
+            for kernel in output.kernels().map(|k| k.name()) {
+                assert!(text.contains(&format!(".entry {kernel}")), "sm_{major}{minor}: no {kernel} in the PTX");
+            }
         }
         // Warp shuffles are what the kernels are built on: they must be in the PTX.
         assert!(text.contains("shfl.sync"), "sm_{major}{minor}: no warp shuffles in the PTX");
     }
 }
 
-/// The GPU engine against the exact engine on every fixture, SHAP values and interactions.
-/// Runs only where a GPU is usable (benchmarks/gpu.sh runs it with SHAPFUSION_REQUIRE_GPU=1,
-/// which turns a missing GPU into a failure).
+/// The GPU engine against the exact engine on every fixture and on deep random ensembles (paths
+/// longer than a warp), SHAP values and interactions, with the default split of paths between
+/// the kernels and with every path on the quadrature kernel. Runs only where a GPU is usable
+/// (benchmarks/gpu.sh runs it with SHAPFUSION_REQUIRE_GPU=1, which turns a missing GPU into a
+/// failure).
 #[test]
 fn the_gpu_engine_matches_the_exact_engine_on_every_fixture() {
     if let Err(why) = shapfusion::gpu::probe() {
@@ -39,14 +45,23 @@ fn the_gpu_engine_matches_the_exact_engine_on_every_fixture() {
         eprintln!("skipped: {why}");
         return;
     }
-    for f in fixtures() {
-        let Some(gpu) = GpuEngine::new(f.model.clone()).unwrap() else { continue };
-        let block = f.block();
-        let exact = build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
-        let width = f.model.num_groups * (f.model.num_features() + 1);
-        let (err, row) = max_row_rel_error(&gpu.shap(&block).unwrap().values, &exact.shap(&block).unwrap().values, width);
-        assert!(err <= 1e-5, "{}: GPU SHAP row {row} off by {err:e} of max|phi|", f.name);
-        let (err, row) = max_row_rel_error(&gpu.interactions(&block).unwrap().values, &exact.interactions(&block).unwrap().values, width * (f.model.num_features() + 1));
-        assert!(err <= 1e-5, "{}: GPU interactions row {row} off by {err:e}", f.name);
+    let mut cases: Vec<(String, std::sync::Arc<shapfusion::model::Model>, shapfusion::engine::FeatureBlock)> =
+        fixtures().into_iter().map(|f| (f.name.clone(), f.model.clone(), f.block())).collect();
+    for depth in [24, 40] {
+        let mut rng = Rng(depth as u64);
+        let model = std::sync::Arc::new(spine_model(&mut rng, 5 * depth, 3, depth, 1));
+        let block = random_rows(&mut rng, &model, 50);
+        cases.push((format!("depth-{depth} random ensemble"), model, block));
+    }
+    for (name, model, block) in cases {
+        let exact = build_engine(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
+        let width = model.num_groups * (model.num_features() + 1);
+        for warp_max_len in [32, 0] {
+            let Some(gpu) = GpuEngine::with_warp_limit(model.clone(), warp_max_len).unwrap() else { continue };
+            let (err, row) = max_row_rel_error(&gpu.shap(&block).unwrap().values, &exact.shap(&block).unwrap().values, width);
+            assert!(err <= 1e-5, "{name} (warp limit {warp_max_len}): GPU SHAP row {row} off by {err:e} of max|phi|");
+            let (err, row) = max_row_rel_error(&gpu.interactions(&block).unwrap().values, &exact.interactions(&block).unwrap().values, width * (model.num_features() + 1));
+            assert!(err <= 1e-5, "{name} (warp limit {warp_max_len}): GPU interactions row {row} off by {err:e}");
+        }
     }
 }

@@ -9,87 +9,8 @@ mod common;
 use std::sync::Arc;
 
 use shapfusion::engine::{build_engine, build_interventional, Algorithm, EngineOptions, FeatureBlock};
-use shapfusion::model::{FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree};
-
-/// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// A random tree where, at rate `empty_rate`, a split sends no training cover (0, or a
-/// vanishing 1e-200) one way: that child is a leaf rows can still reach.
-fn random_tree_with_empty_branches(rng: &mut Rng, features: usize, max_depth: usize, group: usize, empty_rate: f64) -> Tree {
-    let mut nodes = vec![Node::leaf(0.0, 100.0)];
-    let mut stack = vec![(0usize, 0usize)];
-    while let Some((i, depth)) = stack.pop() {
-        let split = depth < max_depth && (depth < 2 || rng.unit() < 0.8);
-        if !split {
-            nodes[i].value = rng.unit() * 4.0 - 2.0;
-            continue;
-        }
-        let cover = nodes[i].cover;
-        let frac = 0.05 + 0.9 * rng.unit();
-        // Covers roughly split, with some noise so children need not add up exactly.
-        let (mut cl, mut cr) = ((cover * frac * (0.9 + 0.2 * rng.unit())).max(1e-3), (cover * (1.0 - frac)).max(1e-3));
-        let (mut depth_l, mut depth_r) = (depth + 1, depth + 1);
-        if rng.unit() < empty_rate {
-            let empty = if rng.unit() < 0.5 { 0.0 } else { 1e-200 };
-            if rng.unit() < 0.5 {
-                (cl, depth_l) = (empty, max_depth);
-            } else {
-                (cr, depth_r) = (empty, max_depth);
-            }
-        }
-        let (l, r) = (nodes.len() as u32, nodes.len() as u32 + 1);
-        nodes.push(Node::leaf(0.0, cl));
-        nodes.push(Node::leaf(0.0, cr));
-        let n = &mut nodes[i];
-        n.left = l;
-        n.right = r;
-        n.feature = rng.below(features) as u32;
-        n.rule = SplitRule::XgbLess { threshold: rng.unit() };
-        n.default_left = rng.unit() < 0.5;
-        stack.push((l as usize, depth_l));
-        stack.push((r as usize, depth_r));
-    }
-    Tree { nodes, category_words: vec![], group, weight: 1.0 }
-}
-
-fn random_model(rng: &mut Rng, features: usize, trees: usize, max_depth: usize) -> Model {
-    random_model_with_empty_branches(rng, features, trees, max_depth, 0.0)
-}
-
-fn random_model_with_empty_branches(rng: &mut Rng, features: usize, trees: usize, max_depth: usize, empty_rate: f64) -> Model {
-    Model {
-        format: ModelFormat::XgboostJson,
-        library_version: None,
-        objective: "reg:squarederror".into(),
-        feature_names: (0..features).map(|i| format!("f{i}")).collect(),
-        feature_kinds: vec![FeatureKind::Numeric; features],
-        num_groups: 1,
-        base_margin: vec![0.25],
-        trees: (0..trees).map(|_| random_tree_with_empty_branches(rng, features, max_depth, 0, empty_rate)).collect(),
-        precision: Precision::F64,
-        categories: Vec::new(),
-    }
-}
-
-fn random_rows(rng: &mut Rng, model: &Model, rows: usize) -> FeatureBlock {
-    let values = (0..rows * model.num_features()).map(|_| if rng.unit() < 0.1 { f64::NAN } else { rng.unit() }).collect();
-    model.feature_block_from_values(rows, values).unwrap()
-}
+use common::random::{random_model, random_model_with_empty_branches, random_rows, Rng};
+use shapfusion::model::{Model, Tree};
 
 /// E[f(x) | x_S] under the path-dependent (cover) distribution: follow x on features in S,
 /// average by cover elsewhere.

@@ -1,5 +1,6 @@
 //! The GPU engine: `kernels/treeshap.cu` compiled by NVRTC for the device found, the model's
-//! packed paths uploaded once, and per batch: rows up, one launch, attributions down.
+//! paths uploaded once, and per batch: rows up, the warp kernel and (for paths longer than a
+//! warp) the quadrature kernel into one output, attributions down.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -7,7 +8,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchCon
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use super::launch::{interaction_values, shap_values, DeviceLimits, Kernel, KernelCall};
-use super::warps::WarpProgram;
+use super::paths::WARP_LANES;
+use super::warps::PathProgram;
 use crate::engine::drivers::check_block;
 use crate::engine::{Attributions, Engine, FeatureBlock, Interactions};
 use crate::error::{Error, Result};
@@ -35,7 +37,20 @@ struct Kernels {
     stream: Arc<CudaStream>,
     shap: CudaFunction,
     interactions: CudaFunction,
+    quadrature_shap: CudaFunction,
+    quadrature_interactions: CudaFunction,
     multiprocessors: usize,
+}
+
+impl Kernels {
+    fn function(&self, kernel: Kernel) -> &CudaFunction {
+        match kernel {
+            Kernel::Shap => &self.shap,
+            Kernel::InteractionPairs => &self.interactions,
+            Kernel::QuadratureShap => &self.quadrature_shap,
+            Kernel::QuadratureInteractionPairs => &self.quadrature_interactions,
+        }
+    }
 }
 
 fn kernels() -> Result<&'static Kernels> {
@@ -51,7 +66,14 @@ fn kernels() -> Result<&'static Kernels> {
                 let multiprocessors = ctx
                     .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
                     .map_err(gpu_error("count multiprocessors"))? as usize;
-                Ok(Kernels { stream: ctx.default_stream(), shap: function("shap_kernel")?, interactions: function("interactions_kernel")?, multiprocessors })
+                Ok(Kernels {
+                    stream: ctx.default_stream(),
+                    shap: function(Kernel::Shap.name())?,
+                    interactions: function(Kernel::InteractionPairs.name())?,
+                    quadrature_shap: function(Kernel::QuadratureShap.name())?,
+                    quadrature_interactions: function(Kernel::QuadratureInteractionPairs.name())?,
+                    multiprocessors,
+                })
             };
             load().map_err(|e| e.to_string())
         })
@@ -67,6 +89,11 @@ struct DeviceModel {
     thresholds: CudaSlice<f64>,
     split_ints: CudaSlice<u32>,
     categories: CudaSlice<u32>,
+    long_path_ints: CudaSlice<i32>,
+    long_path_values: CudaSlice<f64>,
+    long_element_ints: CudaSlice<i32>,
+    long_element_zero: CudaSlice<f64>,
+    quadrature: CudaSlice<f64>,
     x: Option<CudaSlice<f64>>,
     out: Option<CudaSlice<f64>>,
 }
@@ -89,17 +116,23 @@ fn buffer<'a>(stream: &Arc<CudaStream>, slot: &'a mut Option<CudaSlice<f64>>, le
 /// Exact SHAP values and interactions on an NVIDIA GPU.
 pub struct GpuEngine {
     model: Arc<Model>,
-    program: WarpProgram,
+    program: PathProgram,
     device: Mutex<DeviceModel>,
 }
 
 impl GpuEngine {
-    /// Extracts and packs the model's paths and uploads them. `None` (with a log line saying
-    /// why) when a path has more elements than a warp has lanes: the caller uses the CPU.
-    /// An error when there is no usable GPU.
+    /// Extracts the model's paths, packs those that fit a warp, and uploads them. `None` (with
+    /// a log line saying why) when a tree is deeper than the engines' recursion bound: the
+    /// caller uses the CPU. An error when there is no usable GPU.
     pub fn new(model: Arc<Model>) -> Result<Option<Self>> {
+        GpuEngine::with_warp_limit(model, WARP_LANES)
+    }
+
+    /// As [`GpuEngine::new`], with paths of more than `warp_max_len` elements on the quadrature
+    /// kernel (0: every path; 32, the most, is what `new` does): for comparing the kernels.
+    pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<Self>> {
         let kernels = kernels()?;
-        let Some(program) = WarpProgram::for_model(model.clone())? else { return Ok(None) };
+        let Some(program) = PathProgram::with_warp_limit(model.clone(), warp_max_len)? else { return Ok(None) };
         let s = &kernels.stream;
         let device = DeviceModel {
             lane_ints: upload(s, &program.lane_ints)?,
@@ -108,21 +141,23 @@ impl GpuEngine {
             thresholds: upload(s, &program.split_thresholds)?,
             split_ints: upload(s, &program.split_ints)?,
             categories: upload(s, &program.categories)?,
+            long_path_ints: upload(s, &program.long.path_ints)?,
+            long_path_values: upload(s, &program.long.path_values)?,
+            long_element_ints: upload(s, &program.long.element_ints)?,
+            long_element_zero: upload(s, &program.long.element_zero)?,
+            quadrature: upload(s, &program.long.quadrature)?,
             x: None,
             out: None,
         };
-        tracing::info!(warps = program.bins, "GPU engine: model uploaded");
+        tracing::info!(warps = program.bins, long_paths = program.long.count, "GPU engine: model uploaded");
         Ok(Some(GpuEngine { model, program, device: Mutex::new(device) }))
     }
 
-    /// Runs one planned launch on the device: the launch's rows up, the kernel, its sums down.
+    /// Runs the planned launches over some rows on the device: the rows up, each kernel into
+    /// one zeroed output, the sums down.
     fn launch(&self, call: &KernelCall) -> Result<Vec<f64>> {
         let kernels = kernels()?;
-        let function = match call.kernel {
-            Kernel::Shap => &kernels.shap,
-            Kernel::InteractionPairs => &kernels.interactions,
-        };
-        let (plan, n, width) = (call.launch, call.launch.rows, call.width);
+        let (n, width) = (call.plan.rows, call.width);
         let stream = &kernels.stream;
         let mut device = self.device.lock().unwrap_or_else(|p| p.into_inner());
         let device = &mut *device;
@@ -132,29 +167,40 @@ impl GpuEngine {
         }
         let out = buffer(stream, &mut device.out, n * width)?;
         stream.memset_zeros(&mut out.slice_mut(0..n * width)).map_err(gpu_error("clear the output"))?;
-        let config = LaunchConfig { grid_dim: (plan.grid.0, plan.grid.1, 1), block_dim: (plan.block_threads, 1, 1), shared_mem_bytes: plan.shared_bytes };
         let program = call.program;
-        let (bins, rows_i64, cols, groups) = (program.bins as i32, n as i64, program.features as i32, program.groups as i32);
-        let (rpb, use_shared) = (plan.rows_per_block as i32, i32::from(plan.use_shared));
-        let mut launch = stream.launch_builder(function);
-        launch
-            .arg(&device.lane_ints)
-            .arg(&device.lane_reals)
-            .arg(&device.bin_len)
-            .arg(&bins)
-            .arg(&device.thresholds)
-            .arg(&device.split_ints)
-            .arg(&device.categories)
-            .arg(&*x)
-            .arg(&rows_i64)
-            .arg(&cols)
-            .arg(&groups)
-            .arg(&rpb)
-            .arg(&use_shared)
-            .arg(&mut *out);
-        // SAFETY: the argument list matches the kernel's signature in kernels/treeshap.cu,
-        // and every buffer holds what the kernel reads or writes for `n` rows.
-        unsafe { launch.launch(config) }.map_err(gpu_error("launch the kernel"))?;
+        let (rows_i64, cols, groups) = (n as i64, program.features as i32, program.groups as i32);
+        for plan in &call.plan.launches {
+            let config = LaunchConfig { grid_dim: (plan.grid.0, plan.grid.1, 1), block_dim: (plan.block_threads, 1, 1), shared_mem_bytes: plan.shared_bytes };
+            let units = plan.kernel.units(program) as i32;
+            let (rpb, use_shared) = (plan.rows_per_block as i32, i32::from(plan.use_shared));
+            let mut launch = stream.launch_builder(kernels.function(plan.kernel));
+            if plan.kernel.is_quadrature() {
+                launch
+                    .arg(&device.long_path_ints)
+                    .arg(&device.long_path_values)
+                    .arg(&device.long_element_ints)
+                    .arg(&device.long_element_zero)
+                    .arg(&device.quadrature);
+            } else {
+                launch.arg(&device.lane_ints).arg(&device.lane_reals).arg(&device.bin_len);
+            }
+            launch
+                .arg(&units)
+                .arg(&device.thresholds)
+                .arg(&device.split_ints)
+                .arg(&device.categories)
+                .arg(&*x)
+                .arg(&rows_i64)
+                .arg(&cols)
+                .arg(&groups)
+                .arg(&rpb)
+                .arg(&use_shared)
+                .arg(&mut *out);
+            // SAFETY: the argument list matches the kernel's signature in kernels/treeshap.cu
+            // (the warp and quadrature kernels differ only in their path arrays), and every
+            // buffer holds what the kernel reads or writes for `n` rows.
+            unsafe { launch.launch(config) }.map_err(gpu_error("launch the kernel"))?;
+        }
         let mut values = vec![0.0; n * width];
         stream.memcpy_dtoh(&out.slice(0..n * width), &mut values).map_err(gpu_error("copy results back"))?;
         stream.synchronize().map_err(gpu_error("run the kernel"))?;

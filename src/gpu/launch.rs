@@ -1,10 +1,10 @@
 //! How a batch reaches the kernels: the launch plan (rows per block, shared memory, grid, and
 //! the cut of a large batch into launches), and the host steps around the launches (zeroed
-//! outputs, the bias, the interaction diagonal). Pure functions over a [`WarpProgram`] and a
+//! outputs, the bias, the interaction diagonal). Pure functions over a [`PathProgram`] and a
 //! launcher, so the CUDA engine and the CPU emulation of the kernels (`tests/gpu_emulation.rs`)
 //! run exactly the same arrays and plans.
 
-use super::warps::WarpProgram;
+use super::warps::PathProgram;
 use crate::engine::drivers::check_output;
 use crate::engine::{finish_interaction_row, Attributions, FeatureBlock, Interactions};
 use crate::error::Result;
@@ -20,13 +20,44 @@ pub const MAX_LAUNCH_VALUES: usize = 1 << 27;
 /// Most blocks along the grid's y dimension (a CUDA limit).
 pub const MAX_GRID_Y: usize = 65_535;
 
+/// What a batch's launches compute: every kernel of the kind adds into one output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// SHAP values, `[rows][G][F+1]` (the bias column left zero for the host).
+    Shap,
+    /// Off-diagonal interaction pairs, `[rows][G][F+1][F+1]` (the diagonal left to the host).
+    InteractionPairs,
+}
+
+impl Output {
+    /// Output values per row for `features` features and `groups` groups.
+    pub fn width(self, features: usize, groups: usize) -> usize {
+        match self {
+            Output::Shap => groups * (features + 1),
+            Output::InteractionPairs => groups * (features + 1) * (features + 1),
+        }
+    }
+
+    /// The warp kernel and the quadrature kernel that compute this output.
+    pub fn kernels(self) -> [Kernel; 2] {
+        match self {
+            Output::Shap => [Kernel::Shap, Kernel::QuadratureShap],
+            Output::InteractionPairs => [Kernel::InteractionPairs, Kernel::QuadratureInteractionPairs],
+        }
+    }
+}
+
 /// Which kernel of `kernels/treeshap.cu` a launch runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernel {
-    /// `shap_kernel`: SHAP values, `[rows][G][F+1]` (the bias column left zero).
+    /// `shap_kernel`: SHAP values of the paths packed in warps.
     Shap,
-    /// `interactions_kernel`: off-diagonal interaction pairs, `[rows][G][F+1][F+1]`.
+    /// `interactions_kernel`: interaction pairs of the paths packed in warps.
     InteractionPairs,
+    /// `quadrature_shap_kernel`: SHAP values of the long paths.
+    QuadratureShap,
+    /// `quadrature_interactions_kernel`: interaction pairs of the long paths.
+    QuadratureInteractionPairs,
 }
 
 impl Kernel {
@@ -35,15 +66,24 @@ impl Kernel {
         match self {
             Kernel::Shap => "shap_kernel",
             Kernel::InteractionPairs => "interactions_kernel",
+            Kernel::QuadratureShap => "quadrature_shap_kernel",
+            Kernel::QuadratureInteractionPairs => "quadrature_interactions_kernel",
         }
     }
 
-    /// Output values per row for `features` features and `groups` groups.
-    pub fn width(self, features: usize, groups: usize) -> usize {
-        match self {
-            Kernel::Shap => groups * (features + 1),
-            Kernel::InteractionPairs => groups * (features + 1) * (features + 1),
-        }
+    /// Whether this is a quadrature kernel (one thread per row and long path).
+    pub fn is_quadrature(self) -> bool {
+        matches!(self, Kernel::QuadratureShap | Kernel::QuadratureInteractionPairs)
+    }
+
+    /// The units of `program` this kernel's blocks share out: warp bins, or long paths.
+    pub fn units(self, program: &PathProgram) -> usize {
+        if self.is_quadrature() { program.long.count } else { program.bins }
+    }
+
+    /// Units one block takes at once: a bin per warp, or a path per thread.
+    fn units_per_block(self) -> usize {
+        if self.is_quadrature() { BLOCK_THREADS as usize } else { BLOCK_THREADS as usize / 32 }
     }
 }
 
@@ -65,14 +105,12 @@ impl DeviceLimits {
     }
 }
 
-/// One kernel launch over rows `first_row .. first_row + rows` of a batch.
+/// One kernel launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Launch {
-    /// First row of the batch this launch covers.
-    pub first_row: usize,
-    /// Rows it covers.
-    pub rows: usize,
-    /// Blocks along x (groups of rows) and y (slices of the bins).
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Blocks along x (groups of rows) and y (slices of the bins or long paths).
     pub grid: (u32, u32),
     /// Threads per block.
     pub block_threads: u32,
@@ -84,80 +122,104 @@ pub struct Launch {
     pub use_shared: bool,
 }
 
-/// The launches that cover `rows` rows of `width` output values each, for a program of `bins`
-/// warps of paths: rows per block as many as fit the shared accumulator (at most 32; the global
-/// atomics path when not even one row fits), and when rows are few, the bins split across
+/// The launches over rows `first_row .. first_row + rows` of a batch: one per kernel with work,
+/// all adding into the same zeroed output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowLaunches {
+    /// First row of the batch these launches cover.
+    pub first_row: usize,
+    /// Rows they cover.
+    pub rows: usize,
+    /// The launches, warp kernel first.
+    pub launches: Vec<Launch>,
+}
+
+/// The launches that cover `rows` rows of `width` output values each, for `units` of work per
+/// kernel (bins of the warp kernel, paths of the quadrature kernel; a kernel with none is not
+/// launched): rows per block as many as fit the shared accumulator (at most 32; the global
+/// atomics path when not even one row fits), and when rows are few, the units split across
 /// blocks along y so the device is still filled (4 blocks per SM).
-pub fn plan_launches(rows: usize, width: usize, bins: usize, limits: &DeviceLimits) -> Vec<Launch> {
+pub fn plan_launches(rows: usize, width: usize, units: &[(Kernel, usize)], limits: &DeviceLimits) -> Vec<RowLaunches> {
     if rows == 0 || width == 0 {
         return Vec::new();
     }
     let per_launch = (limits.max_launch_values / width).max(1);
     let fits = limits.shared_bytes / (width * 8);
     let (rows_per_block, use_shared) = if fits >= 1 { (fits.min(MAX_ROWS_PER_BLOCK), true) } else { (MAX_ROWS_PER_BLOCK, false) };
-    let warps_per_block = BLOCK_THREADS as usize / 32;
     (0..rows)
         .step_by(per_launch)
         .map(|first_row| {
             let n = per_launch.min(rows - first_row);
             let blocks = n.div_ceil(rows_per_block);
             let wanted = 4 * limits.multiprocessors;
-            let max_slices = bins.div_ceil(warps_per_block).max(1);
-            let slices = wanted.div_ceil(blocks).clamp(1, max_slices.min(MAX_GRID_Y));
-            Launch {
-                first_row,
-                rows: n,
-                grid: (blocks as u32, slices as u32),
-                block_threads: BLOCK_THREADS,
-                shared_bytes: if use_shared { (rows_per_block * width * 8) as u32 } else { 0 },
-                rows_per_block,
-                use_shared,
-            }
+            let launches = units
+                .iter()
+                .filter(|(_, count)| *count > 0)
+                .map(|&(kernel, count)| {
+                    let max_slices = count.div_ceil(kernel.units_per_block()).max(1);
+                    let slices = wanted.div_ceil(blocks).clamp(1, max_slices.min(MAX_GRID_Y));
+                    Launch {
+                        kernel,
+                        grid: (blocks as u32, slices as u32),
+                        block_threads: BLOCK_THREADS,
+                        shared_bytes: if use_shared { (rows_per_block * width * 8) as u32 } else { 0 },
+                        rows_per_block,
+                        use_shared,
+                    }
+                })
+                .collect();
+            RowLaunches { first_row, rows: n, launches }
         })
         .collect()
 }
 
-/// One launch as the kernel sees it: the program's arrays, this launch's rows and the plan.
+/// The launches over some rows of a batch as the kernels see them: the program's arrays, the
+/// rows and the plan. The launcher zeroes one output of `rows × width` values, runs every
+/// launch into it in order, and returns it.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelCall<'a> {
-    /// Which kernel.
-    pub kernel: Kernel,
-    /// The packed paths.
-    pub program: &'a WarpProgram,
-    /// This launch's rows, row-major `rows × features` (NaN: missing).
+    /// What the launches compute.
+    pub output: Output,
+    /// The model's paths.
+    pub program: &'a PathProgram,
+    /// These launches' rows, row-major `rows × features` (NaN: missing).
     pub x: &'a [f64],
-    /// Grid, block and shared memory.
-    pub launch: Launch,
+    /// Rows, and the launches over them.
+    pub plan: &'a RowLaunches,
     /// Output values per row.
     pub width: usize,
 }
 
-/// Runs `kernel` over every row of `block` in the planned launches; `launch` runs one
-/// [`KernelCall`] (on the device, or an emulator) and returns its zero-initialised and then
-/// accumulated output, `rows × width` values.
-pub fn run_kernel(
-    program: &WarpProgram,
+/// Computes `output` for every row of `block` in the planned launches; `launch` runs the
+/// launches of one [`KernelCall`] (on the device, or an emulator) and returns their
+/// zero-initialised and then accumulated output, `rows × width` values.
+pub fn run_kernels(
+    program: &PathProgram,
     block: &FeatureBlock,
-    kernel: Kernel,
+    output: Output,
     limits: &DeviceLimits,
     launch: &mut dyn FnMut(&KernelCall) -> Result<Vec<f64>>,
 ) -> Result<Vec<f64>> {
     let (f, g) = (program.features, program.groups);
-    let width = kernel.width(f, g);
+    let width = output.width(f, g);
     let rows = block.rows();
     check_output(rows, width, "values")?;
     let mut values = vec![0.0; rows * width];
-    for plan in plan_launches(rows, width, program.bins, limits) {
+    let units = output.kernels().map(|k| (k, k.units(program)));
+    for plan in plan_launches(rows, width, &units, limits) {
+        if plan.launches.is_empty() {
+            continue; // a model without paths: nothing to add
+        }
         let x = &block.values()[plan.first_row * f..(plan.first_row + plan.rows) * f];
-        let out = launch(&KernelCall { kernel, program, x, launch: plan, width })?;
+        let out = launch(&KernelCall { output, program, x, plan: &plan, width })?;
         values[plan.first_row * width..(plan.first_row + plan.rows) * width].copy_from_slice(&out);
     }
     Ok(values)
 }
 
-/// SHAP values of `block` through `launch`: the kernel's sums and the bias.
-pub fn shap_values(program: &WarpProgram, block: &FeatureBlock, limits: &DeviceLimits, launch: &mut dyn FnMut(&KernelCall) -> Result<Vec<f64>>) -> Result<Attributions> {
-    let mut values = run_kernel(program, block, Kernel::Shap, limits, launch)?;
+/// SHAP values of `block` through `launch`: the kernels' sums and the bias.
+pub fn shap_values(program: &PathProgram, block: &FeatureBlock, limits: &DeviceLimits, launch: &mut dyn FnMut(&KernelCall) -> Result<Vec<f64>>) -> Result<Attributions> {
+    let mut values = run_kernels(program, block, Output::Shap, limits, launch)?;
     let (f, g) = (program.features, program.groups);
     for row in values.chunks_mut(g * (f + 1)) {
         for (k, b) in program.bias.iter().enumerate() {
@@ -167,10 +229,10 @@ pub fn shap_values(program: &WarpProgram, block: &FeatureBlock, limits: &DeviceL
     Ok(Attributions { rows: block.rows(), groups: g, features: f, values })
 }
 
-/// Interaction values of `block` through `launch`: the kernel's off-diagonal pairs, the
+/// Interaction values of `block` through `launch`: the kernels' off-diagonal pairs, the
 /// diagonal (`φ_i − Σ_{j≠i} φ_ij`) and the bias from the SHAP values.
 pub fn interaction_values(
-    program: &WarpProgram,
+    program: &PathProgram,
     block: &FeatureBlock,
     limits: &DeviceLimits,
     launch: &mut dyn FnMut(&KernelCall) -> Result<Vec<f64>>,
@@ -178,7 +240,7 @@ pub fn interaction_values(
     let (f, g) = (program.features, program.groups);
     check_output(block.rows(), g * (f + 1) * (f + 1), "interaction values")?;
     let shap = shap_values(program, block, limits, launch)?;
-    let mut values = run_kernel(program, block, Kernel::InteractionPairs, limits, launch)?;
+    let mut values = run_kernels(program, block, Output::InteractionPairs, limits, launch)?;
     let (width, shap_width) = (g * (f + 1) * (f + 1), g * (f + 1));
     for (r, out) in values.chunks_mut(width).enumerate() {
         finish_interaction_row(out, &shap.values[r * shap_width..(r + 1) * shap_width], f, g);
@@ -193,24 +255,33 @@ mod tests {
     #[test]
     fn plans_cover_every_row_once_within_the_limits() {
         let limits = DeviceLimits::new(132);
+        let warps = |bins| [(Kernel::Shap, bins), (Kernel::QuadratureShap, 0)];
         for (rows, width, bins) in [(1, 9, 40), (1000, 9, 40), (100_000, 33, 500), (5, 20_000, 3)] {
-            let plan = plan_launches(rows, width, bins, &limits);
+            let plan = plan_launches(rows, width, &warps(bins), &limits);
             assert_eq!(plan.iter().map(|l| l.rows).sum::<usize>(), rows);
             assert!(plan.windows(2).all(|w| w[0].first_row + w[0].rows == w[1].first_row));
-            for l in &plan {
-                assert!(l.shared_bytes as usize <= SHARED_BYTES && (l.grid.1 as usize) <= MAX_GRID_Y);
-                assert!(l.grid.0 as usize * l.rows_per_block >= l.rows);
-                assert_eq!(l.use_shared, l.shared_bytes > 0);
+            for rl in &plan {
+                assert_eq!(rl.launches.len(), 1, "no launch for a kernel without work");
+                for l in &rl.launches {
+                    assert!(l.shared_bytes as usize <= SHARED_BYTES && (l.grid.1 as usize) <= MAX_GRID_Y);
+                    assert!(l.grid.0 as usize * l.rows_per_block >= rl.rows);
+                    assert_eq!(l.use_shared, l.shared_bytes > 0);
+                }
             }
         }
         // A row too wide for shared memory takes the global-atomics path; few rows split bins.
-        let wide = plan_launches(5, 20_000, 3, &limits)[0];
+        let wide = plan_launches(5, 20_000, &warps(3), &limits)[0].launches[0];
         assert!(!wide.use_shared && wide.shared_bytes == 0);
-        let few = plan_launches(1, 9, 400, &limits)[0];
+        let few = plan_launches(1, 9, &warps(400), &limits)[0].launches[0];
         assert!(few.grid.1 > 1 && few.grid.1 as usize <= 400usize.div_ceil(8));
-        let forced = plan_launches(100, 9, 40, &DeviceLimits { shared_bytes: 0, ..limits });
-        assert!(forced.iter().all(|l| !l.use_shared));
-        let cut = plan_launches(100, 9, 40, &DeviceLimits { max_launch_values: 9 * 30, ..limits });
+        let forced = plan_launches(100, 9, &warps(40), &DeviceLimits { shared_bytes: 0, ..limits });
+        assert!(forced.iter().flat_map(|rl| &rl.launches).all(|l| !l.use_shared));
+        let cut = plan_launches(100, 9, &warps(40), &DeviceLimits { max_launch_values: 9 * 30, ..limits });
         assert_eq!(cut.len(), 4);
+        // Both kinds of work: two launches over the same rows; long paths slice by threads.
+        let both = plan_launches(1, 9, &[(Kernel::Shap, 400), (Kernel::QuadratureShap, 600)], &limits);
+        let kernels: Vec<Kernel> = both[0].launches.iter().map(|l| l.kernel).collect();
+        assert_eq!(kernels, [Kernel::Shap, Kernel::QuadratureShap]);
+        assert_eq!(both[0].launches[1].grid.1 as usize, 600usize.div_ceil(BLOCK_THREADS as usize));
     }
 }

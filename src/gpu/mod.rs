@@ -2,8 +2,9 @@
 //! loading), so this builds and runs on machines without CUDA; [`probe`] says what is there.
 //!
 //! * `paths`: GPUTreeShap's preprocessing on the CPU (path extraction, merging, bin packing);
-//! * `warps`: the packed paths as the kernels' flat arrays, and a lane-by-lane CPU simulation
-//!   of the kernels, so their arithmetic is tested without a GPU;
+//! * `warps`: [`PathProgram`], the paths as the kernels' flat arrays (short paths packed in
+//!   warps), and a lane-by-lane CPU simulation of the warp kernels;
+//! * `quadrature`: the long paths' layout and the Gauss-Legendre rules of the quadrature kernels;
 //! * [`launch`]: the launch plan and the host steps around launches, shared by the engine and
 //!   the CPU emulation of the CUDA source (`tests/gpu_emulation.rs`);
 //! * `engine`: [`GpuEngine`], which compiles `kernels/treeshap.cu` with NVRTC and runs it.
@@ -11,10 +12,12 @@
 mod engine;
 pub mod launch;
 mod paths;
+mod quadrature;
 mod warps;
 
 pub use engine::{compile_kernels, GpuEngine, KERNEL_SOURCE};
-pub use warps::{WarpProgram, IDLE_LANE, LANE_INTS, LANE_REALS, ROOT_LANE, SPLIT_INTS};
+pub use quadrature::{LongPaths, LONG_ELEMENT_INTS, LONG_PATH_INTS, LONG_PATH_MAX_ELEMENTS};
+pub use warps::{PathProgram, IDLE_LANE, LANE_INTS, LANE_REALS, ROOT_LANE, SPLIT_INTS};
 
 /// What the GPU probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +55,7 @@ pub fn probe() -> Result<GpuInfo, String> {
 #[cfg(test)]
 mod tests {
     use super::paths::{extract, pack, WARP_LANES};
-    use super::warps::{WarpProgram, IDLE_LANE, LANE_INTS};
+    use super::warps::{PathProgram, IDLE_LANE, LANE_INTS};
     use super::launch::{interaction_values, shap_values, DeviceLimits};
     use crate::engine::{build_engine, Algorithm, EngineOptions};
     use crate::test_fixtures::{fixtures, max_row_rel_error, Fixture};
@@ -88,8 +91,8 @@ mod tests {
         build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().interactions(&f.block).unwrap().values
     }
 
-    fn warp_program(f: &Fixture) -> WarpProgram {
-        WarpProgram::for_model(f.model.clone()).unwrap().expect("every fixture's paths fit a warp")
+    fn warp_program(f: &Fixture) -> PathProgram {
+        PathProgram::for_model(f.model.clone()).unwrap().expect("every fixture's paths fit a warp")
     }
 
     #[test]
@@ -100,7 +103,7 @@ mod tests {
             let lanes = program.lane_ints.chunks(LANE_INTS).filter(|l| l[0] != IDLE_LANE).count();
             assert_eq!(lanes, extract(f.model.clone()).unwrap().lengths().iter().sum::<usize>(), "{}", f.name);
             let block = &f.block;
-            let got = shap_values(&program, block, &DeviceLimits::new(132), &mut |call| Ok(program.simulate(call))).unwrap();
+            let got = shap_values(&program, block, &DeviceLimits::new(132), &mut |call| program.simulate(call)).unwrap();
             let exact = build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(block).unwrap();
             let (err, row) = max_row_rel_error(&got.values, &exact.values, f.model.num_groups * (f.model.num_features() + 1));
             assert!(err <= 1e-9, "{}: row {row} differs from treeshap by {err:e} of max|phi|", f.name);
@@ -113,7 +116,7 @@ mod tests {
             let program = warp_program(f);
             let block = &f.block;
             let w = f.model.num_groups * (f.model.num_features() + 1).pow(2);
-            let got = interaction_values(&program, block, &DeviceLimits::new(132), &mut |call| Ok(program.simulate(call))).unwrap();
+            let got = interaction_values(&program, block, &DeviceLimits::new(132), &mut |call| program.simulate(call)).unwrap();
             let (err, row) = max_row_rel_error(&got.values, &exact_interactions(f), w);
             assert!(err <= 1e-9, "{}: row {row} differs from treeshap's interactions by {err:e}", f.name);
         }

@@ -90,8 +90,8 @@ pub fn extract(model: Arc<Model>) -> Result<PathSet> {
 }
 
 /// Best-fit decreasing: bins of at most `capacity` elements, each path whole in one bin. Returns
-/// the path indices of each bin. Paths longer than `capacity` are an error the caller handles
-/// (the GPU engine falls back to the CPU for such models).
+/// the path indices of each bin. A path longer than `capacity` is an error (the program sets
+/// such paths apart for the quadrature kernels first).
 pub fn pack(lengths: &[usize], capacity: usize) -> std::result::Result<Vec<Vec<usize>>, usize> {
     if let Some(&too_long) = lengths.iter().find(|&&l| l > capacity) {
         return Err(too_long);

@@ -1,5 +1,6 @@
-//! The packed paths as the kernels read them: flat arrays, one 32-lane slot per path element,
-//! and a lane-by-lane CPU simulation of the kernels (`kernels/treeshap.cu`).
+//! A model's paths as the kernels read them: for the warp kernels, flat arrays with one 32-lane
+//! slot per path element (the long paths are laid out by `quadrature.rs`), and a lane-by-lane
+//! CPU simulation of the warp kernels (`kernels/treeshap.cu`).
 //!
 //! The simulation runs the same steps as the CUDA code, in the same order, with the warp's
 //! shuffles emulated over 32-element arrays, so everything but the CUDA syntax is checked on
@@ -8,18 +9,19 @@
 
 use std::sync::Arc;
 
-use super::paths::{extract, pack, PathSet, WARP_LANES};
+use super::paths::{extract, pack, PathElement, PathSet, WARP_LANES};
+use super::quadrature::{LongPaths, LONG_PATH_MAX_ELEMENTS};
 use crate::error::Result;
 use crate::model::Model;
 #[cfg(test)]
 use super::launch::{Kernel, KernelCall};
 use crate::model::{MissingType, SplitRule};
 
-/// `i32` fields per lane in [`WarpProgram::lane_ints`].
+/// `i32` fields per lane in [`PathProgram::lane_ints`].
 pub const LANE_INTS: usize = 8;
-/// `f64` fields per lane in [`WarpProgram::lane_reals`]: zero fraction, path value.
+/// `f64` fields per lane in [`PathProgram::lane_reals`]: zero fraction, path value.
 pub const LANE_REALS: usize = 2;
-/// `u32` fields per split in [`WarpProgram::split_ints`].
+/// `u32` fields per split in [`PathProgram::split_ints`].
 pub const SPLIT_INTS: usize = 4;
 
 /// `feature` of a lane holding no element.
@@ -38,14 +40,16 @@ const MISSING_NAN: u32 = 2;
 const DEFAULT_LEFT: u32 = 1 << 4;
 const TAKE_LEFT: u32 = 1 << 5;
 
-/// Paths packed into warps, as flat arrays for the device (uploaded once per model).
+/// A model's paths as flat arrays for the device (uploaded once per model): the paths that fit
+/// a warp packed into 32-lane bins for the warp kernels, the longer ones in [`LongPaths`] for
+/// the quadrature kernels, and one table of splits both refer to.
 ///
 /// Lane `l` of bin `b` is slot `b * 32 + l`. Its ints are `[feature, group, start, rank, len,
 /// split_begin, split_end, 0]`: the element's feature ([`ROOT_LANE`], [`IDLE_LANE`]), the
 /// output group, the lane of its path's root, its position on the path, the path length, and
 /// its range of splits. Its reals are `[zero_fraction, path_value]`.
 #[derive(Debug, Clone)]
-pub struct WarpProgram {
+pub struct PathProgram {
     /// Number of bins (warps of work).
     pub bins: usize,
     /// Longest path of each bin: the uniform loop bound of its warp.
@@ -60,6 +64,8 @@ pub struct WarpProgram {
     pub split_ints: Vec<u32>,
     /// Category bitsets of the categorical splits, 32 codes per word.
     pub categories: Vec<u32>,
+    /// The paths too long for a warp, for the quadrature kernels (splits in the table above).
+    pub long: LongPaths,
     /// Model features (F).
     pub features: usize,
     /// Output groups (G).
@@ -68,11 +74,18 @@ pub struct WarpProgram {
     pub bias: Vec<f64>,
 }
 
-impl WarpProgram {
-    /// The program of `model`'s paths: extracted, merged and packed into warps. `None` (with a
-    /// log line saying why) when a path has more elements than a warp has lanes, or a tree is
-    /// deeper than the engines' recursion bound: the caller computes on the CPU.
-    pub fn for_model(model: Arc<Model>) -> Result<Option<WarpProgram>> {
+impl PathProgram {
+    /// The program of `model`'s paths: extracted and merged; paths of at most 32 elements
+    /// packed into warps, longer ones for the quadrature kernels. `None` (with a log line) when
+    /// a tree is deeper than the engines' recursion bound: the caller computes on the CPU.
+    pub fn for_model(model: Arc<Model>) -> Result<Option<PathProgram>> {
+        PathProgram::with_warp_limit(model, WARP_LANES)
+    }
+
+    /// As [`PathProgram::for_model`], with paths of more than `warp_max_len` elements (at most
+    /// 32) given to the quadrature kernels: 0 runs every path there, 32 is what `auto` does.
+    /// For comparing the kernels, and for testing the quadrature kernels on short paths.
+    pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<PathProgram>> {
         // Each path keeps every split on it, so a deep chain (legal in the file formats) would
         // need memory quadratic in its depth; such models run on the CPU's `linear`.
         let depth = model.trees.iter().map(crate::model::Tree::depth).max().unwrap_or(0);
@@ -81,19 +94,30 @@ impl WarpProgram {
             return Ok(None);
         }
         let set = extract(model)?;
-        match pack(&set.lengths(), WARP_LANES) {
-            Ok(bins) => Ok(Some(WarpProgram::new(&set, &bins))),
-            Err(len) => {
-                tracing::warn!("GPU engine not used: a path of the model has {len} elements (its root and distinct features), more than a warp's {WARP_LANES} lanes; computing on the CPU");
-                Ok(None)
-            }
+        let lengths = set.lengths();
+        if let Some(len) = lengths.iter().copied().find(|&l| l > LONG_PATH_MAX_ELEMENTS) {
+            // Unreachable through the depth bound above (a path has at most depth + 1
+            // elements); kept so the kernels' local arrays can never overflow.
+            return Err(crate::error::Error::Unavailable(format!(
+                "GPU engine: a path has {len} elements, more than the {LONG_PATH_MAX_ELEMENTS} the quadrature kernels take"
+            )));
         }
+        let warp_max_len = warp_max_len.min(WARP_LANES);
+        let (short, long): (Vec<usize>, Vec<usize>) = (0..lengths.len()).partition(|&p| lengths[p] <= warp_max_len);
+        let short_lengths: Vec<usize> = short.iter().map(|&p| lengths[p]).collect();
+        let bins = pack(&short_lengths, WARP_LANES).expect("paths longer than a warp were set apart");
+        let bins: Vec<Vec<usize>> = bins.into_iter().map(|b| b.into_iter().map(|i| short[i]).collect()).collect();
+        if !long.is_empty() {
+            tracing::debug!(paths = long.len(), longest = long.iter().map(|&p| lengths[p]).max(), "GPU engine: long paths on the quadrature kernels");
+        }
+        Ok(Some(PathProgram::new(&set, &bins, &long)))
     }
 
-    /// Lays out `set`'s paths in the bins `pack` chose.
-    pub(crate) fn new(set: &PathSet, bins: &[Vec<usize>]) -> Self {
+    /// Lays out `set`'s paths: the warp kernels' `bins` (as `pack` chose them) and the
+    /// quadrature kernels' `long` paths.
+    pub(crate) fn new(set: &PathSet, bins: &[Vec<usize>], long: &[usize]) -> Self {
         let lanes = bins.len() * WARP_LANES;
-        let mut program = WarpProgram {
+        let mut program = PathProgram {
             bins: bins.len(),
             bin_len: Vec::with_capacity(bins.len()),
             lane_ints: Vec::with_capacity(lanes * LANE_INTS),
@@ -101,6 +125,7 @@ impl WarpProgram {
             split_thresholds: Vec::new(),
             split_ints: Vec::new(),
             categories: Vec::new(),
+            long: LongPaths::default(),
             features: set.model.num_features(),
             groups: set.model.num_groups,
             bias: set.bias.clone(),
@@ -113,12 +138,9 @@ impl WarpProgram {
                 let (start, len) = (lane, path.elements.len());
                 longest = longest.max(len);
                 for (rank, e) in path.elements.iter().enumerate() {
-                    let split_begin = program.split_thresholds.len();
-                    for s in &e.splits {
-                        program.push_split(set, s.tree as usize, s.node as usize, s.left);
-                    }
+                    let splits = program.push_splits(set, e);
                     let feature = e.feature.map_or(ROOT_LANE, |f| f as i32);
-                    program.lane_ints.extend([feature, path.group as i32, start as i32, rank as i32, len as i32, split_begin as i32, program.split_thresholds.len() as i32, 0]);
+                    program.lane_ints.extend([feature, path.group as i32, start as i32, rank as i32, len as i32, splits.start as i32, splits.end as i32, 0]);
                     program.lane_reals.extend([e.zero_fraction, path.value]);
                     lane += 1;
                 }
@@ -130,7 +152,28 @@ impl WarpProgram {
             }
             program.bin_len.push(longest as i32);
         }
+        // Longest first, so the threads of a warp take paths of similar length.
+        let mut long = long.to_vec();
+        long.sort_by_key(|&p| std::cmp::Reverse(set.paths[p].elements.len()));
+        for p in long {
+            let path = &set.paths[p];
+            program.long.push_path(path.elements.len(), path.group, path.value);
+            for e in &path.elements {
+                let splits = program.push_splits(set, e);
+                program.long.push_element(e.feature.map_or(ROOT_LANE, |f| f as i32), splits, e.zero_fraction);
+            }
+        }
+        program.long.finish();
         program
+    }
+
+    /// Adds an element's splits to the split table; returns their range.
+    fn push_splits(&mut self, set: &PathSet, element: &PathElement) -> std::ops::Range<usize> {
+        let begin = self.split_thresholds.len();
+        for s in &element.splits {
+            self.push_split(set, s.tree as usize, s.node as usize, s.left);
+        }
+        begin..self.split_thresholds.len()
     }
 
     fn push_split(&mut self, set: &PathSet, tree: usize, node: usize, take_left: bool) {
@@ -168,7 +211,7 @@ impl WarpProgram {
 
 /// The lane-by-lane simulation of the kernels, for the unit tests in `gpu/mod.rs`.
 #[cfg(test)]
-impl WarpProgram {
+impl PathProgram {
     /// Whether `x` (the split's feature value) follows split `s` the way the path does.
     /// `follows` in the kernel source.
     pub fn follows(&self, s: usize, x: f64) -> bool {
@@ -229,15 +272,23 @@ impl WarpProgram {
         if lane.splits.clone().all(|s| self.follows(s, v)) { 1.0 } else { 0.0 }
     }
 
-    /// One planned launch by the kernels' steps, simulated on the CPU: what the device
-    /// returns for `call` (sums only: the host adds the bias and the interaction diagonal, in
+    /// The launches of `call` by the warp kernels' steps, simulated on the CPU: what the
+    /// device returns (sums only: the host adds the bias and the interaction diagonal, in
     /// [`super::launch`]). Pass it as the launcher of [`super::launch::shap_values`] or
-    /// [`super::launch::interaction_values`].
-    pub fn simulate(&self, call: &KernelCall) -> Vec<f64> {
-        match call.kernel {
-            Kernel::Shap => self.simulate_shap_sums(call.x, call.width),
-            Kernel::InteractionPairs => self.simulate_interaction_pairs(call.x, call.width),
+    /// [`super::launch::interaction_values`]. The quadrature kernels are not simulated (their
+    /// CUDA source runs under emulation in `tests/gpu_emulation.rs`): a call with long paths
+    /// is an error.
+    pub fn simulate(&self, call: &KernelCall) -> Result<Vec<f64>> {
+        let mut sums = vec![0.0; call.plan.rows * call.width];
+        for launch in &call.plan.launches {
+            let part = match launch.kernel {
+                Kernel::Shap => self.simulate_shap_sums(call.x, call.width),
+                Kernel::InteractionPairs => self.simulate_interaction_pairs(call.x, call.width),
+                kernel => return Err(crate::error::Error::Unavailable(format!("{} is not simulated lane by lane; tests/gpu_emulation.rs runs it", kernel.name()))),
+            };
+            sums.iter_mut().zip(part).for_each(|(s, p)| *s += p);
         }
+        Ok(sums)
     }
 
     /// `shap_kernel`'s sums for the rows `x`.
@@ -329,7 +380,7 @@ struct WarpState {
 
 #[cfg(test)]
 impl WarpState {
-    fn load(program: &WarpProgram, lanes: &[Lane], x: &[f64]) -> Self {
+    fn load(program: &PathProgram, lanes: &[Lane], x: &[f64]) -> Self {
         WarpState {
             zero: lanes.iter().map(|l| l.zero).collect(),
             one: lanes.iter().map(|l| program.one_fraction(l, x)).collect(),

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: fixture discovery and loading.
 #![allow(dead_code)]
 
+pub mod random;
 pub mod server;
 #[cfg(feature = "sql")]
 pub mod sql;

@@ -4,12 +4,14 @@
 //
 //   driver INPUT OUTPUT
 //
-// INPUT, little-endian: 16 i64 (kernel: 0 shap, 1 interactions; grid x, grid y; block threads;
-// shared bytes; rows per block; use shared; bins; rows; cols; groups; schedule: 0 round robin,
-// 1 random warps; seed; output values; 2 unused), then seven arrays, each a u64 count and the
-// values: lane_ints (i32), lane_reals (f64), bin_len (i32), thresholds (f64), split_ints (u32),
-// categories (u32), x (f64). OUTPUT: the output values (f64). Exit status 3: the emulator
-// refused the launch (the reason on stderr); 2: bad input.
+// INPUT, little-endian: 16 i64 (kernel: 0 shap, 1 interactions, 2 quadrature shap, 3 quadrature
+// interactions; grid x, grid y; block threads; shared bytes; rows per block; use shared; units
+// (bins, or long paths); rows; cols; groups; schedule: 0 round robin, 1 random warps; seed;
+// output values; 2 unused), then twelve arrays, each a u64 count and the values: lane_ints
+// (i32), lane_reals (f64), bin_len (i32), thresholds (f64), split_ints (u32), categories (u32),
+// x (f64), long path_ints (i32), path_values (f64), element_ints (i32), element_zero (f64),
+// quadrature (f64). OUTPUT: the output values (f64). Exit status 3: the emulator refused the
+// launch (the reason on stderr); 2: bad input.
 #include "cuda_emulator.hpp"
 
 #include "../../kernels/treeshap.cu"
@@ -48,6 +50,11 @@ int main(int argc, char** argv) {
   const auto split_ints = read_array<unsigned>(in);
   const auto categories = read_array<unsigned>(in);
   const auto x = read_array<double>(in);
+  const auto path_ints = read_array<int>(in);
+  const auto path_values = read_array<double>(in);
+  const auto element_ints = read_array<int>(in);
+  const auto element_zero = read_array<double>(in);
+  const auto quadrature = read_array<double>(in);
   std::fclose(in);
 
   const int kernel = int(h[0]);
@@ -55,20 +62,36 @@ int main(int argc, char** argv) {
   config.grid = emu::Dim3{unsigned(h[1]), unsigned(h[2]), 1};
   config.block = emu::Dim3{unsigned(h[3]), 1, 1};
   config.shared_bytes = size_t(h[4]);
-  const int rows_per_block = int(h[5]), use_shared = int(h[6]), bins = int(h[7]);
+  const int rows_per_block = int(h[5]), use_shared = int(h[6]), units = int(h[7]);
   const long rows = long(h[8]);
   const int cols = int(h[9]), groups = int(h[10]);
   config.schedule = h[11] == 1 ? emu::Schedule::RandomWarps : emu::Schedule::RoundRobin;
   config.seed = uint64_t(h[12]);
   std::vector<double> out(size_t(h[13]) + 1, 0.0);  // zeroed, as the engine clears it
 
+  if (kernel < 0 || kernel > 3) bad_input("unknown kernel");
   emu::launch(config, acc_shared, [&] {
-    if (kernel == 0)
-      shap_kernel(lane_ints.data(), lane_reals.data(), bin_len.data(), bins, thresholds.data(), split_ints.data(),
-                  categories.data(), x.data(), rows, cols, groups, rows_per_block, use_shared, out.data());
-    else
-      interactions_kernel(lane_ints.data(), lane_reals.data(), bin_len.data(), bins, thresholds.data(), split_ints.data(),
-                          categories.data(), x.data(), rows, cols, groups, rows_per_block, use_shared, out.data());
+    switch (kernel) {
+      case 0:
+        shap_kernel(lane_ints.data(), lane_reals.data(), bin_len.data(), units, thresholds.data(), split_ints.data(),
+                    categories.data(), x.data(), rows, cols, groups, rows_per_block, use_shared, out.data());
+        break;
+      case 1:
+        interactions_kernel(lane_ints.data(), lane_reals.data(), bin_len.data(), units, thresholds.data(),
+                            split_ints.data(), categories.data(), x.data(), rows, cols, groups, rows_per_block,
+                            use_shared, out.data());
+        break;
+      case 2:
+        quadrature_shap_kernel(path_ints.data(), path_values.data(), element_ints.data(), element_zero.data(),
+                               quadrature.data(), units, thresholds.data(), split_ints.data(), categories.data(),
+                               x.data(), rows, cols, groups, rows_per_block, use_shared, out.data());
+        break;
+      default:
+        quadrature_interactions_kernel(path_ints.data(), path_values.data(), element_ints.data(), element_zero.data(),
+                                       quadrature.data(), units, thresholds.data(), split_ints.data(),
+                                       categories.data(), x.data(), rows, cols, groups, rows_per_block, use_shared,
+                                       out.data());
+    }
   });
 
   FILE* o = std::fopen(argv[2], "wb");
