@@ -356,16 +356,16 @@ __device__ void add_quadrature_pairs(const LongPath& path, const int* element_in
     const double zi = element_zero[path.first + i];
     const double di = one_bit(ones, i) - zi;
     if (fi < 0 || di == 0.0) continue;
+    // The products without i's factor, shared by every partner c.
+    double without_i[QUADRATURE_CHUNK];
+    for (int k = 0; k < kn; ++k) without_i[k] = weighted[k] / (zi + rule[2 * (k0 + k)] * di);
     for (int c = i + 1; c < path.len; ++c) {
       const int fc = element_ints[(long)(path.first + c) * LONG_ELEMENT_INTS];
       const double zc = element_zero[path.first + c];
       const double dc = one_bit(ones, c) - zc;
       if (fc < 0 || dc == 0.0) continue;
       double sum = 0.0;
-      for (int k = 0; k < kn; ++k) {
-        const double t = rule[2 * (k0 + k)];
-        sum += weighted[k] / ((zi + t * di) * (zc + t * dc));
-      }
+      for (int k = 0; k < kn; ++k) sum += without_i[k] / (zc + rule[2 * (k0 + k)] * dc);
       const double v = 0.5 * sum * di * dc * path.value;
       if (v != 0.0) {
         atomicAdd(acc + fc * w1 + fi, v);

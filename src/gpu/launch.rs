@@ -178,8 +178,6 @@ pub fn plan_launches(rows: usize, width: usize, units: &[(Kernel, usize)], limit
 /// launch into it in order, and returns it.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelCall<'a> {
-    /// What the launches compute.
-    pub output: Output,
     /// The model's paths.
     pub program: &'a PathProgram,
     /// These launches' rows, row-major `rows × features` (NaN: missing).
@@ -211,7 +209,7 @@ pub fn run_kernels(
             continue; // a model without paths: nothing to add
         }
         let x = &block.values()[plan.first_row * f..(plan.first_row + plan.rows) * f];
-        let out = launch(&KernelCall { output, program, x, plan: &plan, width })?;
+        let out = launch(&KernelCall { program, x, plan: &plan, width })?;
         values[plan.first_row * width..(plan.first_row + plan.rows) * width].copy_from_slice(&out);
     }
     Ok(values)
