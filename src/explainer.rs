@@ -15,9 +15,11 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
 
-use crate::batch::{compute_pool, explain_batch, output_fields, OutputKind};
+use crate::batch::{compute_pool, explain_batch, explain_block, output_fields, OutputKind};
 use crate::device::{engine_on, interventional_on, Device};
-use crate::engine::{interventional_interactions_unavailable, Algorithm, Engine, EngineOptions};
+use crate::engine::{
+    interventional_interactions_unavailable, Algorithm, Attributions, Engine, EngineOptions, FeatureBlock, Interactions, Predictions,
+};
 use crate::error::{Error, Result};
 use crate::features::FeatureColumns;
 use crate::model::Model;
@@ -72,6 +74,32 @@ impl Explainer {
     pub fn explain_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
         let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
         self.pool.install(|| explain_batch(self.engine.as_ref(), &features, batch, self.output))
+    }
+
+    /// SHAP values of `block` (from [`Model::feature_block`] or
+    /// [`Model::feature_block_from_values`]) on this explainer's threads, row-major in
+    /// XGBoost's `pred_contribs` layout: per row and output group, F values then the bias.
+    pub fn shap_values(&self, block: &FeatureBlock) -> Result<Attributions> {
+        self.pool.install(|| self.engine.shap(block))
+    }
+
+    /// SHAP interaction values of `block` in XGBoost's `pred_interactions` layout (an error for
+    /// an interventional explainer: interactions are path-dependent only).
+    pub fn interaction_values(&self, block: &FeatureBlock) -> Result<Interactions> {
+        self.pool.install(|| self.engine.interactions(block))
+    }
+
+    /// Margin (raw score) predictions of `block`, `rows × G`.
+    pub fn margins(&self, block: &FeatureBlock) -> Result<Predictions> {
+        self.pool.install(|| self.engine.predict(block))
+    }
+
+    /// `output` for `block` as a record batch: the columns `explain` writes for that output,
+    /// whatever this explainer's own output kind.
+    pub fn explain_block(&self, block: &FeatureBlock, output: OutputKind) -> Result<RecordBatch> {
+        let columns = self.pool.install(|| explain_block(self.engine.as_ref(), block, output))?;
+        let schema = Arc::new(Schema::new(output_fields(self.model(), output)));
+        RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the output batch", e))
     }
 
     /// The schema of every output batch: one Float64 column per feature then `bias` (SHAP

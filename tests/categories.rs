@@ -124,3 +124,13 @@ fn a_dictionary_of_numeric_categories_maps_values_not_codes() {
     let dictionary: ArrayRef = Arc::new(DictionaryArray::<Int8Type>::try_new(codes, Arc::new(values)).unwrap());
     assert_eq!(shap(&f, &with_column(&f.batch, "tier", dictionary)), shap(&f, &f.batch));
 }
+
+#[test]
+fn a_json_model_and_its_ubjson_twin_give_the_same_bits() {
+    // The fixture script trains the same model twice (same data, seed and threads) and saves it
+    // as JSON and as UBJSON. JSON prints XGBoost's float32 leaves and covers as short decimals;
+    // read back as float32 they are the UBJSON's raw values, bit for bit.
+    let (json, ubj) = (fixture("xgb_named_categories"), fixture("xgb_named_categories_ubj"));
+    assert_eq!(json.model.trees.len(), ubj.model.trees.len());
+    assert_eq!(shap(&json, &json.batch), shap(&ubj, &json.batch));
+}

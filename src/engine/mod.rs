@@ -44,6 +44,7 @@ pub use options::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
 pub use output::{Attributions, Interactions, Predictions};
 pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
 pub(crate) use prepared::PreparedModel;
+#[cfg(feature = "gpu")]
 pub(crate) use quadrature::gauss_legendre;
 
 use crate::error::{Error, Result};

@@ -334,9 +334,13 @@ impl Reader<'_> {
         let left = arr("left_children")?;
         let right = arr("right_children")?;
         let feature = arr("split_indices")?;
-        let cond = arr("split_conditions")?;
+        // Float32 in XGBoost. A JSON file prints each as its shortest decimal, which read as f64
+        // is not the float32 value (0.1 vs 0.100000001...); round back, so a JSON model and the
+        // same model as UBJSON (raw float32) give the same bits.
+        let to_f32 = |v: Vec<f64>| -> Vec<f64> { v.into_iter().map(|x| x as f32 as f64).collect() };
+        let cond = to_f32(arr("split_conditions")?);
         let default_left = arr("default_left")?;
-        let cover = arr("sum_hessian")?;
+        let cover = to_f32(arr("sum_hessian")?);
         let split_type = opt_arr("split_type")?;
         let n = left.len();
         for (key, len) in [
@@ -447,8 +451,7 @@ impl Reader<'_> {
                 })?;
                 (SplitRule::XgbCategories, cats)
             } else {
-                // Thresholds are float32 in XGBoost; widen exactly.
-                (SplitRule::XgbLess { threshold: cond[i] as f32 as f64 }, (0, 0))
+                (SplitRule::XgbLess { threshold: cond[i] }, (0, 0))
             };
             nodes.push(Node {
                 left: l,
@@ -495,7 +498,8 @@ impl Reader<'_> {
                 detail: format!("leaf vector {} is out of range: the tree stores {slots} vectors of {size} values", if by_leaf_index { right[i] } else { i as f64 }),
             })?;
             for (g, tree) in per_target.iter_mut().enumerate() {
-                tree.nodes[i].value = weights[slot * size + g];
+                // Float32 in XGBoost, as the scalar leaves in `tree`.
+                tree.nodes[i].value = weights[slot * size + g] as f32 as f64;
             }
         }
         Ok(per_target)

@@ -9,6 +9,8 @@
 //! The UDFs compute through the same features → engine → layout path as `shapfusion explain`,
 //! so the numbers and the column layout are identical.
 
+#[cfg(feature = "ffi")]
+pub mod ffi;
 mod options;
 #[cfg(feature = "ballista")]
 pub mod remote;

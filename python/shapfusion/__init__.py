@@ -1,0 +1,301 @@
+"""Exact SHAP values and SHAP interaction values for XGBoost and LightGBM tree ensembles.
+
+The numbers are the ones ``booster.predict(..., pred_contribs=True)`` (XGBoost) and
+``booster.predict(..., pred_contrib=True)`` (LightGBM) give, in XGBoost's array layouts, computed
+by shapfusion's engines on all cores with the GIL released::
+
+    import shapfusion
+    explainer = shapfusion.Explainer(booster)          # an xgboost/lightgbm Booster, a path or bytes
+    phi = explainer.shap_values(X)                     # (n, F+1): one column per feature, bias last
+    assert abs(phi.sum(axis=1) - explainer.predict_margin(X)).max() < 1e-6
+
+``X`` is a NumPy array (columns in the model's order), a pandas or polars DataFrame, or a
+pyarrow Table/RecordBatch (any object with the Arrow PyCapsule interface); named columns are
+matched to the model's features by name, in any order. ``shapfusion.datafusion_udfs`` gives
+``shap(...)`` and friends to Python's ``datafusion`` SQL engine.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _shapfusion
+from ._shapfusion import __version__
+
+if TYPE_CHECKING:
+    import pyarrow
+
+__all__ = ["Explainer", "datafusion_udfs", "__version__"]
+
+#: What ``Explainer`` accepts as a model.
+ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
+
+
+class Explainer:
+    """A model prepared for explaining: parsed once, engine built once, reused by every call.
+
+    Parameters
+    ----------
+    model
+        The tree ensemble: a path to an XGBoost JSON/UBJSON or LightGBM text model, the bytes of
+        such a file, an ``xgboost.Booster`` or scikit-learn ``XGBModel`` (read through its raw
+        UBJSON), or a ``lightgbm.Booster`` or ``LGBMModel`` (read through its model string).
+    algorithm
+        The engine: ``"auto"`` (picked from the model's shape, what the CLI picks), ``"linear"``,
+        ``"fast-v2"``, ``"fast-v1"``, ``"quadrature"`` or ``"treeshap"``. All are exact; they
+        differ in speed only.
+    threads
+        Compute threads; ``None`` uses all cores. Results do not depend on it.
+    background
+        Rows for interventional SHAP (what ``shap.TreeExplainer(model, data=background,
+        feature_perturbation="interventional")`` computes, over every row given): features left
+        out of a coalition take the background rows' values, and the bias is the background's
+        mean margin. Same forms as ``X``. Without it, values are path-dependent, as XGBoost's
+        and LightGBM's own.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``model`` is a path that does not exist.
+    ValueError
+        The model file is not a valid model, or an option or the background is wrong.
+    TypeError
+        ``model`` is none of the accepted kinds.
+
+    Examples
+    --------
+    >>> explainer = shapfusion.Explainer("examples/models/fraud.json")   # doctest: +SKIP
+    >>> explainer.shap_values(df).shape                                    # doctest: +SKIP
+    (10000, 9)
+    """
+
+    def __init__(
+        self,
+        model: ModelLike,
+        *,
+        algorithm: str = "auto",
+        threads: Optional[int] = None,
+        background: Any = None,
+    ) -> None:
+        path, data, name = _model_source(model)
+        background_rows, background_names = (None, None) if background is None else _rows(background)
+        self._native = _shapfusion.NativeExplainer(
+            path=path,
+            data=data,
+            name=name,
+            algorithm=algorithm,
+            threads=_threads(threads),
+            background=background_rows,
+            background_names=background_names,
+        )
+        self._interventional = background is not None
+
+    # -- results ---------------------------------------------------------------------------
+
+    def shap_values(self, X: Any, *, as_arrow: bool = False) -> Union[np.ndarray, "pyarrow.RecordBatch"]:
+        """SHAP values of every row of ``X``.
+
+        Returns a float64 array in XGBoost's ``pred_contribs`` layout: ``(n, F+1)`` for a model
+        with one output, ``(n, G, F+1)`` for G outputs (classes, targets); the last entry of
+        each row (and group) is the bias, and each row sums to the margin. LightGBM's
+        ``pred_contrib`` gives the same values as ``(n, G*(F+1))``.
+
+        With ``as_arrow=True``, a ``pyarrow.RecordBatch`` with the columns ``shapfusion explain``
+        writes: one float64 column per feature then ``bias`` (lists of G values for G outputs).
+
+        Raises ``ValueError`` when ``X`` lacks a feature (the message names it and lists the
+        columns ``X`` has) or has a column of the wrong type.
+        """
+        return self._compute(X, "shap", as_arrow)
+
+    def interactions(self, X: Any, *, as_arrow: bool = False) -> Union[np.ndarray, "pyarrow.RecordBatch"]:
+        """SHAP interaction values of every row of ``X``.
+
+        Returns XGBoost's ``pred_interactions`` layout: ``(n, F+1, F+1)``, or ``(n, G, F+1,
+        F+1)`` for G outputs. Entry ``[i, j]`` is the interaction of features i and j (split
+        evenly between ``[i, j]`` and ``[j, i]``), the diagonal holds the main effects, and the
+        last row and column the bias. Each row's entries sum to its SHAP values along one axis.
+
+        With ``as_arrow=True``, a ``pyarrow.RecordBatch`` with the one ``interactions`` column
+        ``shapfusion explain --interactions`` writes. Interventional explainers (``background=``)
+        raise ``NotImplementedError``: interaction values are path-dependent only.
+        """
+        return self._compute(X, "interactions", as_arrow)
+
+    def predict_margin(self, X: Any, *, as_arrow: bool = False) -> Union[np.ndarray, "pyarrow.RecordBatch"]:
+        """Margin (raw score) predictions: ``(n,)``, or ``(n, G)`` for G outputs.
+
+        The same numbers as ``booster.predict(..., output_margin=True)`` (XGBoost) or
+        ``raw_score=True`` (LightGBM), as the sum of the trees in float64.
+        """
+        return self._compute(X, "margin", as_arrow)
+
+    # -- what it holds ---------------------------------------------------------------------
+
+    @property
+    def feature_names(self) -> list:
+        """The model's feature names, in its order (the columns of a plain array)."""
+        return self._native.feature_names
+
+    @property
+    def num_groups(self) -> int:
+        """Output groups G: classes of a multiclass model, targets of a multi-output one, else 1."""
+        return self._native.num_groups
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs (what ``algorithm="auto"`` picked)."""
+        return self._native.engine
+
+    @property
+    def threads(self) -> int:
+        """Compute threads in use."""
+        return self._native.threads
+
+    def __repr__(self) -> str:
+        kind = ", interventional" if self._interventional else ""
+        return (
+            f"shapfusion.Explainer({len(self.feature_names)} features, {self.num_groups} group(s), "
+            f"engine={self.engine!r}, threads={self.threads}{kind})"
+        )
+
+    def _compute(self, X: Any, output: str, as_arrow: bool):
+        rows, names = _rows(X)
+        if as_arrow:
+            return self._native.compute_arrow(rows, output, names)
+        flat, n = self._native.compute(rows, output, names)
+        return flat.reshape(self._shape(output, n))
+
+    def _shape(self, output: str, n: int) -> Tuple[int, ...]:
+        groups, width = self.num_groups, len(self.feature_names) + 1
+        per_group = {"shap": (width,), "interactions": (width, width), "margin": ()}[output]
+        return (n, *per_group) if groups == 1 else (n, groups, *per_group)
+
+
+def datafusion_udfs(
+    models: Mapping[str, Union[str, "os.PathLike[str]"]],
+    *,
+    algorithm: str = "auto",
+    threads: Optional[int] = None,
+    background: Union[str, "os.PathLike[str]", None] = None,
+) -> list:
+    """SQL functions ``shap``, ``shap_interactions`` and ``predict`` for Python's ``datafusion``.
+
+    ``models`` maps the names queries use to model files (paths or object-store URLs); they are
+    loaded now, so a wrong path fails here. Register the returned ``datafusion.ScalarUDF``
+    objects on a ``SessionContext``; the functions are the ones ``shapfusion sql`` runs, with the
+    same numbers and the same struct layout::
+
+        ctx = datafusion.SessionContext()
+        for udf in shapfusion.datafusion_udfs(models={"fraud": "fraud.json"}):
+            ctx.register_udf(udf)
+        ctx.sql("SELECT shap('fraud', amount, age, ...)['amount'] FROM payments")
+
+    ``background`` (a Parquet/CSV path or URL) makes ``shap`` interventional over those rows.
+    Needs a shapfusion built with DataFusion (``--features datafusion``) and Python's
+    ``datafusion`` with the same major version (checked here, with the version to install).
+    """
+    if not _shapfusion.HAS_DATAFUSION:
+        raise NotImplementedError(
+            "this build of shapfusion has no DataFusion support; build it with the datafusion "
+            "feature: MATURIN_PEP517_ARGS='--features shapfusion-python/datafusion' pip install ./python"
+        )
+    datafusion = _import_datafusion()
+    exported = _shapfusion.datafusion_udfs(
+        [(str(name), os.fspath(path)) for name, path in models.items()],
+        algorithm=algorithm,
+        threads=_threads(threads),
+        background=None if background is None else os.fspath(background),
+    )
+    return [datafusion.ScalarUDF.from_pycapsule(udf) for udf in exported]
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _import_datafusion():
+    """Python's ``datafusion``, if its major version is the one this build's FFI speaks."""
+    wanted = _shapfusion.DATAFUSION_VERSION
+    try:
+        import datafusion
+    except ImportError as e:
+        raise ImportError(
+            f"shapfusion.datafusion_udfs needs Python's datafusion {wanted.split('.')[0]}.x: "
+            f"pip install 'datafusion=={wanted.split('.')[0]}.*'"
+        ) from e
+    found = getattr(datafusion, "__version__", "unknown")
+    if found.split(".")[0] != wanted.split(".")[0]:
+        raise ImportError(
+            f"shapfusion's SQL functions are built against DataFusion {wanted} (datafusion-ffi), "
+            f"but the installed Python datafusion is {found}; the FFI works within one major "
+            f"version: pip install 'datafusion=={wanted.split('.')[0]}.*'"
+        )
+    return datafusion
+
+
+def _threads(threads: Optional[int]) -> int:
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None (all cores), got {threads!r}")
+    return threads
+
+
+def _model_source(model: ModelLike) -> Tuple[Optional[str], Optional[bytes], str]:
+    """(path, bytes, name for messages) for any accepted model."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(os.path.expanduser(model)), None, os.fspath(model)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return None, bytes(model), "<bytes>"
+    module = type(model).__module__ or ""
+    if module.startswith("xgboost"):
+        booster = model.get_booster() if hasattr(model, "get_booster") else model
+        return None, bytes(booster.save_raw(raw_format="ubj")), "<xgboost.Booster>"
+    if module.startswith("lightgbm"):
+        booster = getattr(model, "booster_", model)
+        return None, booster.model_to_string().encode("utf-8"), "<lightgbm.Booster>"
+    raise TypeError(
+        "model must be a path, the bytes of a model file, an xgboost Booster/XGBModel or a "
+        f"lightgbm Booster/LGBMModel; got {type(model).__module__}.{type(model).__qualname__}"
+    )
+
+
+def _rows(X: Any) -> Tuple[Any, Optional[Sequence[str]]]:
+    """What the native side reads: (float64 C-contiguous matrix, column names or None), or
+    (an object with the Arrow PyCapsule interface, None)."""
+    if _is_pandas_frame(X):
+        names = [str(c) for c in X.columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"X has repeated column names: {names}")
+        if all(_is_plain_number(t) for t in X.dtypes):
+            return np.ascontiguousarray(X.to_numpy(dtype=np.float64, na_value=np.nan)), names
+        # Categorical and string columns: through Arrow, so category names map to the codes the
+        # model was trained with (not pandas' own codes).
+        try:
+            import pyarrow as pa
+        except ImportError as e:
+            raise ImportError("X has non-numeric columns, which shapfusion reads through pyarrow: pip install pyarrow") from e
+        return pa.Table.from_pandas(X, preserve_index=False), None
+    if hasattr(X, "__arrow_c_stream__") or hasattr(X, "__arrow_c_array__"):
+        return X, None
+    array = np.asarray(X)
+    if array.ndim != 2:
+        raise ValueError(f"X must be 2-D (rows × features), got shape {array.shape}; for one row use X.reshape(1, -1)")
+    try:
+        return np.ascontiguousarray(array, dtype=np.float64), None
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"X must hold numbers (None and NaN are missing values): {e}") from e
+
+
+def _is_pandas_frame(X: Any) -> bool:
+    return (type(X).__module__ or "").startswith("pandas") and hasattr(X, "dtypes") and hasattr(X, "columns")
+
+
+def _is_plain_number(dtype: Any) -> bool:
+    """A pandas dtype that converts to float64 without losing meaning (numbers, booleans,
+    pandas' nullable numbers); categoricals and strings are not."""
+    kind = getattr(dtype, "kind", None)
+    return kind in ("b", "i", "u", "f") and type(dtype).__name__ != "CategoricalDtype"

@@ -1,0 +1,308 @@
+"""shapfusion.Explainer against XGBoost's and LightGBM's own pred_contribs / pred_interactions /
+pred_contrib, and against the shapfusion CLI bit for bit."""
+
+import _thread
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import shapfusion
+from conftest import REPO, frame, labels, relative_error
+
+TOLERANCE = 1e-5  # of max |phi|: XGBoost and LightGBM compute in float32
+
+
+def xgb_reference(booster, X, **kind):
+    import xgboost as xgb
+
+    return booster.predict(xgb.DMatrix(X, enable_categorical=True), **kind)
+
+
+# -- XGBoost ---------------------------------------------------------------------------------
+
+
+def test_xgboost_booster_from_memory_matches_pred_contribs(xgb_binary, data):
+    explainer = shapfusion.Explainer(xgb_binary)
+    phi = explainer.shap_values(data)
+    assert phi.shape == (len(data), data.shape[1] + 1)
+    assert relative_error(phi, xgb_reference(xgb_binary, data, pred_contribs=True)) < TOLERANCE
+    inter = explainer.interactions(data)
+    assert inter.shape == (len(data), data.shape[1] + 1, data.shape[1] + 1)
+    assert relative_error(inter, xgb_reference(xgb_binary, data, pred_interactions=True)) < TOLERANCE
+    margin = explainer.predict_margin(data)
+    assert margin.shape == (len(data),)
+    assert relative_error(margin, xgb_reference(xgb_binary, data, output_margin=True)) < TOLERANCE
+    # Additivity, and interactions summing to the SHAP values.
+    np.testing.assert_allclose(phi.sum(axis=1), margin, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(inter.sum(axis=2), phi, rtol=0, atol=1e-9)
+
+
+def test_xgboost_from_file_bytes_and_sklearn_give_the_same_bits(xgb_binary, data, tmp_path):
+    import xgboost as xgb
+
+    path = tmp_path / "model.json"
+    xgb_binary.save_model(path)
+    from_memory = shapfusion.Explainer(xgb_binary).shap_values(data)
+    np.testing.assert_array_equal(shapfusion.Explainer(path).shap_values(data), from_memory)
+    np.testing.assert_array_equal(shapfusion.Explainer(str(path)).shap_values(data), from_memory)
+    np.testing.assert_array_equal(shapfusion.Explainer(path.read_bytes()).shap_values(data), from_memory)
+    sklearn_model = xgb.XGBClassifier(n_estimators=5, max_depth=3, n_jobs=2).fit(data, labels(data, 2, 2))
+    phi = shapfusion.Explainer(sklearn_model).shap_values(data)
+    reference = sklearn_model.get_booster().predict(xgb.DMatrix(data), pred_contribs=True)
+    assert relative_error(phi, reference) < TOLERANCE
+
+
+def test_multiclass_layouts(xgb_multiclass, data):
+    explainer = shapfusion.Explainer(xgb_multiclass)
+    F = data.shape[1]
+    phi = explainer.shap_values(data)
+    assert phi.shape == (len(data), 3, F + 1)
+    assert relative_error(phi, xgb_reference(xgb_multiclass, data, pred_contribs=True)) < TOLERANCE
+    inter = explainer.interactions(data[:50])
+    assert inter.shape == (50, 3, F + 1, F + 1)
+    assert relative_error(inter, xgb_reference(xgb_multiclass, data[:50], pred_interactions=True)) < TOLERANCE
+    margin = explainer.predict_margin(data)
+    assert margin.shape == (len(data), 3)
+    np.testing.assert_allclose(phi.sum(axis=2), margin, rtol=0, atol=1e-9)
+
+
+def test_columns_are_matched_by_name_in_any_order(xgb_binary, data):
+    explainer = shapfusion.Explainer(xgb_binary)
+    expected = explainer.shap_values(data)
+    shuffled = data[list(reversed(data.columns))].assign(unused=1.0)
+    np.testing.assert_array_equal(explainer.shap_values(shuffled), expected)
+    np.testing.assert_array_equal(explainer.shap_values(pa.Table.from_pandas(shuffled)), expected)
+    # A plain array is by position: the model's order.
+    np.testing.assert_array_equal(explainer.shap_values(data.to_numpy()), expected)
+
+
+def test_nan_none_and_nullable_columns_are_missing_values(xgb_binary, data):
+    explainer = shapfusion.Explainer(xgb_binary)
+    expected = explainer.shap_values(data)
+    as_objects = data.to_numpy().astype(object)
+    as_objects[np.isnan(data.to_numpy())] = None
+    np.testing.assert_array_equal(explainer.shap_values(as_objects), expected)
+    nullable = data.astype("Float64")  # pandas' nullable floats: <NA> instead of NaN
+    assert nullable.isna().to_numpy().any()
+    np.testing.assert_array_equal(explainer.shap_values(nullable), expected)
+    with_nulls = pa.table({c: pa.array(data[c].to_numpy(), from_pandas=True) for c in data.columns})
+    assert with_nulls.column(0).null_count > 0
+    np.testing.assert_array_equal(explainer.shap_values(with_nulls), expected)
+
+
+def test_polars_and_arrow_inputs_equal_numpy(xgb_binary, data):
+    polars = pytest.importorskip("polars")
+    explainer = shapfusion.Explainer(xgb_binary)
+    expected = explainer.shap_values(data)
+    np.testing.assert_array_equal(explainer.shap_values(polars.from_pandas(data)), expected)
+    table = pa.Table.from_pandas(data, preserve_index=False)
+    np.testing.assert_array_equal(explainer.shap_values(table), expected)
+    np.testing.assert_array_equal(explainer.shap_values(table.to_batches()[0]), expected)
+    # A table of several batches.
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=100))
+    assert chunked.column(0).num_chunks > 1
+    np.testing.assert_array_equal(explainer.shap_values(chunked), expected)
+
+
+def test_categorical_xgboost_by_name_and_by_code(xgb_categorical, categorical_data):
+    explainer = shapfusion.Explainer(xgb_categorical)
+    phi = explainer.shap_values(categorical_data)
+    reference = xgb_reference(xgb_categorical, categorical_data, pred_contribs=True)
+    assert relative_error(phi, reference) < TOLERANCE
+    # The same frame with the categories listed in another order: names, not pandas' codes, count.
+    reordered = categorical_data.assign(
+        colour=categorical_data["colour"].cat.reorder_categories(list(reversed(categorical_data["colour"].cat.categories)))
+    )
+    np.testing.assert_array_equal(explainer.shap_values(reordered), phi)
+    # Codes as numbers (the model's category order), missing as NaN.
+    codes = categorical_data.assign(colour=categorical_data["colour"].cat.codes.replace(-1, np.nan).astype(float))
+    np.testing.assert_array_equal(explainer.shap_values(codes), phi)
+    inter = explainer.interactions(categorical_data[:40])
+    reference = xgb_reference(xgb_categorical, categorical_data[:40], pred_interactions=True)
+    assert relative_error(inter, reference) < TOLERANCE
+
+
+# -- LightGBM --------------------------------------------------------------------------------
+
+
+def test_lightgbm_booster_and_sklearn_match_pred_contrib(lgb_binary, data, tmp_path):
+    import lightgbm as lgb
+
+    phi = shapfusion.Explainer(lgb_binary).shap_values(data)
+    assert relative_error(phi, lgb_binary.predict(data, pred_contrib=True)) < TOLERANCE
+    path = tmp_path / "model.txt"
+    lgb_binary.save_model(path)
+    np.testing.assert_array_equal(shapfusion.Explainer(path).shap_values(data), phi)
+    margin = shapfusion.Explainer(lgb_binary).predict_margin(data)
+    assert relative_error(margin, lgb_binary.predict(data, raw_score=True)) < TOLERANCE
+    sklearn_model = lgb.LGBMRegressor(n_estimators=5, num_leaves=7, verbose=-1, n_jobs=2).fit(data, labels(data, 2, 3))
+    phi = shapfusion.Explainer(sklearn_model).shap_values(data)
+    assert relative_error(phi, sklearn_model.predict(data, pred_contrib=True)) < TOLERANCE
+
+
+def test_lightgbm_multiclass_is_laid_out_like_xgboost(lgb_multiclass, data):
+    phi = shapfusion.Explainer(lgb_multiclass).shap_values(data)
+    F = data.shape[1]
+    assert phi.shape == (len(data), 3, F + 1)
+    # LightGBM flattens the groups: (n, G*(F+1)).
+    reference = lgb_multiclass.predict(data, pred_contrib=True).reshape(len(data), 3, F + 1)
+    assert relative_error(phi, reference) < TOLERANCE
+
+
+def test_lightgbm_categorical_by_name(lgb_categorical, categorical_data):
+    phi = shapfusion.Explainer(lgb_categorical).shap_values(categorical_data)
+    assert relative_error(phi, lgb_categorical.predict(categorical_data, pred_contrib=True)) < TOLERANCE
+
+
+# -- the CLI, bit for bit --------------------------------------------------------------------
+
+
+def test_values_equal_the_cli_exactly(cli, xgb_multiclass, data, tmp_path):
+    model = tmp_path / "model.ubj"
+    xgb_multiclass.save_model(model)
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pandas(data, preserve_index=False), rows)
+    explainer = shapfusion.Explainer(model)
+    for flag, method in (([], "shap_values"), (["--interactions"], "interactions"), (["--predict"], "predict_margin")):
+        out = tmp_path / f"out{len(flag)}{method}.parquet"
+        subprocess.run(
+            [cli, "explain", "--model", model, "--input", rows, "--output", out, "--no-progress", *flag],
+            check=True,
+            capture_output=True,
+        )
+        written = pq.read_table(out)
+        ours = getattr(explainer, method)(data, as_arrow=True)
+        assert pa.Table.from_batches([ours]).equals(written), method
+        # The NumPy layout holds the same numbers.
+        dense = getattr(explainer, method)(data)
+        if method == "shap_values":
+            columns = np.stack([np.stack(written.column(c).to_numpy(zero_copy_only=False)) for c in written.column_names], axis=-1)
+            np.testing.assert_array_equal(dense, columns)
+        elif method == "predict_margin":
+            np.testing.assert_array_equal(dense, np.stack(written.column(0).to_numpy(zero_copy_only=False)))
+        else:
+            flat = np.concatenate(written.column(0).to_numpy(zero_copy_only=False))
+            np.testing.assert_array_equal(dense.reshape(-1), np.concatenate([np.ravel(v) for v in flat]) if flat.dtype == object else flat)
+
+
+def test_interventional_matches_shap_treeexplainer(xgb_binary, data):
+    shap = pytest.importorskip("shap")
+    background = data[:80]
+    explainer = shapfusion.Explainer(xgb_binary, background=background)
+    phi = explainer.shap_values(data[:50])
+    masker = shap.maskers.Independent(background, max_samples=len(background))
+    reference = shap.TreeExplainer(xgb_binary, data=masker, feature_perturbation="interventional")
+    values = reference.shap_values(data[:50])
+    assert relative_error(phi[:, :-1], values) < TOLERANCE
+    assert abs(phi[0, -1] - reference.expected_value) < TOLERANCE * np.abs(values).max()
+    np.testing.assert_allclose(phi.sum(axis=1), explainer.predict_margin(data[:50]), rtol=0, atol=1e-9)
+    # Background as a plain array: the same numbers.
+    from_array = shapfusion.Explainer(xgb_binary, background=background.to_numpy()).shap_values(data[:50])
+    np.testing.assert_array_equal(from_array, phi)
+    with pytest.raises(NotImplementedError, match="path-dependent only"):
+        explainer.interactions(data[:5])
+
+
+# -- errors, threads, interruption -----------------------------------------------------------
+
+
+def test_errors_are_python_exceptions_with_the_cli_messages(xgb_binary, data, tmp_path, cli):
+    with pytest.raises(FileNotFoundError, match="no-such-model.json"):
+        shapfusion.Explainer(tmp_path / "no-such-model.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"learner": 1}')
+    with pytest.raises(ValueError) as raised:
+        shapfusion.Explainer(bad)
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pandas(data, preserve_index=False), rows)
+    cli_run = subprocess.run([cli, "explain", "--model", bad, "--input", rows, "--output", tmp_path / "o.parquet"], capture_output=True, text=True)
+    assert cli_run.returncode != 0 and str(raised.value) in cli_run.stderr
+    explainer = shapfusion.Explainer(xgb_binary)
+    with pytest.raises(ValueError, match=r'no column named "f_3".*f_0, f_1, f_2, f_4, f_5'):
+        explainer.shap_values(data.drop(columns="f_3"))
+    with pytest.raises(ValueError, match="5 columns, but the model has 6 features"):
+        explainer.shap_values(data.to_numpy()[:, :5])
+    with pytest.raises(ValueError, match="2-D"):
+        explainer.shap_values(data.to_numpy()[0])
+    with pytest.raises(ValueError, match="needs a number"):
+        explainer.shap_values(data.assign(f_2="text"))
+    with pytest.raises(TypeError, match="model must be"):
+        shapfusion.Explainer(12)
+    with pytest.raises(ValueError, match="threads"):
+        shapfusion.Explainer(xgb_binary, threads=0)
+    with pytest.raises(ValueError, match="algorithm|engine"):
+        shapfusion.Explainer(xgb_binary, algorithm="fastest")
+
+
+def test_empty_input_and_one_row(xgb_multiclass, data):
+    explainer = shapfusion.Explainer(xgb_multiclass)
+    assert explainer.shap_values(data[:0]).shape == (0, 3, data.shape[1] + 1)
+    assert explainer.shap_values(data[:0], as_arrow=True).num_rows == 0
+    one = explainer.shap_values(data[:1])
+    np.testing.assert_array_equal(one, explainer.shap_values(data)[:1])
+
+
+def test_threads_do_not_change_results(xgb_binary, data):
+    many = shapfusion.Explainer(xgb_binary).shap_values(data)
+    one = shapfusion.Explainer(xgb_binary, threads=1)
+    assert one.threads == 1
+    np.testing.assert_array_equal(one.shap_values(data), many)
+
+
+@pytest.fixture(scope="module")
+def slow_call():
+    """A call that takes several seconds on 2 cores: the reference engine on 200 trees."""
+    import xgboost as xgb
+
+    X = frame(2000, 20, seed=11, missing=0.0)
+    booster = xgb.train({"max_depth": 8, "eta": 0.1, "nthread": 2}, xgb.DMatrix(X, label=labels(X, 2, 12)), 200)
+    explainer = shapfusion.Explainer(booster, algorithm="treeshap")
+    rows = np.tile(X.to_numpy(), (100, 1))  # 200,000 rows
+    return explainer, rows
+
+
+def test_ctrl_c_interrupts_a_long_call(slow_call):
+    explainer, rows = slow_call
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    began = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        explainer.shap_values(rows)
+    elapsed = time.monotonic() - began
+    timer.cancel()
+    # Chunks aim at half a second of work: the interrupt lands within a couple of them.
+    assert elapsed < 5.0, elapsed
+
+
+def test_the_gil_is_released_while_computing(slow_call):
+    explainer, rows = slow_call
+    ticks = 0
+    done = threading.Event()
+
+    def compute():
+        explainer.shap_values(rows[:2000])
+        done.set()
+
+    worker = threading.Thread(target=compute)
+    began = time.monotonic()
+    worker.start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    worker.join()
+    elapsed = time.monotonic() - began
+    # Holding the GIL would starve this loop; released, it ticks about once a millisecond.
+    assert elapsed > 0.3 and ticks > 0.2 * elapsed * 1000, (ticks, elapsed)
+
+
+def test_help_reads_well():
+    text = shapfusion.Explainer.__doc__ + shapfusion.Explainer.shap_values.__doc__
+    for phrase in ("xgboost.Booster", "lightgbm.Booster", "background", "(n, F+1)", "(n, G, F+1)"):
+        assert phrase in text
+    assert shapfusion.__version__ == "0.1.0"
