@@ -47,12 +47,13 @@ impl Output {
         }
     }
 
-    /// Values per row: `G·(F+1)`, `G·(F+1)²` or `G`.
+    /// Values per row: `G·(F+1)`, `G·(F+1)²` or `G` (saturating: a width no memory holds is
+    /// refused by [`allocate`]).
     fn width(self, model: &Model) -> usize {
-        let (g, w) = (model.num_groups, model.num_features() + 1);
+        let (g, w) = (model.num_groups, model.num_features().saturating_add(1));
         match self {
-            Output::Shap => g * w,
-            Output::Interactions => g * w * w,
+            Output::Shap => g.saturating_mul(w),
+            Output::Interactions => g.saturating_mul(w).saturating_mul(w),
             Output::Margins => g,
         }
     }
