@@ -166,13 +166,7 @@ class Explainer:
         rows, names = _rows(X)
         if as_arrow:
             return self._native.compute_arrow(rows, output, names)
-        flat, n = self._native.compute(rows, output, names)
-        return flat.reshape(self._shape(output, n))
-
-    def _shape(self, output: str, n: int) -> Tuple[int, ...]:
-        groups, width = self.num_groups, len(self.feature_names) + 1
-        per_group = {"shap": (width,), "interactions": (width, width), "margin": ()}[output]
-        return (n, *per_group) if groups == 1 else (n, groups, *per_group)
+        return self._native.compute(rows, output, names)
 
 
 def datafusion_udfs(

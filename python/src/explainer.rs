@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use arrow_pyarrow::ToPyArrow;
-use numpy::{PyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use shapfusion::{Algorithm, Error, Explainer, Model, OutputKind, Result};
@@ -19,6 +19,9 @@ use crate::rows::{read_arrow, Rows};
 #[pyclass(frozen, module = "shapfusion._shapfusion")]
 pub struct NativeExplainer {
     explainer: Explainer,
+    /// Leaves of the whole ensemble: the cost model's size of a row (see [`first_chunk_rows`]),
+    /// counted once here rather than by every call.
+    leaves: usize,
 }
 
 /// What one call computes, and how many values it gives a row.
@@ -47,23 +50,24 @@ impl Output {
         }
     }
 
-    /// Values per row: `G·(F+1)`, `G·(F+1)²` or `G` (saturating: a width no memory holds is
-    /// refused by [`allocate`]).
-    fn width(self, model: &Model) -> usize {
-        let (g, w) = (model.num_groups, model.num_features().saturating_add(1));
-        match self {
-            Output::Shap => g.saturating_mul(w),
-            Output::Interactions => g.saturating_mul(w).saturating_mul(w),
-            Output::Margins => g,
-        }
+    /// One row's shape in XGBoost's layouts: `[F+1]`, `[F+1, F+1]` or `[]`, after `[G]` for a
+    /// model with G > 1 output groups.
+    fn row_shape(self, model: &Model) -> Vec<usize> {
+        let w = model.num_features().saturating_add(1);
+        let groups = Some(model.num_groups).filter(|&g| g > 1);
+        let values: &[usize] = match self {
+            Output::Shap => &[w],
+            Output::Interactions => &[w, w],
+            Output::Margins => &[],
+        };
+        groups.into_iter().chain(values.iter().copied()).collect()
     }
 
-    /// Rows for the first chunk of a call (see [`first_chunk_rows`]).
-    fn first_chunk(self, explainer: &Explainer) -> usize {
-        let model = explainer.model();
-        let leaves = model.trees.iter().map(|t| t.num_leaves()).sum();
+    /// Rows for the first chunk of a call on a model of `leaves` leaves (see
+    /// [`first_chunk_rows`]).
+    fn first_chunk(self, explainer: &Explainer, leaves: usize) -> usize {
         let factor = match self {
-            Output::Interactions => model.num_features() + 1,
+            Output::Interactions => explainer.model().num_features() + 1,
             Output::Shap | Output::Margins => 1,
         };
         first_chunk_rows(leaves, factor, explainer.threads())
@@ -111,31 +115,38 @@ impl NativeExplainer {
             builder = builder.background(rows);
         }
         let explainer = py.detach(|| builder.build()).map_err(to_py)?;
-        Ok(NativeExplainer { explainer })
+        let leaves = model.trees.iter().map(|t| t.num_leaves()).sum();
+        Ok(NativeExplainer { explainer, leaves })
     }
 
     /// `output` ("shap", "interactions" or "margin") for every row of `x` (a float64 matrix,
-    /// with `names` for its columns, or an Arrow object): a flat float64 array, row-major, of
-    /// `rows × width` values, and `rows`.
+    /// with `names` for its columns, or an Arrow object), as a NumPy array in XGBoost's layout:
+    /// `(n, *row_shape)`.
     #[pyo3(signature = (x, output, names=None))]
-    fn compute<'py>(&self, py: Python<'py>, x: &Bound<'py, PyAny>, output: &str, names: Option<Vec<String>>) -> PyResult<(Bound<'py, PyArray1<f64>>, usize)> {
+    fn compute<'py>(&self, py: Python<'py>, x: &Bound<'py, PyAny>, output: &str, names: Option<Vec<String>>) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let output = Output::parse(output)?;
         let model = self.explainer.model();
-        let width = output.width(model);
+        let row_shape = output.row_shape(model);
+        let width = row_shape.iter().try_fold(1usize, |w, &d| w.checked_mul(d)).unwrap_or(usize::MAX);
         with_rows(model, x, names, |rows| {
             let n = rows.len();
-            let mut values = allocate(n, width)?;
-            for_each_chunk(py, n, output.first_chunk(&self.explainer), |range| {
+            // Reserved (untouched) up front, so a call too large for memory fails before any work.
+            let mut values = reserve(n, width)?;
+            for_each_chunk(py, n, output.first_chunk(&self.explainer, self.leaves), |range| {
                 let block = rows.block(model, range.clone())?;
                 let out = output.compute(&self.explainer, &block)?;
-                let into = &mut values[range.start * width..range.end * width];
-                if out.len() != into.len() {
+                if out.len() != range.len() * width {
                     return Err(Error::Input(format!("the engine returned {} values for {} rows of {width}", out.len(), range.len())));
                 }
-                into.copy_from_slice(&out);
+                if range.len() == n {
+                    values = out; // one chunk: the engine's array is the answer, no copy
+                } else {
+                    values.extend_from_slice(&out);
+                }
                 Ok(())
             })?;
-            Ok((PyArray1::from_vec(py, values), n))
+            let shape: Vec<usize> = std::iter::once(n).chain(row_shape.iter().copied()).collect();
+            PyArray1::from_vec(py, values).reshape(shape)
         })
     }
 
@@ -144,7 +155,7 @@ impl NativeExplainer {
     #[pyo3(signature = (x, output, names=None))]
     fn compute_arrow<'py>(&self, py: Python<'py>, x: &Bound<'py, PyAny>, output: &str, names: Option<Vec<String>>) -> PyResult<Bound<'py, PyAny>> {
         let output = Output::parse(output)?;
-        let (kind, first_chunk) = (output.kind(), output.first_chunk(&self.explainer));
+        let (kind, first_chunk) = (output.kind(), output.first_chunk(&self.explainer, self.leaves));
         let model = self.explainer.model();
         with_rows(model, x, names, |rows| {
             let mut batches: Vec<RecordBatch> = Vec::new();
@@ -211,12 +222,12 @@ fn with_rows<'py, T>(model: &Model, x: &Bound<'py, PyAny>, names: Option<Vec<Str
     f(Rows::Arrow(read_arrow(x)?))
 }
 
-/// A zeroed output of `rows × width` values, or a `MemoryError` saying how much was asked.
-fn allocate(rows: usize, width: usize) -> PyResult<Vec<f64>> {
+/// An empty output with room for `rows × width` values, or a `MemoryError` saying how much was
+/// asked.
+fn reserve(rows: usize, width: usize) -> PyResult<Vec<f64>> {
     let too_big = || PyMemoryError::new_err(format!("{rows} rows × {width} output values each do not fit in memory; explain fewer rows per call"));
     let len = rows.checked_mul(width).ok_or_else(too_big)?;
     let mut values = Vec::new();
     values.try_reserve_exact(len).map_err(|_| too_big())?;
-    values.resize(len, 0.0);
     Ok(values)
 }

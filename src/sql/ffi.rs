@@ -19,8 +19,6 @@ use datafusion::logical_expr::ScalarUDF;
 use datafusion_ffi::udf::FFI_ScalarUDF;
 
 use super::options::ShapOptions;
-use super::udf::ShapUdf;
-use super::FUNCTIONS;
 use crate::error::Result;
 use crate::registry::ModelRegistry;
 
@@ -39,13 +37,7 @@ pub fn ffi_version() -> u64 {
 /// FFI. Use a [`ModelRegistry::names_only`] registry when queries come from anyone but the
 /// operator: a query can then name only the registered models.
 pub fn exported_udfs(registry: Arc<ModelRegistry>, options: ShapOptions) -> Result<Vec<ExportedUdf>> {
-    FUNCTIONS
-        .iter()
-        .map(|&(name, kind)| {
-            let udf = ShapUdf::new(name, kind, registry.clone(), options.clone())?;
-            Ok(ExportedUdf { udf: Arc::new(ScalarUDF::new_from_impl(udf)) })
-        })
-        .collect()
+    Ok(super::udfs(registry, options)?.into_iter().map(|udf| ExportedUdf { udf: Arc::new(udf) }).collect())
 }
 
 /// One SQL function, to hand to a host as many times as it asks.
@@ -80,6 +72,7 @@ mod tests {
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
     use super::*;
+    use crate::sql::ShapUdf;
 
     const MODEL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/models/fraud.json");
     const PAYMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/payments.parquet");

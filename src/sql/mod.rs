@@ -64,8 +64,14 @@ pub fn register_with(ctx: &SessionContext, registry: Arc<ModelRegistry>) -> Resu
         }
         config.extensions.get::<ShapOptions>().cloned().unwrap_or_default()
     };
-    for (name, kind) in FUNCTIONS {
-        ctx.register_udf(ScalarUDF::new_from_impl(ShapUdf::new(name, kind, registry.clone(), options.clone())?));
+    for udf in udfs(registry, options)? {
+        ctx.register_udf(udf);
     }
     Ok(())
+}
+
+/// The [`FUNCTIONS`] over `registry` with `options`: what [`register_with`] registers and
+/// `ffi::exported_udfs` hands across the FFI.
+pub(crate) fn udfs(registry: Arc<ModelRegistry>, options: ShapOptions) -> Result<Vec<ScalarUDF>> {
+    FUNCTIONS.iter().map(|&(name, kind)| Ok(ScalarUDF::new_from_impl(ShapUdf::new(name, kind, registry.clone(), options.clone())?))).collect()
 }
