@@ -158,7 +158,7 @@ def write_report(rows, overheads, args):
             f"{xgb} | {r['shap']:,.0f} | {r['wheel'] / r['shap']:.1f}× |\n"
         )
     body += (
-        "\nwheel / CLI sets the whole Python call (reading X into the engines' block, filling the NumPy output) against the engine's compute alone (the harness reads its rows before the clock starts). At small-8f's millions of rows/s that conversion is a quarter of the call; on the medium models it is within the run-to-run noise of this shared 2-core machine: three full runs gave wheel / CLI from 0.89 to 1.06 per model, and in the run recorded here shap's own single-threaded rows/s moved by up to 27 % from the run before.\n"
+        "\nwheel / CLI sets the whole Python call (reading X into the engines' block, filling the NumPy output) against the engine's compute alone (the harness reads its rows before the clock starts). At small-8f's millions of rows/s that conversion is a quarter of the call; on the medium models it is within the run-to-run noise of this shared 2-core machine: four full runs gave wheel / CLI from 0.89 to 1.07 per model (the one at 0.89 saw shap's own single-threaded rows/s drop 27 % at the same time).\n"
     )
     body += (
         "\nPer-call latency for serving-sized inputs (median of 2,000 calls; 200 for shap; XGBoost's includes "
