@@ -134,3 +134,46 @@ fn a_json_model_and_its_ubjson_twin_give_the_same_bits() {
     assert_eq!(json.model.trees.len(), ubj.model.trees.len());
     assert_eq!(shap(&json, &json.batch), shap(&ubj, &json.batch));
 }
+
+#[test]
+fn lightgbm_models_trained_on_integer_codes_load_and_take_codes() {
+    use shapfusion::model::FeatureKind;
+    for name in common::LIGHTGBM_INTEGER_CODED {
+        let f = fixture(name);
+        // `pandas_categorical` null, [] or lists that cannot be matched one to one: no names.
+        assert!(f.model.categories.iter().all(Option::is_none), "{name}");
+        let categorical: Vec<&str> =
+            f.model.feature_names.iter().zip(&f.model.feature_kinds).filter(|(_, k)| **k == FeatureKind::Categorical).map(|(n, _)| n.as_str()).collect();
+        // An ordered pandas category is split as a number: LightGBM marks it numeric.
+        let want: &[&str] = if name == "lgb_ordered_category" { &[] } else { &["store", "region"] };
+        assert_eq!(categorical, want, "{name}");
+        let out = Explainer::builder(f.model.clone()).build().unwrap().explain_batch(&f.batch).unwrap();
+        common::assert_library_values(&f, &common::row_major(out.columns(), 1), 1e-6, "Explainer");
+    }
+    // Strings for such a feature: the model has no names to map them with.
+    let f = fixture("lgb_int_categories_numpy");
+    let names: StringArray = (0..f.batch.num_rows()).map(|i| Some(format!("r{}", i % 4))).collect();
+    let e = f.model.feature_block(&with_column(&f.batch, "region", Arc::new(names))).unwrap_err().to_string();
+    assert!(e.contains("\"region\"") && e.contains("stores no category names") && e.contains("codes"), "{e}");
+}
+
+#[test]
+fn pandas_categorical_lines_lightgbm_ignores_do_not_stop_a_model_loading() {
+    use shapfusion::model::{FeatureKind, Model, ModelFormat};
+    let f = fixture("lgb_named_categories");
+    let text = std::fs::read_to_string(&f.model_path).unwrap();
+    let line = text.lines().find(|l| l.starts_with("pandas_categorical:")).unwrap();
+    let load = |replacement: &str| Model::from_bytes_as(text.replace(line, replacement).as_bytes(), "edited.txt", ModelFormat::LightgbmText);
+    // No names stored, or names that cannot be matched to the categorical features: codes only.
+    for replacement in ["pandas_categorical:[]", "pandas_categorical:null", "pandas_categorical:[[\"a\", \"b\"]]"] {
+        let model = load(replacement).unwrap_or_else(|e| panic!("{replacement}: {e}"));
+        assert!(model.categories.iter().all(Option::is_none), "{replacement}");
+        // Still categorical (from feature_infos), and the same trees.
+        assert_eq!(model.feature_kinds, f.model.feature_kinds, "{replacement}");
+        assert_eq!(model.trees.len(), f.model.trees.len(), "{replacement}");
+    }
+    assert_eq!(f.model.feature_kinds.iter().filter(|k| **k == FeatureKind::Categorical).count(), 3);
+    // What LightGBM's Python package cannot read either is still an error naming the line.
+    let e = load("pandas_categorical:[[\"a\"").unwrap_err().to_string();
+    assert!(e.contains("edited.txt") && e.contains("pandas_categorical is not a JSON list of lists"), "{e}");
+}

@@ -68,25 +68,12 @@ fn explain_writes_the_library_numbers_in_the_documented_layout() {
         want.push("bias".into());
         assert_eq!(names, want, "{}", f.name);
         assert_eq!(batch.num_rows(), f.batch.num_rows());
-        // Reassemble row-major values and compare with the library's reference.
-        let expected = f.expected_f64("contribs").unwrap();
-        let w = f.model.num_features() + 1;
-        let mut ours = vec![0.0; expected.len()];
-        for (j, col) in batch.columns().iter().enumerate() {
-            let vals: Vec<f64> = if g == 1 {
-                col.as_primitive::<Float64Type>().values().to_vec()
-            } else {
+        if g > 1 {
+            for col in batch.columns() {
                 assert_eq!(col.data_type(), &DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float64, false)), g as i32));
-                col.as_fixed_size_list().values().as_primitive::<Float64Type>().values().to_vec()
-            };
-            for r in 0..batch.num_rows() {
-                for k in 0..g {
-                    ours[(r * g + k) * w + j] = vals[r * g + k];
-                }
             }
         }
-        let (err, _) = common::max_row_rel_error(&ours, &expected, w);
-        assert!(err <= 1e-5, "{}: {err}", f.name);
+        common::assert_library_values(&f, &common::row_major(batch.columns(), g), 1e-5, "explain");
     }
 }
 
@@ -218,13 +205,7 @@ fn category_names_from_parquet_and_csv_give_the_library_numbers_and_inspect_list
             assert!(o.status.success(), "{name} {}: {}", input.display(), stderr(&o));
         }
         assert_eq!(read_parquet(&from_parquet), read_parquet(&from_csv), "{name}: CSV and Parquet differ");
-        let got: Vec<f64> = {
-            let b = read_parquet(&from_parquet);
-            let w = b.num_columns();
-            (0..b.num_rows()).flat_map(|r| (0..w).map(move |j| (r, j))).map(|(r, j)| b.column(j).as_primitive::<Float64Type>().value(r)).collect()
-        };
-        let (err, row) = common::max_row_rel_error(&got, &f.expected_f64("contribs").unwrap(), f.model.num_features() + 1);
-        assert!(err <= 1e-5, "{name}: {err} at row {row}");
+        common::assert_library_values(&f, &common::row_major(read_parquet(&from_parquet).columns(), 1), 1e-5, "explain");
 
         let o = run(&["models", "inspect", f.model_path.to_str().unwrap()]);
         let out = String::from_utf8_lossy(&o.stdout);
@@ -449,4 +430,36 @@ fn a_killed_explain_leaves_the_previous_output_intact() {
     assert_eq!(std::fs::read(&output).unwrap(), previous, "the previous output is intact");
     let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(names.iter().all(|n| n == "shap.parquet" || (n.starts_with(".shap.parquet.") && n.ends_with(".partial"))), "{names:?}");
+}
+
+#[test]
+fn lightgbm_integer_coded_categories_through_explain_and_sql() {
+    let dir = tmp();
+    for name in common::LIGHTGBM_INTEGER_CODED {
+        let f = fixture(name);
+        let model = f.model_path.to_str().unwrap();
+        let out = dir.path().join(format!("{name}.parquet"));
+        let o = explain(&f.model_path, &f.input_path(), &out, &[]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        common::assert_library_values(&f, &common::row_major(read_parquet(&out).columns(), 1), 1e-6, "explain");
+
+        let cols = f.model.feature_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+        let query = format!("SELECT shap('m', {cols}) AS s FROM '{}'", f.input_path().display());
+        let sql_out = dir.path().join(format!("{name}_sql.parquet"));
+        let o = run(&["sql", "-q", "--model", &format!("m={model}"), "--format", "parquet", "--output", sql_out.to_str().unwrap(), "-c", &query]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let s = read_parquet(&sql_out);
+        common::assert_library_values(&f, &common::row_major(s.column(0).as_struct().columns(), 1), 1e-6, "shapfusion sql");
+    }
+    // Such a model stores no names, so strings for a categorical feature are refused, saying why.
+    let f = fixture("lgb_int_categories_pandas");
+    let store = f.batch.schema().index_of("store").unwrap();
+    let mut columns = f.batch.columns().to_vec();
+    columns[store] = Arc::new((0..f.batch.num_rows()).map(|i| Some(format!("shop{}", i % 3))).collect::<StringArray>());
+    let mut fields: Vec<Field> = f.batch.schema().fields().iter().map(|x| x.as_ref().clone()).collect();
+    fields[store] = Field::new("store", DataType::Utf8, true);
+    let input = dir.path().join("strings.parquet");
+    write_parquet(&input, &RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap());
+    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("x.parquet").to_str().unwrap()]);
+    assert!(err.contains("\"store\"") && err.contains("stores no category names") && err.contains("codes"), "{err}");
 }

@@ -120,6 +120,18 @@ async fn pool_of_three_equals_local_explain_on_every_fixture() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_explains_lightgbm_integer_coded_categories_like_lightgbm() {
+    let w = worker(&[]);
+    let mut c = client(&w.url, None).await;
+    for name in common::LIGHTGBM_INTEGER_CODED {
+        let f = fixtures().into_iter().find(|f| f.name == name).unwrap();
+        let got = exchange(&mut c, cmd(name, "shap"), f.batch.clone(), 1 << 20).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = concat_batches(&got[0].schema(), &got).unwrap();
+        common::assert_library_values(&f, &common::row_major(got.columns(), 1), 1e-6, "Flight worker");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_query_loses_no_rows() {
     let workers: Vec<Server> = (0..3).map(|_| worker(&[])).collect();
     let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();

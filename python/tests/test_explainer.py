@@ -160,6 +160,34 @@ def test_lightgbm_categorical_by_name(lgb_categorical, categorical_data):
     assert relative_error(phi, lgb_categorical.predict(categorical_data, pred_contrib=True)) < TOLERANCE
 
 
+INTEGER_CODED = ["lgb_int_categories_numpy", "lgb_int_categories_pandas", "lgb_mixed_categories", "lgb_ordered_category"]
+
+
+@pytest.mark.parametrize("name", INTEGER_CODED)
+def test_lightgbm_integer_coded_categories_match_pred_contrib(name):
+    """Models whose categories were given as integer codes (`pandas_categorical` null, [] or
+    unmatchable lists: tests/make_lgb_integer_category_fixtures.py) load from a path and from
+    the Booster LightGBM itself loads, and give LightGBM's pred_contrib within 1e-6."""
+    import json
+
+    import lightgbm as lgb
+
+    fixture = REPO / "tests" / "fixtures" / name
+    expected = json.loads((fixture / "expected.json").read_text())
+    rows = pq.read_table(fixture / "input.parquet")
+    reference = np.asarray(expected["contribs"]).reshape(expected["rows"], len(expected["features"]) + 1)
+    for model in (fixture / "model.txt", lgb.Booster(model_file=str(fixture / "model.txt"))):
+        phi = shapfusion.Explainer(model).shap_values(rows)
+        assert relative_error(phi, reference) < 1e-6, (name, model)
+
+
+def test_strings_for_an_integer_coded_category_say_the_model_stores_no_names():
+    fixture = REPO / "tests" / "fixtures" / "lgb_int_categories_pandas"
+    rows = pq.read_table(fixture / "input.parquet").to_pandas()
+    with pytest.raises(ValueError, match=r'"store".*stores no category names.*codes'):
+        shapfusion.Explainer(fixture / "model.txt").shap_values(rows.assign(store=["a"] * len(rows)))
+
+
 # -- the CLI, bit for bit --------------------------------------------------------------------
 
 

@@ -111,7 +111,7 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
         }
     }
 
-    let categories = pandas_categories(text, header.get("feature_infos").copied(), &mut feature_kinds).map_err(err)?;
+    let categories = feature_categories(text, name, header.get("feature_infos").copied(), &mut feature_kinds).map_err(err)?;
     Ok(Model {
         format: ModelFormat::LightgbmText,
         library_version: header.get("version").map(|v| v.to_string()),
@@ -126,40 +126,56 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
     })
 }
 
-/// The training categories of a model trained on pandas categorical columns: the trailing
-/// `pandas_categorical:` line holds one JSON list per categorical column, in column order, and
-/// code `k` is the `k`-th entry. The categorical features are those whose `feature_infos`
-/// entry lists codes (`-1:0:2`) rather than a range (`[lo:hi]`) or `none`; they are marked
-/// categorical even when no tree splits on them.
-fn pandas_categories(text: &str, feature_infos: Option<&str>, kinds: &mut [FeatureKind]) -> std::result::Result<Vec<Option<Categories>>, String> {
+/// The categorical features and, where the file stores them, their category names.
+///
+/// A feature is categorical when its `feature_infos` entry lists codes (`-1:0:2`) rather than
+/// a range (`[lo:hi]`) or `none`; it is marked so even when no tree splits on it.
+///
+/// Names come from the trailing `pandas_categorical:` line, which LightGBM's Python package
+/// writes and only its pandas input path reads: one JSON list per pandas `category` column, in
+/// column order, code `k` being the `k`-th entry. LightGBM itself never needs it, so this reader
+/// is no stricter: `null` or `[]` (a model trained on integer codes: NumPy, the CLI, pandas
+/// integer columns named in `categorical_feature`) means no names, and so does a line whose
+/// lists cannot be matched to the categorical features one to one (integer-coded and `category`
+/// columns mixed, or ordered `category` columns, which LightGBM splits as numbers). Such a model
+/// loads and takes integer codes, as LightGBM does.
+fn feature_categories(text: &str, name: &str, feature_infos: Option<&str>, kinds: &mut [FeatureKind]) -> std::result::Result<Vec<Option<Categories>>, String> {
     let mut out = vec![None; kinds.len()];
+    let infos: Vec<&str> = feature_infos.map(|f| f.split_whitespace().collect()).unwrap_or_default();
+    // Without one entry per feature (a hand-edited file) the trees alone say what is categorical.
+    let categorical: Vec<usize> = if infos.len() == kinds.len() {
+        (0..infos.len()).filter(|&j| infos[j] != "none" && !infos[j].starts_with('[')).collect()
+    } else {
+        Vec::new()
+    };
+    for &j in &categorical {
+        kinds[j] = FeatureKind::Categorical;
+    }
     let Some(line) = text.lines().rev().find_map(|l| l.trim().strip_prefix("pandas_categorical:")) else { return Ok(out) };
     let lists: Option<Vec<Vec<serde_json::Value>>> =
         serde_json::from_str(line).map_err(|e| format!("pandas_categorical is not a JSON list of lists ({e})"))?;
-    let Some(lists) = lists else { return Ok(out) };
-    let infos: Vec<&str> = feature_infos.map(|f| f.split_whitespace().collect()).unwrap_or_default();
-    if infos.len() != kinds.len() {
-        return Err(format!("feature_infos has {} entries for {} features, so pandas_categorical cannot be matched to features", infos.len(), kinds.len()));
+    let lists = lists.unwrap_or_default();
+    if lists.is_empty() {
+        return Ok(out);
     }
-    let categorical: Vec<usize> = (0..infos.len()).filter(|&j| infos[j] != "none" && !infos[j].starts_with('[')).collect();
     if categorical.len() != lists.len() {
-        return Err(format!(
-            "pandas_categorical has {} lists but feature_infos marks {} features categorical",
+        tracing::warn!(
+            "{name}: pandas_categorical has {} category lists but feature_infos marks {} features categorical, so the lists cannot be matched to features; the model takes category codes only",
             lists.len(),
             categorical.len()
-        ));
+        );
+        return Ok(out);
     }
     for (&j, list) in categorical.iter().zip(lists) {
-        kinds[j] = FeatureKind::Categorical;
-        out[j] = Some(if list.iter().all(serde_json::Value::is_string) {
-            Categories::Names(list.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        out[j] = if list.iter().all(serde_json::Value::is_string) {
+            Some(Categories::Names(list.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()))
         } else if list.iter().all(serde_json::Value::is_number) {
-            Categories::Numbers(list.iter().filter_map(serde_json::Value::as_f64).collect())
+            Some(Categories::Numbers(list.iter().filter_map(serde_json::Value::as_f64).collect()))
         } else {
             // Mixed or other types (booleans, dates): pandas' own mapping is not reproducible
             // from JSON alone; the column must come as codes.
-            continue;
-        });
+            None
+        };
     }
     Ok(out)
 }

@@ -133,3 +133,33 @@ pub fn brute_force_interventional(model: &Model, x: &[f64], background: &Feature
         })
         .collect()
 }
+
+/// LightGBM models whose categorical features take integer codes, from NumPy, pandas numbers,
+/// mixed and ordered pandas categories (tests/make_lgb_integer_category_fixtures.py).
+pub const LIGHTGBM_INTEGER_CODED: [&str; 4] = ["lgb_int_categories_numpy", "lgb_int_categories_pandas", "lgb_mixed_categories", "lgb_ordered_category"];
+
+/// The values of a SHAP output (a column per feature, then `bias`; a fixed-size list per
+/// column for several groups) in the libraries' row-major layout, rows × groups × columns.
+pub fn row_major(columns: &[arrow::array::ArrayRef], groups: usize) -> Vec<f64> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::Float64Type;
+    let rows = columns.first().map_or(0, |c| c.len());
+    let width = columns.len();
+    let mut out = vec![0.0; rows * groups * width];
+    for (j, col) in columns.iter().enumerate() {
+        let values = if groups == 1 { col.as_primitive::<Float64Type>().values().clone() } else { col.as_fixed_size_list().values().as_primitive::<Float64Type>().values().clone() };
+        for r in 0..rows {
+            for k in 0..groups {
+                out[(r * groups + k) * width + j] = values[r * groups + k];
+            }
+        }
+    }
+    out
+}
+
+/// Asserts that SHAP values in the row-major layout are the fixture's library values within
+/// `tolerance` of each row's largest |phi|.
+pub fn assert_library_values(f: &Fixture, got: &[f64], tolerance: f64, what: &str) {
+    let (err, row) = max_row_rel_error(got, &f.expected_f64("contribs").unwrap(), f.model.num_features() + 1);
+    assert!(err <= tolerance, "{} ({what}): {err:.3e} from {} at row/group {row}", f.name, f.expected["library"]);
+}
