@@ -113,6 +113,7 @@ pub enum Error {
     },
 
     /// A Parquet error, with context.
+    #[cfg(feature = "files")]
     #[error("{context}: {source}")]
     Parquet {
         /// What we were doing.
@@ -135,6 +136,7 @@ impl Error {
     }
 
     /// Wraps a Parquet error with what we were doing.
+    #[cfg(feature = "files")]
     pub fn parquet(context: impl Into<String>, source: parquet::errors::ParquetError) -> Self {
         Error::Parquet { context: context.into(), source }
     }

@@ -189,6 +189,7 @@ impl ExplainerBuilder {
     }
 
     /// All engine knobs at once (what the file pipeline passes through).
+    #[cfg(feature = "files")]
     pub(crate) fn engine_options(mut self, options: EngineOptions) -> Self {
         self.options = options;
         self

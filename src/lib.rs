@@ -39,13 +39,16 @@
 //! * `ballista`: a Ballista scheduler and executors with the UDFs, for SQL computed where the
 //!   data is; `sql::remote` makes a session whose queries run on such a cluster.
 //!
-//! Cargo features: `plot` (charts, with plotters), `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`), `ballista`
-//! (Apache Ballista, implies `flight`), `gpu` (the CUDA
-//! engine, loaded at run time), `cli` (the `shapfusion` binary's own dependencies: argument
-//! parsing, progress bars, log formatting). All are on by default; a library user who wants the
-//! engines only takes `default-features = false`.
+//! Cargo features: `files` (Parquet, CSV and Arrow IPC files: [`input`] and [`explain`]), `plot`
+//! (charts, with plotters), `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`),
+//! `ballista` (Apache Ballista, implies `flight`), `gpu` (the CUDA engine, loaded at run time),
+//! `cli` (the `shapfusion` binary's own dependencies: argument parsing, progress bars, log
+//! formatting). `plot`, `sql` and `cli` imply `files`. All are on by default; a library user who
+//! wants the model readers, the engines and [`Explainer`] on Arrow batches only takes
+//! `default-features = false` (no Parquet or compression codecs are compiled then).
 #![warn(missing_docs)]
 
+#[cfg(feature = "files")]
 mod atomic_file;
 #[cfg(feature = "ballista")]
 pub mod ballista;
@@ -53,6 +56,7 @@ mod batch;
 mod device;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "files")]
 pub mod explain;
 mod explainer;
 mod features;
@@ -60,6 +64,7 @@ mod features;
 pub mod flight;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+#[cfg(feature = "files")]
 pub mod input;
 mod layout;
 pub mod model;
@@ -69,7 +74,7 @@ pub mod plot;
 pub mod registry;
 #[cfg(feature = "sql")]
 pub mod sql;
-#[cfg(test)]
+#[cfg(all(test, feature = "files"))]
 mod test_fixtures;
 
 pub use batch::OutputKind;

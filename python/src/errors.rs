@@ -21,7 +21,9 @@ pub fn to_py(error: Error) -> PyErr {
         | Error::MissingColumn { .. }
         | Error::ColumnType { .. }
         | Error::Input(_)
-        | Error::Arrow { .. }
-        | Error::Parquet { .. } => PyValueError::new_err(message),
+        | Error::Arrow { .. } => PyValueError::new_err(message),
+        // Only in builds with shapfusion's `files` feature (the `datafusion` build).
+        #[cfg(feature = "files")]
+        Error::Parquet { .. } => PyValueError::new_err(message),
     }
 }

@@ -538,7 +538,8 @@ impl Engine for InterventionalReference {
     }
 }
 
-#[cfg(test)]
+// The fixtures are read from Parquet.
+#[cfg(all(test, feature = "files"))]
 mod tests {
     use super::*;
 

@@ -52,7 +52,8 @@ pub fn probe() -> Result<GpuInfo, String> {
 
 /// The kernels' arithmetic without a GPU: every fixture's paths extracted, merged and packed,
 /// and the kernels' steps simulated lane by lane, equal to the exact engine.
-#[cfg(test)]
+// The fixtures are read from Parquet.
+#[cfg(all(test, feature = "files"))]
 mod tests {
     use super::paths::{extract, pack, WARP_LANES};
     use super::warps::{PathProgram, IDLE_LANE, LANE_INTS};
