@@ -8,23 +8,13 @@ mod common;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, Float64Array, Int8Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Float64Type, Int8Type, Schema};
-use common::{fixtures, Fixture};
+use arrow::datatypes::{DataType, Float64Type, Int8Type};
+use common::{fixtures, with_column, Fixture};
 use shapfusion::model::{Categories, UnseenCategory};
 use shapfusion::Explainer;
 
 fn fixture(name: &str) -> Fixture {
     fixtures().into_iter().find(|f| f.name == name).unwrap()
-}
-
-/// `batch` with column `name` replaced by `column`.
-fn with_column(batch: &RecordBatch, name: &str, column: ArrayRef) -> RecordBatch {
-    let i = batch.schema().index_of(name).unwrap();
-    let mut fields: Vec<Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-    let mut columns = batch.columns().to_vec();
-    fields[i] = Field::new(name, column.data_type().clone(), true);
-    columns[i] = column;
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
 }
 
 fn shap(f: &Fixture, batch: &RecordBatch) -> Vec<u64> {

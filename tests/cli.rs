@@ -299,11 +299,7 @@ fn input_missing_a_feature_column_names_it() {
 fn string_column_is_refused_by_name() {
     let f = fixture("lgb_regression");
     let dir = tmp();
-    let mut cols: Vec<Arc<dyn Array>> = f.batch.columns().to_vec();
-    let mut fields: Vec<Field> = f.batch.schema().fields().iter().map(|x| x.as_ref().clone()).collect();
-    cols[2] = Arc::new(StringArray::from(vec!["a"; f.batch.num_rows()]));
-    fields[2] = Field::new("x2", DataType::Utf8, true);
-    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).unwrap();
+    let batch = common::with_column(&f.batch, "x2", Arc::new(StringArray::from(vec!["a"; f.batch.num_rows()])));
     let input = dir.path().join("in.parquet");
     write_parquet(&input, &batch);
     let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap()]);
@@ -432,6 +428,7 @@ fn a_killed_explain_leaves_the_previous_output_intact() {
     assert!(names.iter().all(|n| n == "shap.parquet" || (n.starts_with(".shap.parquet.") && n.ends_with(".partial"))), "{names:?}");
 }
 
+#[cfg(feature = "sql")]
 #[test]
 fn lightgbm_integer_coded_categories_through_explain_and_sql() {
     let dir = tmp();
@@ -443,8 +440,7 @@ fn lightgbm_integer_coded_categories_through_explain_and_sql() {
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         common::assert_library_values(&f, &common::row_major(read_parquet(&out).columns(), 1), 1e-6, "explain");
 
-        let cols = f.model.feature_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
-        let query = format!("SELECT shap('m', {cols}) AS s FROM '{}'", f.input_path().display());
+        let query = format!("SELECT shap('m', {}) AS s FROM '{}'", common::sql::feature_list(&f), f.input_path().display());
         let sql_out = dir.path().join(format!("{name}_sql.parquet"));
         let o = run(&["sql", "-q", "--model", &format!("m={model}"), "--format", "parquet", "--output", sql_out.to_str().unwrap(), "-c", &query]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
@@ -453,13 +449,9 @@ fn lightgbm_integer_coded_categories_through_explain_and_sql() {
     }
     // Such a model stores no names, so strings for a categorical feature are refused, saying why.
     let f = fixture("lgb_int_categories_pandas");
-    let store = f.batch.schema().index_of("store").unwrap();
-    let mut columns = f.batch.columns().to_vec();
-    columns[store] = Arc::new((0..f.batch.num_rows()).map(|i| Some(format!("shop{}", i % 3))).collect::<StringArray>());
-    let mut fields: Vec<Field> = f.batch.schema().fields().iter().map(|x| x.as_ref().clone()).collect();
-    fields[store] = Field::new("store", DataType::Utf8, true);
+    let shops: StringArray = (0..f.batch.num_rows()).map(|i| Some(format!("shop{}", i % 3))).collect();
     let input = dir.path().join("strings.parquet");
-    write_parquet(&input, &RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap());
+    write_parquet(&input, &common::with_column(&f.batch, "store", Arc::new(shops)));
     let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("x.parquet").to_str().unwrap()]);
     assert!(err.contains("\"store\"") && err.contains("stores no category names") && err.contains("codes"), "{err}");
 }

@@ -163,3 +163,14 @@ pub fn assert_library_values(f: &Fixture, got: &[f64], tolerance: f64, what: &st
     let (err, row) = max_row_rel_error(got, &f.expected_f64("contribs").unwrap(), f.model.num_features() + 1);
     assert!(err <= tolerance, "{} ({what}): {err:.3e} from {} at row/group {row}", f.name, f.expected["library"]);
 }
+
+/// `batch` with column `name` replaced by `column` (its field takes the column's type).
+pub fn with_column(batch: &RecordBatch, name: &str, column: arrow::array::ArrayRef) -> RecordBatch {
+    use arrow::datatypes::{Field, Schema};
+    let i = batch.schema().index_of(name).unwrap();
+    let mut fields: Vec<Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut columns = batch.columns().to_vec();
+    fields[i] = Field::new(name, column.data_type().clone(), true);
+    columns[i] = column;
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+}
