@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::prelude::ParquetReadOptions;
+use shapfusion::ballista::client::{remote_context, RemoteScheduler};
 use shapfusion::ballista::{ClusterModels, ExecutorOptions, SchedulerOptions};
-use shapfusion::flight::transport::ListenOptions;
 use shapfusion::input::InputReader;
+use shapfusion::net::transport::ListenOptions;
 use shapfusion::registry::ModelRegistry;
-use shapfusion::sql::remote::{remote_context, RemoteScheduler};
 use shapfusion::{Device, Explainer, Model};
 
 const MODEL: &str = "examples/models/fraud.json";
@@ -50,7 +50,8 @@ async fn start_cluster() -> shapfusion::Result<String> {
     .await?;
     for i in 0..2 {
         // Ballista advertises each executor's data port, so it must be a real one.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| shapfusion::Error::io("a free port", e))?.port();
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| shapfusion::Error::io("a free port", e))?.port();
         let options = ExecutorOptions {
             listen: ListenOptions::local(&format!("127.0.0.1:{port}")),
             external_host: None,
@@ -90,13 +91,8 @@ async fn main() -> shapfusion::Result<()> {
 
     // 4. Attributions, computed on the executors.
     let start = Instant::now();
-    let batches = ctx
-        .sql(&format!("SELECT id, shap('fraud', {FEATURES}) AS why FROM payments ORDER BY id"))
-        .await
-        .map_err(df)?
-        .collect()
-        .await
-        .map_err(df)?;
+    let batches =
+        ctx.sql(&format!("SELECT id, shap('fraud', {FEATURES}) AS why FROM payments ORDER BY id")).await.map_err(df)?.collect().await.map_err(df)?;
     let seconds = start.elapsed().as_secs_f64();
     let remote = arrow::compute::concat_batches(&batches[0].schema(), &batches).map_err(|e| shapfusion::Error::arrow("the result", e))?;
     println!("{} rows on {} in {seconds:.2}s", remote.num_rows(), scheduler.url);
@@ -116,7 +112,8 @@ async fn main() -> shapfusion::Result<()> {
     let model = Arc::new(Model::load(MODEL)?);
     let mut wanted = model.feature_names.clone();
     wanted.push("id".to_string());
-    let batches: Vec<RecordBatch> = InputReader::open(std::path::Path::new(DATA), &wanted, &model.feature_names, 1 << 20)?.collect::<shapfusion::Result<_>>()?;
+    let batches: Vec<RecordBatch> =
+        InputReader::open(std::path::Path::new(DATA), &wanted, &model.feature_names, 1 << 20)?.collect::<shapfusion::Result<_>>()?;
     let input = arrow::compute::concat_batches(&batches[0].schema(), &batches).map_err(|e| shapfusion::Error::arrow(DATA, e))?;
     let here = Explainer::builder(model).device(Device::Cpu).build()?.explain_batch(&input)?;
     let arrow_err = |e| shapfusion::Error::arrow("sorting by id", e);

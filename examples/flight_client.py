@@ -68,7 +68,7 @@ def main():
     p.add_argument("--model", default="fraud")
     p.add_argument("--input", default="examples/data/payments.parquet")
     p.add_argument("--output", default="payments_shap.parquet")
-    p.add_argument("--kind", default="shap", choices=["shap", "interactions", "predict"])
+    p.add_argument("--kind", default="shap", choices=["shap", "interactions", "margin"])
     p.add_argument("--keep", default="id", help="input column copied to the output ('' for none)")
     p.add_argument("--token-file")
     args = p.parse_args()

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::engine::{build_engine, Algorithm, EngineOptions, Engine, FeatureBlock};
+use shapfusion::engine::{build_engine, Algorithm, Engine, EngineOptions, FeatureBlock};
 use shapfusion::gpu::GpuEngine;
 use shapfusion::model::Model;
 
@@ -114,7 +114,12 @@ fn main() -> Result<(), Error> {
             println!("{name}: the GPU engine cannot take this model (see the log); skipped");
             continue;
         };
-        println!("{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, both kernels)", model.trees.len(), model.num_features(), setup.elapsed().as_secs_f64());
+        println!(
+            "{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, both kernels)",
+            model.trees.len(),
+            model.num_features(),
+            setup.elapsed().as_secs_f64()
+        );
         let cpu = build_engine(model.clone(), Algorithm::Auto, Some(o.cpu_rows), &EngineOptions::default())?;
         let f = model.num_features();
         let width = model.num_groups * (f + 1);
@@ -132,7 +137,14 @@ fn main() -> Result<(), Error> {
             let auto_s = median_seconds(o.repeats, || run(&auto, what, &block).map(drop))?;
             let quadrature_s = median_seconds(o.repeats, || run(&quadrature, what, &block).map(drop))?;
             let cpu_s = median_seconds(3, || run(cpu.as_ref(), what, &check).map(drop))?;
-            let row = Row { name: name.clone(), what, auto_rate: gpu_n as f64 / auto_s, quadrature_rate: gpu_n as f64 / quadrature_s, cpu_rate: cpu_n as f64 / cpu_s, error };
+            let row = Row {
+                name: name.clone(),
+                what,
+                auto_rate: gpu_n as f64 / auto_s,
+                quadrature_rate: gpu_n as f64 / quadrature_s,
+                cpu_rate: cpu_n as f64 / cpu_s,
+                error,
+            };
             println!(
                 "{name} {what}: GPU auto {:.0} rows/s, GPU quadrature {:.0} rows/s ({gpu_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
                 row.auto_rate, row.quadrature_rate, row.cpu_rate, row.error
@@ -145,10 +157,18 @@ fn main() -> Result<(), Error> {
     for r in &table {
         println!(
             "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.1e} |",
-            r.name, r.what, r.auto_rate, r.quadrature_rate, r.cpu_rate, r.auto_rate / r.cpu_rate, r.quadrature_rate / r.auto_rate, r.error
+            r.name,
+            r.what,
+            r.auto_rate,
+            r.quadrature_rate,
+            r.cpu_rate,
+            r.auto_rate / r.cpu_rate,
+            r.quadrature_rate / r.auto_rate,
+            r.error
         );
     }
-    if table.iter().any(|r| !(r.error <= 1e-5)) {
+    // A NaN error counts as a difference.
+    if table.iter().any(|r| r.error.is_nan() || r.error > 1e-5) {
         return Err("the GPU's values differ from the CPU engine's by more than 1e-5 of max|phi|".into());
     }
     Ok(())

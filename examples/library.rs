@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{}", names.join("\t"));
 
     // Each row's values (one per feature, then `bias`) add up to the model's margin for it.
-    let margins = Explainer::builder(model).output(OutputKind::Predict).build()?.explain_batch(&rows)?;
+    let margins = Explainer::builder(model).output(OutputKind::Margin).build()?.explain_batch(&rows)?;
     for row in 0..shap.num_rows() {
         let values: Vec<f64> = shap.columns().iter().map(|c| c.as_primitive::<Float64Type>().value(row)).collect();
         println!("{}", values.iter().map(|v| format!("{v:+.4}")).collect::<Vec<_>>().join("\t"));

@@ -14,10 +14,10 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::flight::transport::{self, ListenOptions};
 use shapfusion::flight::{feature_batch, parse_worker_list, PoolOptions, WorkerConfig, WorkerPool, WorkerService, DEFAULT_STUCK_AFTER};
+use shapfusion::net::transport::{self, ListenOptions};
 use shapfusion::registry::ModelRegistry;
-use shapfusion::{Algorithm, Device, Explainer, Model, OutputKind};
+use shapfusion::{ComputeSettings, Device, Explainer, Model, OutputKind};
 
 const MODEL: &str = "examples/models/fraud.json";
 const DATA: &str = "examples/data/payments.parquet";
@@ -25,13 +25,10 @@ const DATA: &str = "examples/data/payments.parquet";
 /// Starts a worker on a free loopback port inside this process; returns its URL.
 async fn start_worker() -> shapfusion::Result<String> {
     let config = WorkerConfig {
-        algorithm: Algorithm::Auto,
-        engine: Default::default(),
-        threads: Some(1),
+        // What requests compute with unless the caller sends settings of its own.
+        settings: ComputeSettings { device: Device::Cpu, threads: Some(1), ..Default::default() },
         model_dir: Some("examples/models".into()),
         token: None,
-        device: Device::Cpu,
-        device_description: "cpu (1 thread)".into(),
         stuck_after: DEFAULT_STUCK_AFTER,
         limits: Default::default(),
     };

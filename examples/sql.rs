@@ -28,14 +28,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 4. shap(model, features in the model's order) returns a struct: one field per feature + bias.
     let features = "amount, age, account_days, hour, tx_24h, merchant_risk, country_code, card_present";
-    ctx.sql(&format!("SELECT id, shap('fraud', {features}) AS why FROM payments ORDER BY id LIMIT 3"))
-        .await?
-        .show()
-        .await?;
+    ctx.sql(&format!("SELECT id, shap('fraud', {features}) AS why FROM payments ORDER BY id LIMIT 3")).await?.show().await?;
 
     // 5. Fields are ordinary values: filter and sort on them, next to the margin.
     ctx.sql(&format!(
-        "SELECT id, amount, shap('fraud', {features})['amount'] AS amount_effect, predict('fraud', {features}) AS margin \
+        "SELECT id, amount, shap('fraud', {features})['amount'] AS amount_effect, margin('fraud', {features}) AS margin \
          FROM payments WHERE shap('fraud', {features})['amount'] > 0.5 ORDER BY amount_effect DESC LIMIT 5"
     ))
     .await?
@@ -44,13 +41,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 6. The nightly job: COPY the explanations to Parquet (a local path here; s3://… works the same).
     let out = std::env::temp_dir().join("shapfusion_example_explanations.parquet");
-    ctx.sql(&format!(
-        "COPY (SELECT id, shap('fraud', {features}) AS why FROM payments) TO '{}' STORED AS PARQUET",
-        out.display()
-    ))
-    .await?
-    .show()
-    .await?;
+    ctx.sql(&format!("COPY (SELECT id, shap('fraud', {features}) AS why FROM payments) TO '{}' STORED AS PARQUET", out.display()))
+        .await?
+        .show()
+        .await?;
     println!("wrote {}", out.display());
     Ok(())
 }

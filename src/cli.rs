@@ -11,13 +11,14 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use shapfusion::engine::{EngineOptions, DEFAULT_V2_MEMORY_BYTES};
+use shapfusion::engine::DEFAULT_V2_MEMORY_BYTES;
 use shapfusion::explain::{explain_file, explain_with_model, ExplainOptions, Progress, DEFAULT_BATCH_ROWS};
 use shapfusion::input::read_background;
-use shapfusion::{Algorithm, Device, Model, OutputKind};
+use shapfusion::model::ModelFormat;
 #[cfg(feature = "sql")]
-use shapfusion::sql::shell::{self, OutputFormat, SessionSetup, ShellOptions};
+use shapfusion::shell::{self, OutputFormat, SessionSetup, ShellOptions};
 use shapfusion::Result;
+use shapfusion::{Algorithm, ComputeSettings, Device, Model, OutputKind};
 
 /// Exact SHAP values for XGBoost and LightGBM tree ensembles.
 #[derive(Debug, Parser)]
@@ -25,8 +26,9 @@ use shapfusion::Result;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
-    #[arg(long, global = true, default_value = "info")]
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it. Every command logs
+    /// warnings and errors only unless asked for more.
+    #[arg(long, global = true, default_value = "warn")]
     pub log: String,
 }
 
@@ -77,7 +79,8 @@ pub enum Command {
 pub enum ModelsCommand {
     /// Describe a model: format, objective, trees, depth, leaves, features, output groups.
     Inspect {
-        /// Model file (XGBoost .json/.ubj or LightGBM .txt; the format is read from the content).
+        /// Model file; the format is read from the content.
+        #[arg(help = model_file_help())]
         path: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -118,10 +121,10 @@ pub struct BallistaClientArgs {
 #[cfg(feature = "ballista")]
 impl BallistaClientArgs {
     /// The scheduler to submit to, if `--ballista` was given.
-    fn scheduler(&self) -> Result<Option<shapfusion::sql::remote::RemoteScheduler>> {
+    fn scheduler(&self) -> Result<Option<shapfusion::ballista::client::RemoteScheduler>> {
         let Some(url) = self.url.clone() else { return Ok(None) };
-        let token = self.token_file.as_deref().map(shapfusion::flight::read_token_file).transpose()?;
-        let scheduler = shapfusion::sql::remote::RemoteScheduler { url, token };
+        let token = self.token_file.as_deref().map(shapfusion::net::auth::read_token_file).transpose()?;
+        let scheduler = shapfusion::ballista::client::RemoteScheduler { url, token };
         scheduler.grpc_address()?;
         Ok(Some(scheduler))
     }
@@ -170,17 +173,17 @@ pub struct AccessArgs {
 #[cfg(feature = "flight")]
 impl AccessArgs {
     /// Plaintext listening on `listen` under these flags.
-    fn listen(&self, listen: &str) -> shapfusion::flight::transport::ListenOptions {
-        shapfusion::flight::transport::ListenOptions {
+    fn listen(&self, listen: &str) -> shapfusion::net::transport::ListenOptions {
+        shapfusion::net::transport::ListenOptions {
             authenticated: self.token_file.is_some(),
             insecure_no_auth: self.insecure_no_auth,
-            ..shapfusion::flight::transport::ListenOptions::local(listen)
+            ..shapfusion::net::transport::ListenOptions::local(listen)
         }
     }
 
     /// The token in `--token-file`, if given.
     fn token(&self) -> Result<Option<String>> {
-        self.token_file.as_deref().map(shapfusion::flight::read_token_file).transpose()
+        self.token_file.as_deref().map(shapfusion::net::auth::read_token_file).transpose()
     }
 }
 
@@ -291,43 +294,42 @@ pub struct ServerArgs {
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Largest gRPC message accepted or sent, in MiB (one record batch is one message).
-    #[arg(long, default_value_t = shapfusion::flight::DEFAULT_MAX_MESSAGE_BYTES >> 20)]
+    #[arg(long, default_value_t = shapfusion::net::transport::DEFAULT_MAX_MESSAGE_BYTES >> 20)]
     pub max_message_mb: usize,
     #[command(flatten)]
     pub models: ModelArgs,
     /// Requests (exchanges, statements) running at once; more are refused as busy.
-    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().max_concurrent)]
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_concurrent)]
     pub max_concurrent: usize,
     /// Seconds one request may run, its reply stream included.
-    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().deadline.as_secs())]
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().deadline.as_secs())]
     pub request_timeout_secs: u64,
     /// Rows one DoExchange may send (workers).
-    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().max_rows)]
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_rows)]
     pub max_request_rows: u64,
     /// MiB of Arrow data one DoExchange may send (workers).
-    #[arg(long, default_value_t = shapfusion::flight::RequestLimits::default().max_bytes >> 20)]
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_bytes >> 20)]
     pub max_request_mb: u64,
 }
 
 #[cfg(feature = "flight")]
 impl ServerArgs {
-    fn listen(&self, listen: &str) -> shapfusion::flight::transport::ListenOptions {
-        shapfusion::flight::transport::ListenOptions {
+    fn listen(&self, listen: &str) -> shapfusion::net::transport::ListenOptions {
+        shapfusion::net::transport::ListenOptions {
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             max_message_bytes: self.max_message_mb << 20,
             ..self.access.listen(listen)
         }
     }
 
-    fn limits(&self) -> shapfusion::flight::RequestLimits {
-        shapfusion::flight::RequestLimits {
+    fn limits(&self) -> shapfusion::net::RequestLimits {
+        shapfusion::net::RequestLimits {
             max_concurrent: self.max_concurrent,
             deadline: std::time::Duration::from_secs(self.request_timeout_secs),
             max_rows: self.max_request_rows,
             max_bytes: self.max_request_mb << 20,
         }
     }
-
 }
 
 #[cfg(feature = "flight")]
@@ -416,8 +418,8 @@ impl std::str::FromStr for ByteSize {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// Model file (XGBoost .json/.ubj or LightGBM .txt).
-    #[arg(long)]
+    /// Model file; the format is read from the content.
+    #[arg(long, help = model_file_help())]
     pub model: PathBuf,
     /// Rows to explain: Parquet, Arrow IPC (Feather v2), or CSV with a header line.
     #[arg(long)]
@@ -432,11 +434,11 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Write SHAP interaction values (one `interactions` column) instead of SHAP values.
-    #[arg(long, conflicts_with = "predict")]
+    #[arg(long, conflicts_with = "margin")]
     pub interactions: bool,
-    /// Write margin predictions (one `prediction` column) instead of SHAP values.
-    #[arg(long)]
-    pub predict: bool,
+    /// Write margins (raw scores, one `margin` column) instead of SHAP values.
+    #[arg(long, alias = "predict")]
+    pub margin: bool,
     /// Input columns to copy to the output, comma separated (e.g. an id).
     #[arg(long, value_delimiter = ',')]
     pub keep: Vec<String>,
@@ -473,6 +475,17 @@ pub struct ExplainArgs {
     #[cfg(feature = "flight")]
     #[arg(long, requires = "workers")]
     pub worker_token_file: Option<String>,
+}
+
+/// The help of a model file argument, listing the formats read.
+fn model_file_help() -> String {
+    format!("Model file: {}; the format is read from the content", ModelFormat::list())
+}
+
+/// Compute settings from the flags every computing command has.
+fn settings(algorithm: Algorithm, device: Device, threads: Option<usize>, v2_memory_mb: usize) -> Result<ComputeSettings> {
+    ComputeSettings::parse(algorithm.name(), device.name(), threads, v2_memory_mb)
+        .map_err(|e| shapfusion::Error::Input(format!("--v2-memory-mb {v2_memory_mb}: {e}")))
 }
 
 /// Parses an engine name, listing the names in `--help` and in errors from the parser's own list.
@@ -521,20 +534,17 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Explain(a) => {
             let options = ExplainOptions {
-                algorithm: a.algorithm,
-                threads: a.threads,
+                settings: settings(a.algorithm, a.device, a.threads, a.v2_memory_mb)?,
                 output: if a.interactions {
                     OutputKind::Interactions
-                } else if a.predict {
-                    OutputKind::Predict
+                } else if a.margin {
+                    OutputKind::Margin
                 } else {
                     OutputKind::Shap
                 },
                 keep: a.keep,
                 batch_rows: a.batch_rows,
                 progress: (!a.no_progress).then(|| Arc::new(ProgressBarOnStderr::default()) as Arc<dyn Progress>),
-                device: a.device,
-                engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), ..Default::default() },
                 background: None,
             };
             let local = |mut options: ExplainOptions| match &a.background {
@@ -548,7 +558,9 @@ pub fn run(cli: Cli) -> Result<()> {
             #[cfg(feature = "flight")]
             let s = match &a.workers {
                 Some(_) if a.background.is_some() => {
-                    return Err(shapfusion::Error::Unavailable("--background with --workers is not built yet: explain with a background locally".into()))
+                    return Err(shapfusion::Error::Unavailable(
+                        "--background with --workers is not built yet: explain with a background locally".into(),
+                    ))
                 }
                 Some(workers) => explain_remote(&a.model, workers, a.worker_token_file.as_deref().unwrap_or(""), &a.input, &a.output, &options)?,
                 None => local(options)?,
@@ -556,37 +568,28 @@ pub fn run(cli: Cli) -> Result<()> {
             #[cfg(not(feature = "flight"))]
             let s = local(options)?;
             let rate = if s.seconds > 0.0 { s.rows as f64 / s.seconds } else { 0.0 };
-            eprintln!(
-                "explained {} rows with {} in {:.2}s ({:.0} rows/s) -> {}",
-                s.rows,
-                s.algorithm,
-                s.seconds,
-                rate,
-                a.output.display()
-            );
+            eprintln!("explained {} rows with {} in {:.2}s ({:.0} rows/s) -> {}", s.rows, s.algorithm, s.seconds, rate, a.output.display());
             Ok(())
         }
         #[cfg(feature = "sql")]
-        Command::Sql(a) => {
-            async_runtime()?.block_on(shell::run(ShellOptions {
-                commands: a.commands,
-                files: a.files,
-                setup: SessionSetup {
-                    models: a.models.models,
-                    backgrounds: a.models.backgrounds,
-                    model_dir: a.models.model_dir,
-                    workers: a.workers,
-                    worker_token_file: a.worker_token_file,
-                    names_only: false,
-                    memory_limit: None,
-                    #[cfg(feature = "ballista")]
-                    ballista: a.ballista.scheduler()?,
-                },
-                format: a.format,
-                output: a.output,
-                quiet: a.quiet,
-            }))
-        }
+        Command::Sql(a) => async_runtime()?.block_on(shell::run(ShellOptions {
+            commands: a.commands,
+            files: a.files,
+            setup: SessionSetup {
+                models: a.models.models,
+                backgrounds: a.models.backgrounds,
+                model_dir: a.models.model_dir,
+                workers: a.workers,
+                worker_token_file: a.worker_token_file,
+                names_only: false,
+                memory_limit: None,
+                #[cfg(feature = "ballista")]
+                ballista: a.ballista.scheduler()?,
+            },
+            format: a.format,
+            output: a.output,
+            quiet: a.quiet,
+        })),
         #[cfg(feature = "flight")]
         Command::Worker(a) => run_worker(a),
         #[cfg(feature = "flight")]
@@ -662,22 +665,14 @@ fn explain_remote(
 
 #[cfg(feature = "flight")]
 fn run_worker(a: WorkerArgs) -> Result<()> {
-    use shapfusion::flight::{transport, WorkerConfig, WorkerService};
-    // Resolved here so that a GPU that cannot be used stops the worker before it listens; the
-    // engines get the device as asked, so `auto` keeps its per-model CPU fallback.
-    let device = a.device.for_algorithm(a.algorithm)?;
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    use shapfusion::flight::{WorkerConfig, WorkerService};
+    use shapfusion::net::transport;
+    // The service checks the device, so a GPU that cannot be used stops the worker before it
+    // listens; the engines get the device as asked, so `auto` keeps its per-model CPU fallback.
     let config = WorkerConfig {
-        algorithm: a.algorithm,
-        engine: EngineOptions { v2_memory_bytes: a.v2_memory_mb.saturating_mul(1 << 20), ..Default::default() },
-        device: a.device,
-        threads: Some(threads),
+        settings: settings(a.algorithm, a.device, a.threads, a.v2_memory_mb)?,
         model_dir: a.server.models.model_dir.clone(),
         token: a.server.access.token()?,
-        device_description: match device {
-            Device::Gpu => "gpu".to_string(),
-            _ => format!("cpu ({threads} threads)"),
-        },
         stuck_after: std::time::Duration::from_secs(a.stuck_after_secs),
         limits: a.server.limits(),
     };
@@ -687,13 +682,30 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     let listen = a.server.listen(&a.listen);
     async_runtime()?.block_on(async move {
         let service = WorkerService::new(registry, config)?;
-        let (listener, _) = transport::bind(&listen, "shapfusion worker").await?;
+        let (listener, _) = transport::bind(&listen, "shapfusion worker").await.map_err(with_listen_flags)?;
         transport::serve(service, listener, &listen, transport::shutdown_signal()).await
     })
 }
 
+/// A refusal to listen beyond loopback with the flags that settle it: the library says what is
+/// wrong, the command line which flags fix it.
+#[cfg(feature = "flight")]
+fn with_listen_flags(e: shapfusion::Error) -> shapfusion::Error {
+    match e {
+        shapfusion::Error::Input(m) if m.contains("without authentication") => {
+            shapfusion::Error::Input(format!("{m} (--token-file FILE, --listen 127.0.0.1:PORT, or --insecure-no-auth)"))
+        }
+        e => e,
+    }
+}
+
 #[cfg(feature = "ballista")]
 fn run_ballista(command: BallistaCommand) -> Result<()> {
+    run_ballista_member(command).map_err(with_listen_flags)
+}
+
+#[cfg(feature = "ballista")]
+fn run_ballista_member(command: BallistaCommand) -> Result<()> {
     match command {
         BallistaCommand::Scheduler(a) => {
             let options = shapfusion::ballista::SchedulerOptions {
@@ -736,7 +748,9 @@ fn run_ballista(command: BallistaCommand) -> Result<()> {
 
 #[cfg(feature = "flight")]
 fn run_serve(a: ServeArgs) -> Result<()> {
-    use shapfusion::flight::{transport, AccessPolicy, SqlService};
+    use shapfusion::net::transport;
+    use shapfusion::serve::SqlService;
+    use shapfusion::sql::AccessPolicy;
     let token = a.server.access.token()?;
     let policy = AccessPolicy::new(&a.data_roots, &a.allow_write)?;
     let listen = a.server.listen(&a.listen);
@@ -753,7 +767,7 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             ballista: a.ballista.scheduler()?,
         };
         let (ctx, registry, _stores) = shell::new_session(&setup).await?;
-        let admission = shapfusion::flight::Admission::new(a.server.limits());
+        let admission = shapfusion::net::Admission::new(a.server.limits());
         #[allow(unused_mut)]
         let mut service = SqlService::new(ctx, registry, token, policy, admission);
         #[cfg(feature = "ballista")]
@@ -763,7 +777,7 @@ fn run_serve(a: ServeArgs) -> Result<()> {
         for t in &a.tables {
             service.register_table(t).await?;
         }
-        let (listener, _) = transport::bind(&listen, "shapfusion serve").await?;
+        let (listener, _) = transport::bind(&listen, "shapfusion serve").await.map_err(with_listen_flags)?;
         transport::serve(service, listener, &listen, transport::shutdown_signal()).await
     })
 }

@@ -90,7 +90,13 @@ impl FromStr for Device {
 /// GPU and the model fits it, else the CPU engine named by `algorithm` (`rows_hint` as in
 /// [`build_engine`]). An explicit `gpu` that cannot be honoured is an error; with `auto`, a
 /// GPU engine that fails to start, or a named CPU algorithm, keeps the work on the CPU.
-pub fn engine_on(device: Device, model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<usize>, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+pub fn engine_on(
+    device: Device,
+    model: Arc<Model>,
+    algorithm: Algorithm,
+    rows_hint: Option<usize>,
+    options: &EngineOptions,
+) -> Result<Arc<dyn Engine>> {
     if let Some(gpu) = gpu_engine(device, &model, algorithm)? {
         return Ok(gpu);
     }
@@ -99,7 +105,13 @@ pub fn engine_on(device: Device, model: Arc<Model>, algorithm: Algorithm, rows_h
 
 /// The interventional engine over `background` (see [`build_interventional`]) for `device`:
 /// it runs on the CPU only, so `gpu` is refused and `auto` stays on the CPU.
-pub(crate) fn interventional_on(device: Device, model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+pub(crate) fn interventional_on(
+    device: Device,
+    model: Arc<Model>,
+    background: &FeatureBlock,
+    algorithm: Algorithm,
+    options: &EngineOptions,
+) -> Result<Arc<dyn Engine>> {
     if device == Device::Gpu {
         return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()));
     }

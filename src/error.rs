@@ -89,9 +89,19 @@ pub enum Error {
         message: String,
     },
 
+    /// A machine has another version of a model or background than the caller planned with.
+    #[error("{0}")]
+    VersionMismatch(String),
+
     /// A requested engine or path is not available in this build or for this model.
     #[error("{0}")]
     Unavailable(String),
+
+    /// Something went wrong inside this process, not with what it was given (a compute thread
+    /// that could not start, a task that panicked): servers report it as an internal error,
+    /// never as bad input.
+    #[error("internal error: {0}")]
+    Internal(String),
 
     /// A chart could not be drawn.
     #[error("drawing {chart}: {detail}")]

@@ -14,12 +14,11 @@ use parquet::file::properties::WriterProperties;
 
 use crate::atomic_file::AtomicFile;
 use crate::batch::OutputKind;
-use crate::device::Device;
-use crate::engine::{Algorithm, EngineOptions};
 use crate::error::{Error, Result};
 use crate::explainer::Explainer;
 use crate::input::InputReader;
 use crate::model::Model;
+use crate::settings::ComputeSettings;
 
 /// Schema metadata key of an output with `--keep` columns: their names, as a JSON list.
 pub const KEPT_COLUMNS_METADATA: &str = "shapfusion.kept";
@@ -30,10 +29,8 @@ pub const DEFAULT_BATCH_ROWS: usize = 65_536;
 /// Options of [`explain_file`].
 #[derive(Debug, Clone)]
 pub struct ExplainOptions {
-    /// Engine to use.
-    pub algorithm: Algorithm,
-    /// Worker threads (`None`: all cores).
-    pub threads: Option<usize>,
+    /// How to compute: engine, device, threads, memory bounds.
+    pub settings: ComputeSettings,
     /// What to compute.
     pub output: OutputKind,
     /// Input columns copied through to the output, before the attributions.
@@ -42,10 +39,6 @@ pub struct ExplainOptions {
     pub batch_rows: usize,
     /// Told of the rows written as the run goes (the CLI draws a progress bar).
     pub progress: Option<Arc<dyn Progress>>,
-    /// Where to compute.
-    pub device: Device,
-    /// Engine knobs.
-    pub engine: EngineOptions,
     /// Background rows (see [`crate::input::read_background`]): interventional SHAP values instead of
     /// path-dependent ones, in the same layout.
     pub background: Option<RecordBatch>,
@@ -64,14 +57,11 @@ pub trait Progress: Send + Sync + std::fmt::Debug {
 impl Default for ExplainOptions {
     fn default() -> Self {
         ExplainOptions {
-            algorithm: Algorithm::Auto,
-            threads: None,
+            settings: ComputeSettings::default(),
             output: OutputKind::Shap,
             keep: Vec::new(),
             batch_rows: DEFAULT_BATCH_ROWS,
             progress: None,
-            device: Device::default(),
-            engine: EngineOptions::default(),
             background: None,
         }
     }
@@ -99,12 +89,7 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
     let start = Instant::now();
     // No row hint: `auto` decides from the model alone, so every front end (CLI, SQL, Flight)
     // picks the same engine for a model and gives bit-identical numbers.
-    let mut builder = Explainer::builder(model.clone())
-        .algorithm(options.algorithm)
-        .device(options.device)
-        .threads(options.threads.unwrap_or(0))
-        .output(options.output)
-        .engine_options(options.engine.clone());
+    let mut builder = Explainer::builder(model.clone()).settings(options.settings).output(options.output);
     if let Some(background) = &options.background {
         builder = builder.background(background.clone());
     }
@@ -133,7 +118,7 @@ pub fn explain_rows(
     mut compute: impl FnMut(&RecordBatch) -> Result<Vec<ArrayRef>>,
 ) -> Result<usize> {
     if options.batch_rows == 0 {
-        return Err(Error::Input("--batch-rows must be at least 1".into()));
+        return Err(Error::Input("rows per batch must be at least 1".into()));
     }
     // Before the input is even opened: an output that is the input would destroy it.
     let pending = AtomicFile::create(output, &[input])?;
@@ -146,15 +131,13 @@ pub fn explain_rows(
     let mut keep_idx = Vec::new();
     let mut fields: Vec<FieldRef> = Vec::new();
     for name in &options.keep {
-        let i = schema
-            .index_of(name)
-            .map_err(|_| Error::Input(format!("--keep: input has no column {name:?}")))?;
+        let i = schema.index_of(name).map_err(|_| Error::Input(format!("column to keep {name:?}: the input has no such column")))?;
         keep_idx.push(i);
         fields.push(schema.fields()[i].clone());
     }
     for f in &out_fields {
         if options.keep.contains(f.name()) {
-            return Err(Error::Input(format!("--keep {:?} clashes with the output column of the same name", f.name())));
+            return Err(Error::Input(format!("column to keep {:?} clashes with the output column of the same name", f.name())));
         }
     }
     fields.extend(out_fields);
@@ -205,7 +188,8 @@ impl<'a> OutputWriter<'a> {
     fn new(file: std::fs::File, output: &'a Path, schema: Arc<Schema>) -> Result<Self> {
         let ipc = output.extension().and_then(|e| e.to_str()).is_some_and(|e| ARROW_IPC_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()));
         if ipc {
-            let writer = arrow::ipc::writer::FileWriter::try_new(file, &schema).map_err(|e| Error::arrow(format!("writing {}", output.display()), e))?;
+            let writer =
+                arrow::ipc::writer::FileWriter::try_new(file, &schema).map_err(|e| Error::arrow(format!("writing {}", output.display()), e))?;
             return Ok(OutputWriter::ArrowIpc(writer, output));
         }
         // Keep row groups near 64 MiB of values whatever the row width, so memory stays bounded.

@@ -17,12 +17,13 @@ use arrow::datatypes::{Schema, SchemaRef};
 
 use crate::batch::{compute_pool, explain_batch, explain_block, output_fields, OutputKind};
 use crate::device::{engine_on, interventional_on, Device};
-use crate::engine::{
-    interventional_interactions_unavailable, Algorithm, Attributions, Engine, EngineOptions, FeatureBlock, Interactions, Predictions,
-};
+use crate::engine::{interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, Predictions};
 use crate::error::{Error, Result};
+#[cfg(feature = "sql")]
+use crate::features::block_from_columns;
 use crate::features::FeatureColumns;
 use crate::model::Model;
+use crate::settings::ComputeSettings;
 
 /// A model bound to an engine and a compute pool. Cheap to clone; share it across threads.
 #[derive(Clone)]
@@ -31,18 +32,16 @@ pub struct Explainer {
     pool: Arc<rayon::ThreadPool>,
     output: OutputKind,
     schema: SchemaRef,
+    settings: ComputeSettings,
 }
 
 /// Settings of an [`Explainer`], each with the default every front end uses.
 #[derive(Debug, Clone)]
 pub struct ExplainerBuilder {
     model: Arc<Model>,
-    algorithm: Algorithm,
-    device: Device,
-    threads: usize,
+    settings: ComputeSettings,
     output: OutputKind,
     rows_hint: Option<usize>,
-    options: EngineOptions,
     background: Option<RecordBatch>,
 }
 
@@ -51,12 +50,9 @@ impl Explainer {
     pub fn builder(model: impl Into<Arc<Model>>) -> ExplainerBuilder {
         ExplainerBuilder {
             model: model.into(),
-            algorithm: Algorithm::default(),
-            device: Device::default(),
-            threads: 0,
+            settings: ComputeSettings::default(),
             output: OutputKind::default(),
             rows_hint: None,
-            options: EngineOptions::default(),
             background: None,
         }
     }
@@ -72,8 +68,21 @@ impl Explainer {
     /// The output columns of [`explain_batch`](Self::explain_batch) without their schema, for
     /// callers that put them beside columns of their own.
     pub fn explain_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.output_columns(batch, self.output)
+    }
+
+    /// `output`'s columns for `batch` (features by name), whatever this explainer's own output
+    /// kind: what servers use, one cached explainer answering every kind of call.
+    pub(crate) fn output_columns(&self, batch: &RecordBatch, output: OutputKind) -> Result<Vec<ArrayRef>> {
         let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
-        self.pool.install(|| explain_batch(self.engine.as_ref(), &features, batch, self.output))
+        self.pool.install(|| explain_batch(self.engine.as_ref(), &features, batch, output))
+    }
+
+    /// `output`'s columns for `columns`, the model's features in its order (SQL arguments).
+    #[cfg(feature = "sql")]
+    pub(crate) fn output_columns_of(&self, columns: &[ArrayRef], output: OutputKind) -> Result<Vec<ArrayRef>> {
+        let model = self.model();
+        self.pool.install(|| explain_block(self.engine.as_ref(), &block_from_columns(columns, &model.feature_names, model)?, output))
     }
 
     /// SHAP values of `block` (from [`Model::feature_block`] or
@@ -123,6 +132,11 @@ impl Explainer {
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
     }
+
+    /// The settings it was built with.
+    pub fn settings(&self) -> &ComputeSettings {
+        &self.settings
+    }
 }
 
 impl std::fmt::Debug for Explainer {
@@ -132,23 +146,29 @@ impl std::fmt::Debug for Explainer {
 }
 
 impl ExplainerBuilder {
+    /// All compute settings at once (what every front end passes, parsed from its options).
+    pub fn settings(mut self, settings: ComputeSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
     /// The engine, by [`Algorithm`] (default `auto`: picked from the model's shape).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
+        self.settings.algorithm = algorithm;
         self
     }
 
     /// Where to compute (default `auto`: the GPU when one is usable and the algorithm is
     /// `auto`, else the CPU).
     pub fn device(mut self, device: Device) -> Self {
-        self.device = device;
+        self.settings.device = device;
         self
     }
 
-    /// Compute threads (default 0: all cores). Pools are shared in the process and capped at
-    /// its cores; results never depend on the thread count.
+    /// Compute threads (default: all cores; 0 also means all cores). Pools are shared in the
+    /// process and capped at its cores; results never depend on the thread count.
     pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = threads;
+        self.settings.threads = Some(threads).filter(|&t| t > 0);
         self
     }
 
@@ -167,7 +187,7 @@ impl ExplainerBuilder {
 
     /// Most memory fast-v2's tables may take, in bytes (default 256 MiB).
     pub fn v2_memory_bytes(mut self, bytes: usize) -> Self {
-        self.options.v2_memory_bytes = bytes;
+        self.settings.v2_memory_bytes = bytes;
         self
     }
 
@@ -184,33 +204,27 @@ impl ExplainerBuilder {
     /// Most memory the interventional engine's aggregated background may take, in bytes
     /// (default 1 GiB); leaves beyond it keep their background patterns instead of tables.
     pub fn interventional_memory_bytes(mut self, bytes: usize) -> Self {
-        self.options.interventional_memory_bytes = bytes;
-        self
-    }
-
-    /// All engine knobs at once (what the file pipeline passes through).
-    #[cfg(feature = "files")]
-    pub(crate) fn engine_options(mut self, options: EngineOptions) -> Self {
-        self.options = options;
+        self.settings.interventional_memory_bytes = bytes;
         self
     }
 
     /// Builds the engine (and any tables it needs, on the compute pool).
     pub fn build(self) -> Result<Explainer> {
-        let pool = compute_pool(self.threads)?;
+        let pool = compute_pool(self.settings.threads_to_run())?;
+        let (device, algorithm, options) = (self.settings.device, self.settings.algorithm, self.settings.engine_options());
         let engine = match &self.background {
-            None => pool.install(|| engine_on(self.device, self.model.clone(), self.algorithm, self.rows_hint, &self.options))?,
+            None => pool.install(|| engine_on(device, self.model.clone(), algorithm, self.rows_hint, &options))?,
             Some(rows) => {
                 // Refused here, before the background is aggregated, rather than at the first batch.
                 if self.output == OutputKind::Interactions {
                     return Err(interventional_interactions_unavailable());
                 }
                 let background = self.model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
-                pool.install(|| interventional_on(self.device, self.model.clone(), &background, self.algorithm, &self.options))?
+                pool.install(|| interventional_on(device, self.model.clone(), &background, algorithm, &options))?
             }
         };
         let schema = Arc::new(Schema::new(output_fields(&self.model, self.output)));
-        Ok(Explainer { engine, pool, output: self.output, schema })
+        Ok(Explainer { engine, pool, output: self.output, schema, settings: self.settings })
     }
 }
 
@@ -245,7 +259,7 @@ mod tests {
         assert_eq!(shap.schema(), explainer.schema());
         assert_eq!(shap.num_rows(), 40);
         assert_eq!(shap.num_columns(), model.num_features() + 1);
-        let margins = Explainer::builder(model).output(OutputKind::Predict).build().unwrap().explain_batch(&rows).unwrap();
+        let margins = Explainer::builder(model).output(OutputKind::Margin).build().unwrap().explain_batch(&rows).unwrap();
         let margin = margins.column(0).as_any().downcast_ref::<Float64Array>().unwrap();
         for r in 0..40 {
             let sum: f64 = shap.columns().iter().map(|c| c.as_any().downcast_ref::<Float64Array>().unwrap().value(r)).sum();

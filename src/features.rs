@@ -68,8 +68,7 @@ pub fn column_index(schema: &Schema, name: &str, index: usize) -> Result<usize> 
 
 /// Whether a column type can feed a feature (numbers, booleans, all-null).
 pub fn is_numeric(t: &DataType) -> bool {
-    t.is_numeric() || matches!(t, DataType::Boolean | DataType::Null)
-        || matches!(t, DataType::Dictionary(_, v) if is_numeric(v))
+    t.is_numeric() || matches!(t, DataType::Boolean | DataType::Null) || matches!(t, DataType::Dictionary(_, v) if is_numeric(v))
 }
 
 /// Whether a column type holds text: strings, or a dictionary of strings.
@@ -108,7 +107,11 @@ fn category_codes(column: &ArrayRef, names: &[String], unseen: UnseenCategory, f
         let shown: Vec<&str> = names.iter().take(10).map(String::as_str).collect();
         format!("{} categories: {}{}", names.len(), shown.join(", "), if names.len() > shown.len() { ", ..." } else { "" })
     };
-    strings.as_string::<i32>().iter().map(|value| value.map_or(Ok(f64::NAN), |s| code_or_unseen(code.get(s).copied(), unseen, feature, &format!("{s:?}"), known))).collect()
+    strings
+        .as_string::<i32>()
+        .iter()
+        .map(|value| value.map_or(Ok(f64::NAN), |s| code_or_unseen(code.get(s).copied(), unseen, feature, &format!("{s:?}"), known)))
+        .collect()
 }
 
 /// Codes of a dictionary column of category values through a feature's stored numeric
@@ -155,7 +158,9 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
             (t, Some(Some(Categories::Names(names)))) if is_text(t) => Some(category_codes(col, names, model.unseen_category(), name)?),
             // A dictionary of numbers holds category values (a pandas categorical of numbers),
             // not codes: find each value's position among the training categories.
-            (DataType::Dictionary(_, _), Some(Some(Categories::Numbers(numbers)))) => Some(number_codes(col, numbers, model.unseen_category(), name)?),
+            (DataType::Dictionary(_, _), Some(Some(Categories::Numbers(numbers)))) => {
+                Some(number_codes(col, numbers, model.unseen_category(), name)?)
+            }
             _ => None,
         };
         if let Some(codes) = codes {

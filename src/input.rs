@@ -160,7 +160,11 @@ fn csv_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, num
         .collect();
     let schema = Arc::new(Schema::new(fields));
     source.seek(SeekFrom::Start(0)).map_err(|e| Error::Input(format!("{}: {e}", ctx())))?;
-    let reader = arrow::csv::ReaderBuilder::new(schema).with_header(true).with_batch_size(batch_rows).build(BufReader::new(source)).map_err(|e| Error::arrow(ctx(), e))?;
+    let reader = arrow::csv::ReaderBuilder::new(schema)
+        .with_header(true)
+        .with_batch_size(batch_rows)
+        .build(BufReader::new(source))
+        .map_err(|e| Error::arrow(ctx(), e))?;
     Ok(InputReader { reader: Box::new(reader), total_rows: None, label })
 }
 
@@ -247,9 +251,7 @@ pub fn count_rows(reader: InputReader) -> Result<usize> {
 pub fn selected_indices(selection: RowSelection, total: usize, label: &str) -> Result<Vec<usize>> {
     match selection {
         RowSelection::One(row) if row < total => Ok(vec![row]),
-        RowSelection::One(row) => Err(Error::Input(format!(
-            "row {row} is out of range: {label} has {total} rows (rows count from 0)"
-        ))),
+        RowSelection::One(row) => Err(Error::Input(format!("row {row} is out of range: {label} has {total} rows (rows count from 0)"))),
         RowSelection::Sample { max_rows: Some(0), .. } => Err(Error::Input("a sample of 0 rows was asked for; ask for at least 1".into())),
         RowSelection::Sample { max_rows, seed } => {
             let keep = max_rows.unwrap_or(usize::MAX);

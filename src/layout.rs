@@ -4,7 +4,7 @@
 //!   models with G > 1 outputs (multiclass), each column is `FixedSizeList<Float64>[G]`.
 //! * Interactions: one column `interactions` of `FixedSizeList<Float64>[G·(F+1)·(F+1)]`, in
 //!   XGBoost's `pred_interactions` order (group, then row i, then column j; bias last).
-//! * Predictions: one column `prediction` (margin), `Float64` or `FixedSizeList<Float64>[G]`.
+//! * Margins: one column `margin` (the raw score), `Float64` or `FixedSizeList<Float64>[G]`.
 //!
 //! If a model feature is itself named `bias`, the bias column is named `bias_` instead.
 
@@ -18,8 +18,8 @@ use crate::model::Model;
 
 /// Name of the interactions column.
 pub const INTERACTIONS_COLUMN: &str = "interactions";
-/// Name of the prediction column.
-pub const PREDICTION_COLUMN: &str = "prediction";
+/// Name of the margin column.
+pub const MARGIN_COLUMN: &str = "margin";
 
 /// Name of the bias column for `model`.
 pub fn bias_column(model: &Model) -> &'static str {
@@ -59,9 +59,9 @@ pub fn interactions_field(model: &Model) -> FieldRef {
     Arc::new(Field::new(INTERACTIONS_COLUMN, DataType::FixedSizeList(item, n as i32), false))
 }
 
-/// Field of the prediction output.
-pub fn prediction_field(model: &Model) -> FieldRef {
-    Arc::new(Field::new(PREDICTION_COLUMN, per_group_type(model.num_groups), false))
+/// Field of the margin output.
+pub fn margin_field(model: &Model) -> FieldRef {
+    Arc::new(Field::new(MARGIN_COLUMN, per_group_type(model.num_groups), false))
 }
 
 fn fixed_list(values: Vec<f64>, size: usize) -> ArrayRef {
@@ -95,8 +95,8 @@ pub fn interactions_column(i: Interactions) -> ArrayRef {
     fixed_list(i.values, i.groups * w * w)
 }
 
-/// The prediction column.
-pub fn prediction_column(p: Predictions) -> ArrayRef {
+/// The margin column.
+pub fn margin_column(p: Predictions) -> ArrayRef {
     if p.groups == 1 {
         Arc::new(Float64Array::from(p.values))
     } else {

@@ -19,9 +19,11 @@
 //! ```
 //!
 //! * [`Explainer`] (built by [`ExplainerBuilder`]): a model, an engine and compute threads;
-//!   record batches in, record batches out.
-//! * [`model`]: the tree ensemble and its readers (XGBoost JSON/UBJSON, LightGBM text);
-//!   [`Model::feature_block`] turns a batch into the engines' input.
+//!   record batches in, record batches out. Every front end computes through it.
+//! * [`ComputeSettings`]: engine, device, threads and memory bounds, one value with one meaning,
+//!   parsed once from each front end's options (flags, `shap.*` SQL options, Python arguments).
+//! * [`model`]: the tree ensemble and its readers ([`model::ModelFormat::ALL`] lists the
+//!   formats); [`Model::feature_block`] turns a batch into the engines' input.
 //! * [`engine`]: the [`engine::Engine`] trait and the CPU engines by [`Algorithm`]: `treeshap`
 //!   (the reference), `fast-v1`, `fast-v2`, `quadrature`, `linear`, and `auto`, which picks
 //!   `fast-v2` or `linear` from the model's shape.
@@ -31,13 +33,21 @@
 //!   and background sets for interventional SHAP.
 //! * `plot`: summary (beeswarm), bar, dependence and waterfall charts as PNG or SVG, from an
 //!   `explain` output and its input or from a model and input.
-//! * `registry`: models by name or URL through `object_store`, cached by version.
-//! * `sql`: the `shap(...)` DataFusion UDFs, `shap.*` options and `shapfusion sql`.
-//! * `flight`: `shapfusion worker` (Arrow Flight), the worker pool, and the Flight SQL server
-//!   `shapfusion serve`, closed by default (loopback, tokens, one session per client, only the
-//!   models, tables and paths the operator configured).
+//! * `registry`: the model store: models by name or URL through `object_store`, by version.
+//! * `call`: a call pinned to model and background versions with the caller's settings, the
+//!   one form every wire carries (Flight exchanges, the Ballista codec), and its version check.
+//! * `sql`: the `shap(...)` DataFusion UDFs and `shap.*` options; `shell`: `shapfusion sql`.
+//! * `net`: listening (closed by default), tokens and admission limits, for every server.
+//! * `flight`: `shapfusion worker` (Arrow Flight) and the worker pool, through which the SQL
+//!   functions reach workers.
+//! * `serve`: the Flight SQL server `shapfusion serve`, closed by default (loopback, tokens, one
+//!   session per client, only the models, tables and paths the operator configured).
 //! * `ballista`: a Ballista scheduler and executors with the UDFs, for SQL computed where the
-//!   data is; `sql::remote` makes a session whose queries run on such a cluster.
+//!   data is; `ballista::client` makes a session whose queries run on such a cluster.
+//!
+//! Modules import only their own layer and those below (checked by `tests/layers.rs`): model
+//! and engines, then device and settings, `Explainer`, files, the store, calls, SQL,
+//! networking, Flight, Ballista, and the front doors (`shell`, `serve`, the command line).
 //!
 //! Cargo features: `files` (Parquet, CSV and Arrow IPC files: [`input`] and [`explain`]), `plot`
 //! (charts, with plotters), `sql` (DataFusion), `flight` (Arrow Flight, implies `sql`),
@@ -53,12 +63,16 @@ mod atomic_file;
 #[cfg(feature = "ballista")]
 pub mod ballista;
 mod batch;
+#[cfg(feature = "sql")]
+pub mod call;
 mod device;
 pub mod engine;
 pub mod error;
 #[cfg(feature = "files")]
 pub mod explain;
 mod explainer;
+#[cfg(feature = "sql")]
+mod explainers;
 mod features;
 #[cfg(feature = "flight")]
 pub mod flight;
@@ -66,12 +80,21 @@ pub mod flight;
 pub mod gpu;
 #[cfg(feature = "files")]
 pub mod input;
+#[cfg(feature = "sql")]
+mod io_runtime;
 mod layout;
 pub mod model;
+#[cfg(feature = "flight")]
+pub mod net;
 #[cfg(feature = "plot")]
 pub mod plot;
 #[cfg(feature = "sql")]
 pub mod registry;
+#[cfg(feature = "flight")]
+pub mod serve;
+mod settings;
+#[cfg(feature = "sql")]
+pub mod shell;
 #[cfg(feature = "sql")]
 pub mod sql;
 #[cfg(all(test, feature = "files"))]
@@ -83,3 +106,4 @@ pub use engine::Algorithm;
 pub use error::{Error, Result};
 pub use explainer::{Explainer, ExplainerBuilder};
 pub use model::Model;
+pub use settings::ComputeSettings;

@@ -12,7 +12,10 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("shapfusion={}", cli.log)));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false)
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .init();

@@ -3,8 +3,10 @@
 //! A model reference is resolved in this order:
 //! 1. a name registered with [`ModelRegistry::register`] (`--model name=URL`);
 //! 2. a URL (`s3://bucket/key`, `gs://…`, `az://…`, `file:///…`, `memory:///…`) or a path
-//!    (`/abs/path`, `./rel/path`, anything ending in `.json`, `.ubj` or `.txt`);
-//! 3. `<model_dir>/<name>.json`, `.ubj`, then `.txt`, when a model directory is set.
+//!    (`/abs/path`, `./rel/path`, anything ending in a model file extension,
+//!    [`MODEL_EXTENSIONS`]);
+//! 3. `<model_dir>/<name>.<ext>` for each of [`MODEL_EXTENSIONS`] in order, when a model
+//!    directory is set.
 //!
 //! Each resolution asks the store for the object's version (ETag, or last-modified and size), so
 //! a model changed in place is reloaded by the next query; unchanged models come from the cache.
@@ -14,16 +16,15 @@
 //! `AZURE_*`).
 //!
 //! Background sets for interventional SHAP are registered by name only
-//! ([`ModelRegistry::register_background`], `--background name=URL`), loaded the same way and
-//! cached by URL and version; an engine built over one is cached with the model, keyed by the
-//! background's version.
+//! ([`ModelRegistry::register_background`]), loaded the same way and cached by URL and version.
 //!
-//! Object-store I/O runs on a small runtime of its own, so resolution can be called from sync
-//! code (DataFusion planning) inside or outside a tokio runtime without blocking it on itself.
+//! This module is only the store: what is loaded, from where, at which version. Explainers
+//! built over its models are cached apart from it (`crate::explainers`), and its object-store
+//! I/O runs on the process's I/O runtime (`crate::io_runtime`), so resolution can be called
+//! from sync code (DataFusion planning) inside or outside a tokio runtime.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -31,16 +32,11 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
-use crate::device::{engine_on, interventional_on, Device};
-use crate::engine::{Algorithm, Engine, EngineOptions};
-use crate::input::{sample_background, InputReader};
 use crate::error::{Error, Result};
-use crate::model::Model;
+use crate::io_runtime::run_io;
+use crate::model::{Model, MODEL_EXTENSIONS};
 
-/// Extensions tried under a model directory, in order.
-pub const MODEL_EXTENSIONS: [&str; 3] = ["json", "ubj", "txt"];
-
-/// A loaded model and the engines built for it.
+/// A loaded model: where it came from, its versions, and the model.
 pub struct LoadedModel {
     /// Where it was loaded from.
     pub url: String,
@@ -50,8 +46,6 @@ pub struct LoadedModel {
     pub content_hash: String,
     /// The model.
     pub model: Arc<Model>,
-    /// Engines by algorithm, device and the background's URL and version (none: path-dependent).
-    engines: Mutex<HashMap<(Algorithm, Device, Option<(String, String)>), Arc<dyn Engine>>>,
 }
 
 /// A background set loaded from its registered URL: the file's bytes, read per model (each
@@ -69,44 +63,15 @@ pub struct LoadedBackground {
 }
 
 impl LoadedBackground {
-    /// The background's rows for `model`: its feature columns, every row.
-    pub fn rows_for(&self, model: &Model) -> Result<arrow::array::RecordBatch> {
-        let label = format!("background {:?} ({})", self.name, self.url);
-        let reader = InputReader::from_bytes(self.bytes.clone(), &label, &model.feature_names, &model.numeric_input_columns(), 65_536)
-            .map_err(|e| Error::Input(format!("{label}: {e}")))?;
-        sample_background(reader, model, None, 0, &label)
+    /// The file's bytes (Parquet or CSV).
+    pub(crate) fn bytes(&self) -> &bytes::Bytes {
+        &self.bytes
     }
 }
 
 impl std::fmt::Debug for LoadedBackground {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoadedBackground").field("name", &self.name).field("url", &self.url).field("version", &self.version).finish()
-    }
-}
-
-impl LoadedModel {
-    /// The engine for `algorithm` on `device`, built once per model version: path-dependent, or
-    /// interventional over `background` (built once per background version; the CPU only).
-    pub fn engine(&self, algorithm: Algorithm, device: Device, options: &EngineOptions, background: Option<&LoadedBackground>) -> Result<Arc<dyn Engine>> {
-        let key = (algorithm, device, background.map(|b| (b.url.clone(), b.version.clone())));
-        // Held while building, so partitions asking at once build the engine (and its tables) once.
-        let mut cache = self.engines.lock().expect("engine cache");
-        if let Some(e) = cache.get(&key) {
-            return Ok(e.clone());
-        }
-        let e = match background {
-            None => engine_on(device, self.model.clone(), algorithm, None, options)?,
-            Some(b) => {
-                let rows = self.model.feature_block(&b.rows_for(&self.model)?)?;
-                interventional_on(device, self.model.clone(), &rows, algorithm, options)?
-            }
-        };
-        // Engines over an older version of a background are dropped with the new one.
-        if let Some((url, _)) = &key.2 {
-            cache.retain(|(_, _, b), _| b.as_ref().is_none_or(|(u, _)| u != url));
-        }
-        cache.insert(key, e.clone());
-        Ok(e)
     }
 }
 
@@ -157,13 +122,13 @@ impl ModelRegistry {
         insert_named(&self.names, "model", name, url)
     }
 
-    /// Parses `name=URL` (the `--model` flag) and registers it.
+    /// Parses `name=URL` (what `--model` takes) and registers it.
     pub fn register_arg(&self, arg: &str) -> Result<()> {
-        let (name, url) = split_named("--model", arg, "fraud=s3://models/fraud.json")?;
+        let (name, url) = split_named("model", arg, "fraud=s3://models/fraud.json")?;
         self.register(name, url)
     }
 
-    /// Registers every `--model NAME=URL` and `--background NAME=URL` flag value.
+    /// Registers every model and background given as `NAME=URL`.
     pub fn register_args(&self, models: &[String], backgrounds: &[String]) -> Result<()> {
         for m in models {
             self.register_arg(m)?;
@@ -180,9 +145,9 @@ impl ModelRegistry {
         insert_named(&self.backgrounds, "background", name, url)
     }
 
-    /// Parses `name=URL` (the `--background` flag of `sql`, `serve` and `worker`) and registers it.
+    /// Parses `name=URL` (what `--background` of `sql`, `serve` and `worker` takes) and registers it.
     pub fn register_background_arg(&self, arg: &str) -> Result<()> {
-        let (name, url) = split_named("--background", arg, "recent=s3://data/background.parquet")?;
+        let (name, url) = split_named("background", arg, "recent=s3://data/background.parquet")?;
         self.register_background(name, url)
     }
 
@@ -200,7 +165,7 @@ impl ModelRegistry {
             let names = self.background_names();
             Error::Input(format!(
                 "unknown background {name:?}; registered backgrounds: {}",
-                if names.is_empty() { "none (register one with --background NAME=URL)".to_string() } else { names.join(", ") }
+                if names.is_empty() { "none (the server registers them by NAME=URL)".to_string() } else { names.join(", ") }
             ))
         })?;
         let url = Url::parse(&url).map_err(|e| Error::Input(format!("bad background URL {url:?}: {e}")))?;
@@ -211,13 +176,7 @@ impl ModelRegistry {
         let (store, path) = self.store_for(&url)?;
         let bytes = run_io(async move { store.get(&path).await?.bytes().await })
             .map_err(|e| Error::Input(format!("cannot read background {name:?} at {url}: {e}")))?;
-        let loaded = Arc::new(LoadedBackground {
-            name: name.to_string(),
-            url: url.to_string(),
-            version,
-            content_hash: content_hash(&bytes),
-            bytes,
-        });
+        let loaded = Arc::new(LoadedBackground { name: name.to_string(), url: url.to_string(), version, content_hash: content_hash(&bytes), bytes });
         tracing::info!(name, url = loaded.url, version = loaded.version, "loaded background");
         let mut cache = self.background_cache.lock().expect("background cache");
         let versions = cache.entry(loaded.url.clone()).or_default();
@@ -249,7 +208,11 @@ impl ModelRegistry {
         }
         searched.push(format!("registered models ({})", {
             let names: Vec<String> = self.names().into_iter().map(|(n, _)| n).collect();
-            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
         }));
         if looks_like_location(reference) {
             if self.names_only {
@@ -281,13 +244,13 @@ impl ModelRegistry {
                     }
                 }
             }
-            None => searched.push("no model directory set (shap.model_dir / --model-dir)".into()),
+            None => searched.push("no model directory set (shap.model_dir)".into()),
         }
         Err(Error::ModelNotFound(format!("unknown model {reference:?}; searched: {}", searched.join("; "))))
     }
 
     /// `reference` as a URL when it is a registered model's URL or a model file directly under
-    /// `model_dir` (`<dir>/<name>.json|.ubj|.txt`).
+    /// `model_dir` (`<dir>/<name>.<ext>`, an extension of [`MODEL_EXTENSIONS`]).
     fn served_url(&self, reference: &str, model_dir: Option<&str>) -> Option<Url> {
         let url = to_url(reference).ok()?;
         if self.names.read().expect("names").values().any(|u| u == url.as_str()) {
@@ -301,15 +264,13 @@ impl ModelRegistry {
         (plain && MODEL_EXTENSIONS.contains(&ext)).then_some(url)
     }
 
-    /// Names of the models directly under `dir` (files ending in `.json`, `.ubj` or `.txt`),
+    /// Names of the models directly under `dir` (files ending in one of [`MODEL_EXTENSIONS`]),
     /// as `shap('<name>', …)` would find them.
     pub fn list_dir(&self, dir: &str) -> Result<Vec<String>> {
         let base = to_url(dir)?;
         let (store, prefix) = self.store_for(&base)?;
-        let listed = run_io(async move {
-            store.list_with_delimiter(Some(&prefix)).await.map(|l| l.objects).map_err(|e| e.to_string())
-        })
-        .map_err(|e| Error::Input(format!("cannot list model directory {base}: {e}")))?;
+        let listed = run_io(async move { store.list_with_delimiter(Some(&prefix)).await.map(|l| l.objects).map_err(|e| e.to_string()) })
+            .map_err(|e| Error::Input(format!("cannot list model directory {base}: {e}")))?;
         let mut names: Vec<String> = listed
             .iter()
             .filter_map(|o| {
@@ -339,12 +300,12 @@ impl ModelRegistry {
         }
         let (store, path) = self.store_for(url)?;
         let url = url.as_str();
-        let bytes = run_io(async move { store.get(&path).await?.bytes().await })
-            .map_err(|e| Error::Input(format!("cannot read model {url}: {e}")))?;
+        let bytes =
+            run_io(async move { store.get(&path).await?.bytes().await }).map_err(|e| Error::Input(format!("cannot read model {url}: {e}")))?;
         let model = Arc::new(Model::from_bytes(&bytes, url)?);
         let content_hash = content_hash(&bytes);
         tracing::info!(url, version, content_hash, trees = model.trees.len(), "loaded model");
-        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, content_hash, model, engines: Mutex::new(HashMap::new()) });
+        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, content_hash, model });
         let mut cache = self.cache.lock().expect("cache");
         let versions = cache.entry(url.to_string()).or_default();
         versions.insert(0, loaded.clone());
@@ -373,8 +334,8 @@ impl ModelRegistry {
             }
         }
         let key = url[..url::Position::BeforePath].to_string();
-        let (built, path) = object_store::parse_url_opts(url, std::env::vars())
-            .map_err(|e| Error::Input(format!("no object store for {url}: {e}")))?;
+        let (built, path) =
+            object_store::parse_url_opts(url, std::env::vars()).map_err(|e| Error::Input(format!("no object store for {url}: {e}")))?;
         let mut stores = self.stores.lock().expect("stores");
         let store = stores.entry(key).or_insert_with(|| Arc::from(built)).clone();
         Ok((store, path))
@@ -391,9 +352,10 @@ fn insert_named(names: &RwLock<HashMap<String, String>>, kind: &str, name: &str,
     Ok(())
 }
 
-/// Splits a `NAME=URL` flag value, trimmed; the error names the `flag` and shows `example`.
-fn split_named<'a>(flag: &str, arg: &'a str, example: &str) -> Result<(&'a str, &'a str)> {
-    let (name, url) = arg.split_once('=').ok_or_else(|| Error::Input(format!("{flag} {arg:?}: expected NAME=URL, e.g. {example}")))?;
+/// Splits a `NAME=URL` value, trimmed; the error names the `kind` (model, background) and
+/// shows `example`.
+fn split_named<'a>(kind: &str, arg: &'a str, example: &str) -> Result<(&'a str, &'a str)> {
+    let (name, url) = arg.split_once('=').ok_or_else(|| Error::Input(format!("{kind} {arg:?}: expected NAME=URL, e.g. {example}")))?;
     Ok((name.trim(), url.trim()))
 }
 
@@ -428,30 +390,6 @@ fn join_url(base: &Url, file: &str) -> Result<Url> {
     Url::parse(&s).and_then(|u| u.join(file)).map_err(|e| Error::Input(format!("bad model directory {base}: {e}")))
 }
 
-/// Runs object-store (and Flight pool) I/O on a runtime of its own and waits for it; callable
-/// from sync code anywhere, including a tokio worker thread (DataFusion planning and UDFs).
-///
-/// The wait is a plain channel receive, not a poll of the task's `JoinHandle`: polled from
-/// inside another runtime's task, a `JoinHandle` counts against that task's cooperative budget
-/// and, once the budget is spent, defers its wake-up to a scheduler this thread never returns
-/// to, which hangs the caller.
-pub(crate) fn run_io<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> T {
-    static IO: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    let rt = IO.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("shapfusion-io")
-            .enable_all()
-            .build()
-            .expect("start the model I/O runtime")
-    });
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    rt.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    rx.recv().expect("an I/O task panicked")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,7 +407,9 @@ mod tests {
     fn a_server_registry_refuses_paths_and_urls_naming_what_it_serves() {
         let r = ModelRegistry::names_only(None);
         r.register("fraud", "/nowhere/fraud.json").unwrap();
-        for reference in ["/etc/passwd", "file:///etc/passwd", "http://169.254.169.254/x.json", "../m.json", "/models/sub/m.json", "/models/../etc/m.json"] {
+        for reference in
+            ["/etc/passwd", "file:///etc/passwd", "http://169.254.169.254/x.json", "../m.json", "/models/sub/m.json", "/models/../etc/m.json"]
+        {
             let e = r.resolve(reference, Some("/models")).unwrap_err().to_string();
             assert!(e.contains("registered models only: fraud"), "{e}");
         }

@@ -15,10 +15,10 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
+use shapfusion::ballista::client::{remote_context, RemoteScheduler};
 use shapfusion::ballista::{ClusterModels, ExecutorOptions, SchedulerOptions};
-use shapfusion::flight::transport::ListenOptions;
+use shapfusion::net::transport::ListenOptions;
 use shapfusion::registry::ModelRegistry;
-use shapfusion::sql::remote::{remote_context, RemoteScheduler};
 use shapfusion::OutputKind;
 
 /// A scheduler and executors in this process, stopped on drop.
@@ -160,8 +160,8 @@ async fn distributed_sql_equals_explain_on_every_fixture() {
             assert!(same_bits(shap.column(j).as_ref(), want.column(j).as_ref()), "{}: column {}", f.name, field.name());
         }
 
-        let pred = query(&ctx, &format!("SELECT row_id, predict('{m}', {cols}) FROM \"{}\" ORDER BY row_id", f.name)).await;
-        assert!(same_bits(pred.column(1).as_ref(), explain_output(f, OutputKind::Predict).column(0).as_ref()), "{}", f.name);
+        let pred = query(&ctx, &format!("SELECT row_id, margin('{m}', {cols}) FROM \"{}\" ORDER BY row_id", f.name)).await;
+        assert!(same_bits(pred.column(1).as_ref(), explain_output(f, OutputKind::Margin).column(0).as_ref()), "{}", f.name);
 
         let inter = query(&ctx, &format!("SELECT row_id, shap_interactions('{m}', {cols}) FROM \"{}\" ORDER BY row_id", f.name)).await;
         assert!(same_bits(inter.column(1).as_ref(), explain_output(f, OutputKind::Interactions).column(0).as_ref()), "{}", f.name);
@@ -172,7 +172,12 @@ async fn distributed_sql_equals_explain_on_every_fixture() {
     let first = &f.model.feature_names[0];
     let sums = query(
         &ctx,
-        &format!("SELECT row_id % 3 AS g, SUM(shap('{}', {})['{first}']) AS total FROM \"{}\" GROUP BY row_id % 3 ORDER BY g", model_name(f), feature_list(f), f.name),
+        &format!(
+            "SELECT row_id % 3 AS g, SUM(shap('{}', {})['{first}']) AS total FROM \"{}\" GROUP BY row_id % 3 ORDER BY g",
+            model_name(f),
+            feature_list(f),
+            f.name
+        ),
     )
     .await;
     let want = explain_output(f, OutputKind::Shap);
@@ -183,6 +188,47 @@ async fn distributed_sql_equals_explain_on_every_fixture() {
     for (g, total) in totals.values().iter().enumerate() {
         let expected: f64 = column.values().iter().enumerate().filter(|(i, _)| i % 3 == g).map(|(_, v)| *v).sum();
         assert!((total - expected).abs() <= 1e-9 * expected.abs().max(1.0), "group {g}: {total} vs {expected}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn executors_compute_with_the_sessions_settings_or_refuse_them_by_name() {
+    // A deep model, where the engines' last bits differ, so the algorithm that ran shows.
+    let data = tempfile::tempdir().unwrap();
+    let f = fixtures().into_iter().find(|f| f.name == "xgb_deep").unwrap();
+    let models = ClusterModels { models: vec![format!("m={}", f.model_path.display())], ..Default::default() };
+    let member = || Member { models: models.clone(), runtime: None };
+    let cluster = start_cluster(member(), vec![member(), member()], data.path(), None).await;
+    let table = numbered_input(&f, data.path());
+    let local = |algorithm: shapfusion::Algorithm| {
+        shapfusion::Explainer::builder(f.model.clone()).algorithm(algorithm).build().unwrap().explain_batch(&f.batch).unwrap()
+    };
+    let (treeshap, linear) = (local(shapfusion::Algorithm::TreeShap), local(shapfusion::Algorithm::Linear));
+    assert!(
+        treeshap.columns().iter().zip(linear.columns()).any(|(a, b)| !same_bits(a.as_ref(), b.as_ref())),
+        "the fixture cannot tell the engines apart"
+    );
+    let sql = format!("SELECT row_id, shap('m', {}) AS s FROM t ORDER BY row_id", feature_list(&f));
+    for (algorithm, want) in [("treeshap", &treeshap), ("linear", &linear)] {
+        let ctx = client(&cluster, &[("m", f.model_path.to_string_lossy().into_owned())], None, None);
+        ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+        ctx.sql(&format!("SET shap.algorithm = '{algorithm}'")).await.unwrap();
+        let got = query(&ctx, &sql).await;
+        let shap = got.column(1).as_struct();
+        for (j, field) in want.schema().fields().iter().enumerate() {
+            assert!(
+                same_bits(shap.column(j).as_ref(), want.column(j).as_ref()),
+                "{algorithm}: column {} differs from local {algorithm}",
+                field.name()
+            );
+        }
+    }
+    if shapfusion::Device::Gpu.resolve().is_err() {
+        let ctx = client(&cluster, &[("m", f.model_path.to_string_lossy().into_owned())], None, None);
+        ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+        ctx.sql("SET shap.device = 'gpu'").await.unwrap();
+        let e = query_err(&ctx, &sql).await;
+        assert!(e.contains("device gpu"), "{e}");
     }
 }
 
@@ -211,7 +257,13 @@ async fn interventional_shap_on_the_cluster_equals_explain() {
     let got = query(&ctx, &format!("SELECT row_id, shap('m', {}) AS s FROM t ORDER BY row_id", feature_list(&f))).await;
     let shap = got.column(1).as_struct();
     for (j, field) in want.schema().fields().iter().enumerate() {
-        assert!(same_bits(shap.column(j).as_ref(), want.column(j).as_ref()), "column {}: {:?} vs {:?}", field.name(), shap.column(j).slice(0, 3), want.column(j).slice(0, 3));
+        assert!(
+            same_bits(shap.column(j).as_ref(), want.column(j).as_ref()),
+            "column {}: {:?} vs {:?}",
+            field.name(),
+            shap.column(j).slice(0, 3),
+            want.column(j).slice(0, 3)
+        );
     }
 }
 
@@ -256,7 +308,8 @@ async fn an_executor_with_another_model_version_fails_the_task_naming_both() {
     let e = query_err(&ctx, &format!("SELECT shap('m', {}) FROM t", feature_list(f))).await;
     let planned_hash = shapfusion::registry::content_hash(&planned);
     let other_hash = shapfusion::registry::content_hash(&other);
-    for needle in ["executor test-executor-0", "model", "memory:///models/m.json", "planned with version", planned_hash.as_str(), other_hash.as_str()] {
+    for needle in ["executor test-executor-0", "model", "memory:///models/m.json", "planned with version", planned_hash.as_str(), other_hash.as_str()]
+    {
         assert!(e.contains(needle), "{needle:?} not in {e}");
     }
 }
@@ -287,9 +340,9 @@ async fn the_cluster_refuses_callers_without_its_token_and_files_outside_its_dat
     ctx.register_parquet("t", inside.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
     assert_eq!(query(&ctx, &sql).await.num_rows(), f.batch.num_rows());
 
-    // A table outside the scheduler's --data-root is refused, naming the flag.
+    // A table outside the scheduler's data roots is refused, saying so.
     let outside = numbered_input(&f, elsewhere.path());
     ctx.register_parquet("o", outside.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
     let e = query_err(&ctx, &sql.replace("FROM t", "FROM o")).await;
-    assert!(e.contains("--data-root"), "{e}");
+    assert!(e.contains("data roots"), "{e}");
 }

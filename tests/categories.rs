@@ -58,7 +58,8 @@ fn names_and_codes_give_the_same_bits() {
             let stored = names(&f, feature);
             let column = arrow::compute::cast(f.batch.column_by_name(feature).unwrap(), &DataType::Utf8).unwrap();
             // Codes as floats: position in the stored list; null (and LightGBM's unseen) missing.
-            let codes: Float64Array = column.as_string::<i32>().iter().map(|v| v.and_then(|v| stored.iter().position(|s| s == v)).map(|k| k as f64)).collect();
+            let codes: Float64Array =
+                column.as_string::<i32>().iter().map(|v| v.and_then(|v| stored.iter().position(|s| s == v)).map(|k| k as f64)).collect();
             coded = with_column(&coded, feature, Arc::new(codes));
         }
         assert_eq!(shap(&f, &f.batch), shap(&f, &coded), "{name}");
@@ -132,8 +133,14 @@ fn lightgbm_models_trained_on_integer_codes_load_and_take_codes() {
         let f = fixture(name);
         // `pandas_categorical` null, [] or lists that cannot be matched one to one: no names.
         assert!(f.model.categories.iter().all(Option::is_none), "{name}");
-        let categorical: Vec<&str> =
-            f.model.feature_names.iter().zip(&f.model.feature_kinds).filter(|(_, k)| **k == FeatureKind::Categorical).map(|(n, _)| n.as_str()).collect();
+        let categorical: Vec<&str> = f
+            .model
+            .feature_names
+            .iter()
+            .zip(&f.model.feature_kinds)
+            .filter(|(_, k)| **k == FeatureKind::Categorical)
+            .map(|(n, _)| n.as_str())
+            .collect();
         // An ordered pandas category is split as a number: LightGBM marks it numeric.
         let want: &[&str] = if name == "lgb_ordered_category" { &[] } else { &["store", "region"] };
         assert_eq!(categorical, want, "{name}");

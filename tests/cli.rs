@@ -192,9 +192,14 @@ fn category_names_from_parquet_and_csv_give_the_library_numbers_and_inspect_list
         let dir = tmp();
         // The input as a CSV file: names as text, nulls as empty fields.
         let csv = dir.path().join("in.csv");
-        let columns: Vec<Arc<dyn Array>> =
-            f.batch.columns().iter().map(|c| if matches!(c.data_type(), DataType::Dictionary(..)) { arrow::compute::cast(c, &DataType::Utf8).unwrap() } else { c.clone() }).collect();
-        let fields: Vec<Field> = f.batch.schema().fields().iter().zip(&columns).map(|(x, c)| Field::new(x.name(), c.data_type().clone(), true)).collect();
+        let columns: Vec<Arc<dyn Array>> = f
+            .batch
+            .columns()
+            .iter()
+            .map(|c| if matches!(c.data_type(), DataType::Dictionary(..)) { arrow::compute::cast(c, &DataType::Utf8).unwrap() } else { c.clone() })
+            .collect();
+        let fields: Vec<Field> =
+            f.batch.schema().fields().iter().zip(&columns).map(|(x, c)| Field::new(x.name(), c.data_type().clone(), true)).collect();
         let text = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
         let mut w = arrow::csv::Writer::new(std::fs::File::create(&csv).unwrap());
         w.write(&text).unwrap();
@@ -246,15 +251,27 @@ fn truncated_and_corrupt_models() {
         ("trunc.json", json[..json.len() / 2].to_vec(), "truncated"),
         ("garbage.json", b"{\"learner\": 12}".to_vec(), "learner_model_param"),
         ("trunc.ubj", ubj[..ubj.len() / 3].to_vec(), "truncated"),
-        ("trunc.txt", lgb[..lgb.len() / 2].as_bytes().to_vec(), "truncated"),
+        ("trunc.txt", lgb.as_bytes()[..lgb.len() / 2].to_vec(), "truncated"),
         ("empty.json", vec![], "empty"),
-        ("noise.bin", b"\x00\x01\x02garbage".to_vec(), "neither"),
+        (
+            "noise.bin",
+            b"\x00\x01\x02garbage".to_vec(),
+            "none of the formats read here: XGBoost JSON (.json), XGBoost UBJSON (.ubj), LightGBM text (.txt)",
+        ),
     ];
     let input = common::fixtures_dir().join("xgb_regression/input.parquet");
     for (name, bytes, needle) in cases {
         let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
-        let err = fails(&["explain", "--model", path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap()]);
+        let err = fails(&[
+            "explain",
+            "--model",
+            path.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            dir.path().join("o.parquet").to_str().unwrap(),
+        ]);
         assert!(err.contains(name) && err.contains(needle), "{name}: {err}");
         let err = fails(&["models", "inspect", path.to_str().unwrap()]);
         assert!(err.contains(needle), "{name}: {err}");
@@ -291,7 +308,15 @@ fn input_missing_a_feature_column_names_it() {
     let dir = tmp();
     let input = dir.path().join("in.parquet");
     write_parquet(&input, &f.batch.project(&[0, 1, 2, 4, 5, 6, 7, 8, 9]).unwrap());
-    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap()]);
+    let err = fails(&[
+        "explain",
+        "--model",
+        f.model_path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        dir.path().join("o.parquet").to_str().unwrap(),
+    ]);
     assert!(err.contains("\"f3\""), "{err}");
 }
 
@@ -302,7 +327,15 @@ fn string_column_is_refused_by_name() {
     let batch = common::with_column(&f.batch, "x2", Arc::new(StringArray::from(vec!["a"; f.batch.num_rows()])));
     let input = dir.path().join("in.parquet");
     write_parquet(&input, &batch);
-    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap()]);
+    let err = fails(&[
+        "explain",
+        "--model",
+        f.model_path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        dir.path().join("o.parquet").to_str().unwrap(),
+    ]);
     assert!(err.contains("\"x2\"") && err.contains("Utf8"), "{err}");
 }
 
@@ -337,7 +370,17 @@ fn unknown_algorithm_and_bad_keep() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("fast-v2"), "{}", stderr(&o));
     let dir = tmp();
-    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", f.input_path().to_str().unwrap(), "--output", dir.path().join("o.parquet").to_str().unwrap(), "--keep", "nope"]);
+    let err = fails(&[
+        "explain",
+        "--model",
+        f.model_path.to_str().unwrap(),
+        "--input",
+        f.input_path().to_str().unwrap(),
+        "--output",
+        dir.path().join("o.parquet").to_str().unwrap(),
+        "--keep",
+        "nope",
+    ]);
     assert!(err.contains("nope"), "{err}");
 }
 
@@ -365,12 +408,32 @@ fn device_gpu_without_a_usable_gpu_names_what_is_missing_and_auto_uses_the_cpu()
     let f = fixture("xgb_regression");
     let dir = tmp();
     let out = dir.path().join("out.parquet");
-    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", f.input_path().to_str().unwrap(), "--output", out.to_str().unwrap(), "--device", "gpu"]);
+    let err = fails(&[
+        "explain",
+        "--model",
+        f.model_path.to_str().unwrap(),
+        "--input",
+        f.input_path().to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--device",
+        "gpu",
+    ]);
     assert!(err.contains("device gpu was asked for") && err.contains(&missing), "{err}");
     assert!(!out.exists(), "nothing is written when the device is refused");
 
     let o = bin()
-        .args(["explain", "--model", f.model_path.to_str().unwrap(), "--input", f.input_path().to_str().unwrap(), "--output", out.to_str().unwrap(), "--device", "auto"])
+        .args([
+            "explain",
+            "--model",
+            f.model_path.to_str().unwrap(),
+            "--input",
+            f.input_path().to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--device",
+            "auto",
+        ])
         .env("RUST_LOG", "info")
         .output()
         .unwrap();
@@ -399,7 +462,7 @@ fn a_killed_explain_leaves_the_previous_output_intact() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (model, input) = (root.join("examples/models/fraud.json"), root.join("examples/data/payments.parquet"));
     let output = dir.path().join("shap.parquet");
-    let o = explain(&model, &input, &output, &["--predict"]);
+    let o = explain(&model, &input, &output, &["--margin"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let previous = std::fs::read(&output).unwrap();
 
@@ -452,6 +515,14 @@ fn lightgbm_integer_coded_categories_through_explain_and_sql() {
     let shops: StringArray = (0..f.batch.num_rows()).map(|i| Some(format!("shop{}", i % 3))).collect();
     let input = dir.path().join("strings.parquet");
     write_parquet(&input, &common::with_column(&f.batch, "store", Arc::new(shops)));
-    let err = fails(&["explain", "--model", f.model_path.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", dir.path().join("x.parquet").to_str().unwrap()]);
+    let err = fails(&[
+        "explain",
+        "--model",
+        f.model_path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        dir.path().join("x.parquet").to_str().unwrap(),
+    ]);
     assert!(err.contains("\"store\"") && err.contains("stores no category names") && err.contains("codes"), "{err}");
 }

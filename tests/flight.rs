@@ -15,11 +15,12 @@ use arrow_flight::{Action, FlightClient, FlightDescriptor};
 use bytes::Bytes;
 use common::{fixtures, read_parquet};
 use futures::{StreamExt, TryStreamExt};
-use shapfusion::OutputKind;
+use shapfusion::call::PinnedCall;
 use shapfusion::explain::{explain_with_model, ExplainOptions};
-use shapfusion::flight::{output_schema, ExchangeCommand, ModelInfo, WorkerStats};
+use shapfusion::flight::{descriptor, output_schema, ModelInfo, WorkerStats};
 use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
 use shapfusion::model::Model;
+use shapfusion::OutputKind;
 use tonic::Code;
 
 use common::server::{sql_client, sql_result, Server, BIN};
@@ -104,7 +105,7 @@ async fn pool_of_three_equals_local_explain_on_every_fixture() {
     for f in fixtures() {
         let url = file_url(&f.model_path);
         let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
-        for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Predict] {
+        for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Margin] {
             let got = pool.explain(&url, None, output, input.clone()).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
             assert_same(&got, &local(&f.model, &f.input_path(), output), &format!("{} {output:?}", f.name));
         }
@@ -176,9 +177,7 @@ fn write_parquet(path: &Path, batch: &RecordBatch) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_worker_down_the_query_fails_clearly_and_in_time() {
     // Ports that were free a moment ago: nothing listens there.
-    let urls: Vec<String> = (0..2)
-        .map(|_| format!("http://{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()))
-        .collect();
+    let urls: Vec<String> = (0..2).map(|_| format!("http://{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap())).collect();
     let options = PoolOptions { retry_for: Duration::from_secs(2), ..Default::default() };
     let pool = WorkerPool::new(&urls, options).unwrap();
     let (model, model_path, batch) = payments(1);
@@ -223,7 +222,7 @@ async fn tokens_bad_requests_and_oversized_batches_get_the_right_status() {
     let status = |r: Result<Vec<RecordBatch>, tonic::Status>| r.unwrap_err();
     let e = status(exchange(&mut c, Bytes::from("{not json"), input.clone(), 1 << 20).await);
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
-    assert!(e.message().contains("bad descriptor command"), "{e}");
+    assert!(e.message().contains("bad call"), "{e}");
     let e = status(exchange(&mut c, cmd("nosuchmodel", "shap"), input.clone(), 1 << 20).await);
     assert_eq!(e.code(), Code::NotFound, "{e}");
     assert!(e.message().contains("nosuchmodel"), "{e}");
@@ -263,8 +262,8 @@ async fn list_flights_schema_and_info_describe_the_models() {
     let meta: ModelInfo = serde_json::from_slice(&infos[0].app_metadata).unwrap();
     assert_eq!(meta.model, "fraud");
     assert_eq!(meta.features, model.feature_names);
-    for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Predict] {
-        let d = ExchangeCommand::new("fraud", output).descriptor();
+    for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Margin] {
+        let d = descriptor(&PinnedCall::new("fraud", output));
         let schema = c.get_schema(d.clone()).await.unwrap();
         assert_eq!(Arc::new(schema), output_schema(&model, output));
         let info = c.get_flight_info(d).await.unwrap();
@@ -338,14 +337,39 @@ async fn tls_workers_serve_the_pool_and_refuse_plaintext() {
     std::fs::write(path("ext.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
     // A test CA, and a server certificate it signs (webpki refuses a CA as the server's own).
     let steps: [Vec<String>; 3] = [
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca", "-keyout"].iter().map(|s| s.to_string()).chain([path("ca.key"), "-out".into(), ca.clone()]).collect(),
-        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout"].iter().map(|s| s.to_string()).chain([key.clone(), "-out".into(), path("req.csr")]).collect(),
-        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"].iter().map(|s| s.to_string())
-            .chain([path("req.csr"), "-CA".into(), ca.clone(), "-CAkey".into(), path("ca.key"), "-extfile".into(), path("ext.cnf"), "-out".into(), cert.clone()])
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca", "-keyout"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([path("ca.key"), "-out".into(), ca.clone()])
+            .collect(),
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([key.clone(), "-out".into(), path("req.csr")])
+            .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([
+                path("req.csr"),
+                "-CA".into(),
+                ca.clone(),
+                "-CAkey".into(),
+                path("ca.key"),
+                "-extfile".into(),
+                path("ext.cnf"),
+                "-out".into(),
+                cert.clone(),
+            ])
             .collect(),
     ];
     for args in steps {
-        let ok = Command::new("openssl").args(&args).stderr(Stdio::null()).stdout(Stdio::null()).status().expect("openssl is needed to make test certificates");
+        let ok = Command::new("openssl")
+            .args(&args)
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .expect("openssl is needed to make test certificates");
         assert!(ok.success(), "openssl {args:?}");
     }
     let cert = PathBuf::from(cert);
@@ -357,13 +381,13 @@ async fn tls_workers_serve_the_pool_and_refuse_plaintext() {
     let input = feature_batch(&batch.slice(0, 500), &model.feature_names).unwrap();
     let mut options = PoolOptions::default();
     options.connect.ca_cert = Some(PathBuf::from(ca));
-    let pool = WorkerPool::new(&[url.clone()], options).unwrap();
-    let got = pool.explain(&file_url(&model_path), None, OutputKind::Predict, input.clone()).await.unwrap();
+    let pool = WorkerPool::new(std::slice::from_ref(&url), options).unwrap();
+    let got = pool.explain(&file_url(&model_path), None, OutputKind::Margin, input.clone()).await.unwrap();
     assert_eq!(got.num_rows(), 500);
     // Plaintext to a TLS port is a transport failure, reported as such once retries run out.
     let plain = PoolOptions { retry_for: Duration::from_secs(1), ..Default::default() };
     let pool = WorkerPool::new(&[url.replace("https://", "http://")], plain).unwrap();
-    let err = pool.explain(&file_url(&model_path), None, OutputKind::Predict, input).await.unwrap_err().to_string();
+    let err = pool.explain(&file_url(&model_path), None, OutputKind::Margin, input).await.unwrap_err().to_string();
     assert!(err.contains("no worker could explain"), "{err}");
 }
 
@@ -372,7 +396,7 @@ async fn dropping_a_query_cancels_its_requests() {
     let w = worker(&[]);
     let (model, model_path, batch) = payments(12);
     let input = feature_batch(&batch, &model.feature_names).unwrap();
-    let pool = Arc::new(WorkerPool::new(&[w.url.clone()], small_chunks()).unwrap());
+    let pool = Arc::new(WorkerPool::new(std::slice::from_ref(&w.url), small_chunks()).unwrap());
     let url = file_url(&model_path);
     let query = {
         let pool = pool.clone();
@@ -429,7 +453,7 @@ async fn workers_compute_interventional_values_over_their_registered_background(
     for (f, bg_path) in &with_background {
         let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
         let hash = shapfusion::registry::content_hash(&std::fs::read(bg_path).unwrap());
-        let command = ExchangeCommand::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), hash)));
+        let command = PinnedCall::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), hash)));
         let got = pool.run(&command, input.clone()).await.unwrap();
         let background = shapfusion::input::read_background(bg_path, &f.model, None, 0).unwrap();
         let want = shapfusion::Explainer::builder(f.model.clone()).background(background).build().unwrap().explain_batch(&input).unwrap();
@@ -438,10 +462,85 @@ async fn workers_compute_interventional_values_over_their_registered_background(
 
     let (f, _) = &with_background[0];
     let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
-    let unknown = ExchangeCommand::new(f.name.clone(), OutputKind::Shap).with_background(Some(("old".into(), "x".into())));
+    let unknown = PinnedCall::new(f.name.clone(), OutputKind::Shap).with_background(Some(("old".into(), "x".into())));
     let e = pool.run(&unknown, input.clone()).await.unwrap_err().to_string();
     assert!(e.contains("unknown background \"old\"") && e.contains(&f.name), "{e}");
-    let stale = ExchangeCommand::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), "0123".into())));
+    let stale = PinnedCall::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), "0123".into())));
     let e = pool.run(&stale, input).await.unwrap_err().to_string();
     assert!(e.contains(&format!("background \"{}\"", f.name)) && e.contains("0123"), "{e}");
+}
+
+/// Runs `sql` over table `rows` (the Parquet file `rows`) in a session whose shap functions
+/// compute on `workers`, after the `SET`s in `settings`.
+async fn on_workers(workers: &str, rows: &Path, settings: &[&str], sql: &str) -> shapfusion::Result<RecordBatch> {
+    let ctx = datafusion::prelude::SessionContext::new_with_config(shapfusion::sql::session_config());
+    shapfusion::flight::install();
+    shapfusion::sql::register(&ctx)?;
+    ctx.register_parquet("rows", rows.to_str().unwrap(), Default::default()).await.unwrap();
+    let run = |q: String| {
+        let ctx = ctx.clone();
+        async move { ctx.sql(&q).await?.collect().await }
+    };
+    let df = |e: datafusion::error::DataFusionError| shapfusion::Error::Input(e.to_string());
+    run(format!("SET shap.workers = '{workers}'")).await.map_err(df)?;
+    for set in settings {
+        run(set.to_string()).await.map_err(df)?;
+    }
+    let batches = run(sql.to_string()).await.map_err(df)?;
+    Ok(concat_batches(&batches[0].schema(), &batches).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_compute_with_the_sessions_settings_or_refuse_them_by_name() {
+    // A deep model, where the engines' last bits differ, so the algorithm that ran shows.
+    let f = fixtures().into_iter().find(|f| f.name == "xgb_deep").expect("xgb_deep fixture");
+    let dir = tempfile::tempdir().unwrap();
+    let rows = dir.path().join("rows.parquet");
+    write_parquet(&rows, &feature_batch(&f.batch, &f.model.feature_names).unwrap());
+    // The worker's own default is linear: a session asking for treeshap must get treeshap.
+    let w = worker(&["--algorithm", "linear"]);
+    let cols = f.model.feature_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+    let sql = format!("SELECT shap('{}', {cols}) AS s FROM rows", file_url(&f.model_path));
+    let local = |algorithm: shapfusion::Algorithm| {
+        let explainer = shapfusion::Explainer::builder(f.model.clone()).algorithm(algorithm).build().unwrap();
+        explainer.explain_batch(&f.batch).unwrap()
+    };
+    let as_struct = |b: RecordBatch| b.column(0).as_any().downcast_ref::<arrow::array::StructArray>().unwrap().clone();
+    let (treeshap, linear) = (local(shapfusion::Algorithm::TreeShap), local(shapfusion::Algorithm::Linear));
+    assert_ne!(
+        treeshap.columns().iter().map(|c| c.to_data()).collect::<Vec<_>>(),
+        linear.columns().iter().map(|c| c.to_data()).collect::<Vec<_>>(),
+        "the fixture cannot tell the engines apart"
+    );
+    for (set, want) in [("SET shap.algorithm = 'treeshap'", &treeshap), ("SET shap.algorithm = 'linear'", &linear)] {
+        let got = as_struct(on_workers(&w.url, &rows, &[set], &sql).await.unwrap());
+        for (i, column) in want.columns().iter().enumerate() {
+            assert_eq!(got.column(i).to_data(), column.to_data(), "{set}: column {i} is not bit-identical to the local engine's");
+        }
+    }
+    // What a worker cannot honour is refused with the setting's name, never computed otherwise.
+    if shapfusion::Device::Gpu.resolve().is_err() {
+        let e = on_workers(&w.url, &rows, &["SET shap.device = 'gpu'"], &sql).await.unwrap_err().to_string();
+        assert!(e.contains("cannot honour the caller's setting device gpu"), "{e}");
+    }
+    // A model file the worker has in another version is refused too.
+    let changed = dir.path().join("changed.json");
+    let mut bytes = std::fs::read(&f.model_path).unwrap();
+    bytes.extend_from_slice(b"\n");
+    std::fs::write(&changed, bytes).unwrap();
+    let w2 = Server::start(&["worker", "--device", "cpu", "--threads", "1", "--model", &format!("m={}", f.model_path.display())]);
+    let call = PinnedCall::new("m", OutputKind::Shap).pinned(Some(shapfusion::registry::content_hash(&std::fs::read(&changed).unwrap())));
+    let pool = WorkerPool::new(std::slice::from_ref(&w2.url), small_chunks()).unwrap();
+    let e = pool.run(&call, feature_batch(&f.batch, &f.model.feature_names).unwrap()).await.unwrap_err().to_string();
+    assert!(e.contains("is version") && e.contains("planned with version"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_reports_the_threads_that_actually_run() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let w = Server::start(&["worker", "--device", "cpu", "--threads", "1000"]);
+    let mut c = client(&w.url, None).await;
+    let reply: Vec<Bytes> = c.do_action(Action::new("stats", "")).await.unwrap().try_collect().await.unwrap();
+    let stats: WorkerStats = serde_json::from_slice(&reply[0]).unwrap();
+    assert_eq!(stats.device, format!("cpu ({cores} threads)"));
 }

@@ -34,11 +34,7 @@ fn compiled(name: &'static str) -> Option<PathBuf> {
         .or_insert_with(|| {
             let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
             let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gpu_emulation_{name}"));
-            let status = Command::new(&cxx)
-                .args(["-std=c++20", "-O2", "-o"])
-                .arg(&out)
-                .arg(Path::new(SOURCES).join(format!("{name}.cpp")))
-                .status();
+            let status = Command::new(&cxx).args(["-std=c++20", "-O2", "-o"]).arg(&out).arg(Path::new(SOURCES).join(format!("{name}.cpp"))).status();
             match status {
                 Ok(s) if s.success() => Some(out),
                 Ok(s) => panic!("{cxx} could not compile tests/gpu_emulation/{name}.cpp ({s})"),

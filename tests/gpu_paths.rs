@@ -6,8 +6,8 @@ mod common;
 
 use common::random::{random_rows, spine_model, Rng};
 use common::{fixtures, max_row_rel_error};
-use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
 use shapfusion::engine::Engine;
+use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
 use shapfusion::gpu::launch::Output;
 use shapfusion::gpu::GpuEngine;
 
@@ -16,7 +16,10 @@ use shapfusion::gpu::GpuEngine;
 #[test]
 fn the_kernels_compile_with_nvrtc() {
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        assert!(std::env::var_os("SHAPFUSION_REQUIRE_NVRTC").is_none(), "SHAPFUSION_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)");
+        assert!(
+            std::env::var_os("SHAPFUSION_REQUIRE_NVRTC").is_none(),
+            "SHAPFUSION_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"
+        );
         eprintln!("skipped: no NVRTC library on this machine");
         return;
     }
@@ -60,7 +63,11 @@ fn the_gpu_engine_matches_the_exact_engine_on_every_fixture() {
             let Some(gpu) = GpuEngine::with_warp_limit(model.clone(), warp_max_len).unwrap() else { continue };
             let (err, row) = max_row_rel_error(&gpu.shap(&block).unwrap().values, &exact.shap(&block).unwrap().values, width);
             assert!(err <= 1e-5, "{name} (warp limit {warp_max_len}): GPU SHAP row {row} off by {err:e} of max|phi|");
-            let (err, row) = max_row_rel_error(&gpu.interactions(&block).unwrap().values, &exact.interactions(&block).unwrap().values, width * (model.num_features() + 1));
+            let (err, row) = max_row_rel_error(
+                &gpu.interactions(&block).unwrap().values,
+                &exact.interactions(&block).unwrap().values,
+                width * (model.num_features() + 1),
+            );
             assert!(err <= 1e-5, "{name} (warp limit {warp_max_len}): GPU interactions row {row} off by {err:e}");
         }
     }

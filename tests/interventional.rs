@@ -57,9 +57,10 @@ fn every_fixture_matches_shap_and_the_librarys_margins() {
         let got = engine.shap(&f.block()).unwrap();
         // The bias is the library's own mean margin over the background.
         let mean_margin = values(&case.expected["library_mean_margin"]);
-        for k in 0..g {
+        assert_eq!(mean_margin.len(), g, "{what}: one mean margin per output");
+        for (k, want) in mean_margin.iter().enumerate() {
             let bias = got.row(0, k)[nf];
-            assert!((bias - mean_margin[k]).abs() <= 1e-6 * mean_margin[k].abs().max(1.0), "{what}: bias {bias} vs the library's {}", mean_margin[k]);
+            assert!((bias - want).abs() <= 1e-6 * want.abs().max(1.0), "{what}: bias {bias} vs the library's {want}");
         }
         // Additivity against the library's margins for the explained rows.
         let margins = f.expected_f64("margin").unwrap();
@@ -72,13 +73,15 @@ fn every_fixture_matches_shap_and_the_librarys_margins() {
         }
         // shap's values (rows × groups × features), where shap can explain the model.
         if let Some(shap_values) = case.expected.get("values") {
-            let ours: Vec<f64> = (0..got.rows).flat_map(|r| (0..g).flat_map(move |k| (0..nf).map(move |i| (r, k, i)))).map(|(r, k, i)| got.row(r, k)[i]).collect();
+            let ours: Vec<f64> =
+                (0..got.rows).flat_map(|r| (0..g).flat_map(move |k| (0..nf).map(move |i| (r, k, i)))).map(|(r, k, i)| got.row(r, k)[i]).collect();
             let (err, row) = max_row_rel_error(&ours, &values(shap_values), g * nf);
             assert!(err <= 1e-6, "{what}: row {row} off shap by {err:e} of max|phi|");
             with_shap += 1;
         }
         // The reference engine agrees far below shap's tolerance.
-        let reference = build_interventional(f.model.clone(), &background, Algorithm::TreeShap, &EngineOptions::default()).unwrap().shap(&f.block()).unwrap();
+        let reference =
+            build_interventional(f.model.clone(), &background, Algorithm::TreeShap, &EngineOptions::default()).unwrap().shap(&f.block()).unwrap();
         let (err, row) = max_row_rel_error(&got.values, &reference.values, g * (nf + 1));
         assert!(err <= 1e-9, "{what}: row {row} off the reference by {err:e}");
     }
@@ -155,7 +158,20 @@ fn explain_background_writes_the_engines_values_and_names_bad_backgrounds() {
     // A sample of the background: the same rows for the same seed.
     let sampled = |seed: &str| {
         let out = dir.path().join(format!("sampled_{seed}.parquet"));
-        let run = explain(&["--model", p(&f.model_path), "--input", p(&f.input_path()), "--output", p(&out), "--background", p(&bg), "--background-rows", "7", "--seed", seed]);
+        let run = explain(&[
+            "--model",
+            p(&f.model_path),
+            "--input",
+            p(&f.input_path()),
+            "--output",
+            p(&out),
+            "--background",
+            p(&bg),
+            "--background-rows",
+            "7",
+            "--seed",
+            seed,
+        ]);
         assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
         read_parquet(&out)
     };
@@ -174,8 +190,18 @@ fn explain_background_writes_the_engines_values_and_names_bad_backgrounds() {
     let mut columns: Vec<ArrayRef> = case.background.columns().to_vec();
     columns[0] = Arc::new(StringArray::from(vec!["abc"; case.background.num_rows()]));
     write_parquet(&text, &RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap());
-    for (path, what) in [(&missing, f.model.feature_names[0].clone()), (&empty, "has no rows".to_string()), (&text, f.model.feature_names[0].clone())] {
-        let run = explain(&["--model", p(&f.model_path), "--input", p(&f.input_path()), "--output", p(&dir.path().join("bad.parquet")), "--background", p(path)]);
+    for (path, what) in [(&missing, f.model.feature_names[0].clone()), (&empty, "has no rows".to_string()), (&text, f.model.feature_names[0].clone())]
+    {
+        let run = explain(&[
+            "--model",
+            p(&f.model_path),
+            "--input",
+            p(&f.input_path()),
+            "--output",
+            p(&dir.path().join("bad.parquet")),
+            "--background",
+            p(path),
+        ]);
         let err = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success() && err.contains(p(path)) && err.contains(&what), "{}: {err}", path.display());
     }

@@ -69,9 +69,8 @@ fn features_top_down(svg: &str, features: &[String]) -> Vec<String> {
 
 /// Features by mean |φ| of `group`, largest first, computed here from the data.
 fn by_importance(data: &PlotData, group: usize) -> Vec<String> {
-    let mut scored: Vec<(f64, usize)> = (0..data.features.len())
-        .map(|j| ((0..data.rows).map(|r| data.shap(r, group, j).abs()).sum::<f64>() / data.rows as f64, j))
-        .collect();
+    let mut scored: Vec<(f64, usize)> =
+        (0..data.features.len()).map(|j| ((0..data.rows).map(|r| data.shap(r, group, j).abs()).sum::<f64>() / data.rows as f64, j)).collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     scored.into_iter().map(|(_, j)| data.features[j].clone()).collect()
 }
@@ -81,12 +80,7 @@ fn svg(data: &PlotData, options: &ChartOptions) -> String {
 }
 
 fn kinds(feature: &str) -> Vec<ChartKind> {
-    vec![
-        ChartKind::Summary,
-        ChartKind::Bar,
-        ChartKind::Dependence { feature: feature.into(), color: None },
-        ChartKind::Waterfall { row: 3 },
-    ]
+    vec![ChartKind::Summary, ChartKind::Bar, ChartKind::Dependence { feature: feature.into(), color: None }, ChartKind::Waterfall { row: 3 }]
 }
 
 #[test]
@@ -180,7 +174,11 @@ fn shapfusion_number(v: f64) -> String {
     let magnitude = v.abs().log10().floor() as i32;
     let decimals = (3 - magnitude).max(0) as usize;
     let s = format!("{v:.decimals$}");
-    if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s }
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
 }
 
 #[test]
@@ -199,7 +197,8 @@ fn an_explain_output_and_its_input_draw_the_chart_the_model_draws() {
             _ => &[],
         };
         for (source, out) in [(["--shap", shap.to_str().unwrap()], &from_file), (["--model", model], &from_model)] {
-            let mut args = vec!["plot", kind, source[0], source[1], "--input", input, "--output", out.to_str().unwrap(), "--max-rows", "500", "--seed", "9"];
+            let mut args =
+                vec!["plot", kind, source[0], source[1], "--input", input, "--output", out.to_str().unwrap(), "--max-rows", "500", "--seed", "9"];
             args.extend_from_slice(extra);
             let o = run(&args);
             assert!(o.status.success(), "{kind}: {}", String::from_utf8_lossy(&o.stderr));
@@ -243,11 +242,11 @@ fn bad_requests_get_clear_errors() {
     assert!(e.contains(&format!("row {} is out of range", data.rows)), "{e}");
     let mut with_class = ChartOptions::new(ChartKind::Summary);
     with_class.class = Some(1);
-    assert!(err(with_class).contains("--class 1 is out of range: the model has 1 output"));
+    assert!(err(with_class).contains("class 1 is out of range: the model has 1 output"));
 
     let multi = fixture_data("xgb_multiclass");
     let e = render(&multi, &ChartOptions::new(ChartKind::Summary), ImageFormat::Svg).unwrap_err().to_string();
-    assert!(e.contains("3 outputs") && e.contains("--class"), "{e}");
+    assert!(e.contains("3 outputs") && e.contains("pick the class"), "{e}");
     let e = render_to_file(&data, &ChartOptions::new(ChartKind::Bar), Path::new("chart.jpg")).unwrap_err().to_string();
     assert!(e.contains(".png or .svg"), "{e}");
 
@@ -255,13 +254,34 @@ fn bad_requests_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("w.svg");
     let f = fixtures().into_iter().find(|f| f.name == "xgb_regression").unwrap();
-    let o = run(&["plot", "waterfall", "--model", f.model_path.to_str().unwrap(), "--input", f.input_path().to_str().unwrap(), "-o", out.to_str().unwrap(), "--row", "1000"]);
+    let o = run(&[
+        "plot",
+        "waterfall",
+        "--model",
+        f.model_path.to_str().unwrap(),
+        "--input",
+        f.input_path().to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--row",
+        "1000",
+    ]);
     let msg = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{msg}");
     assert!(msg.contains("row 1000 is out of range") && msg.contains("has 48 rows"), "{msg}");
     let other = fixtures().into_iter().find(|f| f.name == "xgb_multiclass").unwrap();
     let shap = dir.path().join("s.parquet");
-    assert!(run(&["explain", "--model", other.model_path.to_str().unwrap(), "--input", other.input_path().to_str().unwrap(), "--output", shap.to_str().unwrap()]).status.success());
+    assert!(run(&[
+        "explain",
+        "--model",
+        other.model_path.to_str().unwrap(),
+        "--input",
+        other.input_path().to_str().unwrap(),
+        "--output",
+        shap.to_str().unwrap()
+    ])
+    .status
+    .success());
     let o = run(&["plot", "summary", "--shap", shap.to_str().unwrap(), "--input", "examples/data/payments.parquet", "-o", out.to_str().unwrap()]);
     let msg = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{msg}");

@@ -8,8 +8,8 @@ mod common;
 
 use std::sync::Arc;
 
-use shapfusion::engine::{build_engine, build_interventional, Algorithm, EngineOptions, FeatureBlock};
 use common::random::{random_model, random_model_with_empty_branches, random_rows, Rng};
+use shapfusion::engine::{build_engine, build_interventional, Algorithm, EngineOptions, FeatureBlock};
 use shapfusion::model::{Model, Tree};
 
 /// E[f(x) | x_S] under the path-dependent (cover) distribution: follow x on features in S,
@@ -130,21 +130,21 @@ fn interactions_equal_brute_force_shapley_interaction_index() {
         let model = Arc::new(random_model(&mut rng, features, trees, depth));
         let block = random_rows(&mut rng, &model, 4);
         for a in [Algorithm::TreeShap, Algorithm::Quadrature, Algorithm::Linear] {
-        let e = build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap();
-        let inter = e.interactions(&block).unwrap();
-        let w = features + 1;
-        for r in 0..block.rows() {
-            let m = &inter.values[r * w * w..(r + 1) * w * w];
-            let scale = m.iter().fold(1e-9f64, |a, v| a.max(v.abs()));
-            for i in 0..features {
-                for j in 0..features {
-                    if i != j {
-                        let want = brute_force_interaction(&model, block.row(r), i, j);
-                        assert!((m[i * w + j] - want).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} [{i}][{j}]: {} vs {want}", m[i * w + j]);
+            let e = build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap();
+            let inter = e.interactions(&block).unwrap();
+            let w = features + 1;
+            for r in 0..block.rows() {
+                let m = &inter.values[r * w * w..(r + 1) * w * w];
+                let scale = m.iter().fold(1e-9f64, |a, v| a.max(v.abs()));
+                for i in 0..features {
+                    for j in 0..features {
+                        if i != j {
+                            let want = brute_force_interaction(&model, block.row(r), i, j);
+                            assert!((m[i * w + j] - want).abs() <= 1e-9 * scale, "seed {seed} {a} row {r} [{i}][{j}]: {} vs {want}", m[i * w + j]);
+                        }
                     }
                 }
             }
-        }
         }
     }
 }
@@ -253,7 +253,14 @@ fn interventional_engines_equal_brute_force_shapley_values() {
             let pred = engine.predict(&block).unwrap();
             for r in 0..block.rows() {
                 let want = &common::brute_force_interventional(&model, block.row(r), &background)[0];
-                let bias = (0..background.rows()).map(|z| { let mut m = [0.0]; model.predict_row(background.row(z), &mut m); m[0] }).sum::<f64>() / background.rows() as f64;
+                let bias = (0..background.rows())
+                    .map(|z| {
+                        let mut m = [0.0];
+                        model.predict_row(background.row(z), &mut m);
+                        m[0]
+                    })
+                    .sum::<f64>()
+                    / background.rows() as f64;
                 let got = shap.row(r, 0);
                 let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
                 for k in 0..features {

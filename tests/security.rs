@@ -17,13 +17,13 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::concat_batches;
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
 use arrow_flight::{
-    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, PollInfo,
-    PutResult, SchemaResult, Ticket,
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, PollInfo, PutResult,
+    SchemaResult, Ticket,
 };
 use futures::TryStreamExt;
-use shapfusion::OutputKind;
 use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
 use shapfusion::model::Model;
+use shapfusion::OutputKind;
 use tonic::{Request, Response, Status, Streaming};
 
 use common::server::{sql_client, sql_result as sql, Server, BIN};
@@ -61,7 +61,7 @@ fn servers_refuse_to_listen_beyond_loopback_without_a_token() {
     child.kill().unwrap();
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--insecure-no-auth") && err.contains("anyone"), "no warning: {err}");
+    assert!(err.contains("without authentication") && err.contains("anyone"), "no warning: {err}");
     // The default is loopback.
     let mut child = Command::new(BIN).args(["worker", "--device", "cpu"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
@@ -105,13 +105,14 @@ async fn flight_sql_clients_touch_only_what_the_operator_configured() {
         assert!(e.contains(needle), "{needle:?} not in {e}");
     };
     // The server's files.
-    refused(sql(&mut a, "CREATE EXTERNAL TABLE pw STORED AS CSV LOCATION '/etc/passwd'").await, "--data-root");
+    refused(sql(&mut a, "CREATE EXTERNAL TABLE pw STORED AS CSV LOCATION '/etc/passwd'").await, "data roots");
     refused(sql(&mut a, &format!("CREATE EXTERNAL TABLE up STORED AS PARQUET LOCATION '{}/../out/'", data.display())).await, "'..'");
-    refused(sql(&mut a, "CREATE EXTERNAL TABLE meta STORED AS CSV LOCATION 'http://169.254.169.254/latest/'").await, "--data-root");
-    let endpoint = format!("CREATE EXTERNAL TABLE e STORED AS PARQUET LOCATION '{}/p.parquet' OPTIONS ('aws.endpoint' 'http://10.0.0.1')", data.display());
+    refused(sql(&mut a, "CREATE EXTERNAL TABLE meta STORED AS CSV LOCATION 'http://169.254.169.254/latest/'").await, "data roots");
+    let endpoint =
+        format!("CREATE EXTERNAL TABLE e STORED AS PARQUET LOCATION '{}/p.parquet' OPTIONS ('aws.endpoint' 'http://10.0.0.1')", data.display());
     refused(sql(&mut a, &endpoint).await, "endpoints and credentials");
     refused(sql(&mut a, "SELECT * FROM '/etc/passwd'").await, "passwd");
-    refused(sql(&mut a, "COPY (SELECT 1 AS x) TO '/tmp/shapfusion-attack.csv' STORED AS CSV").await, "--allow-write");
+    refused(sql(&mut a, "COPY (SELECT 1 AS x) TO '/tmp/shapfusion-attack.csv' STORED AS CSV").await, "write roots");
     assert!(!Path::new("/tmp/shapfusion-attack.csv").exists());
     refused(sql(&mut a, "DROP TABLE payments").await, "read-only");
     refused(sql(&mut a, "CREATE TABLE t AS SELECT 1").await, "read-only");
@@ -123,7 +124,12 @@ async fn flight_sql_clients_touch_only_what_the_operator_configured() {
     assert!(out.join("ids.csv").exists());
 
     // Settings that route rows or credentials are the server's.
-    for set in ["SET shap.workers = 'http://127.0.0.1:1'", "SET shap.worker_token_file = '/etc/hostname'", "SET shap.model_dir = '/'", "SET datafusion.runtime.memory_limit = '1G'"] {
+    for set in [
+        "SET shap.workers = 'http://127.0.0.1:1'",
+        "SET shap.worker_token_file = '/etc/hostname'",
+        "SET shap.model_dir = '/'",
+        "SET datafusion.runtime.memory_limit = '1G'",
+    ] {
         refused(sql(&mut a, set).await, "server configuration");
     }
     // Models are registered names only.
@@ -157,7 +163,7 @@ fn crafted_worker() -> Server {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crafted_models_are_refused_by_workers_and_serve_which_keep_serving() {
     let w = crafted_worker();
-    let pool = WorkerPool::new(&[w.url.clone()], PoolOptions { retry_for: Duration::from_secs(5), ..Default::default() }).unwrap();
+    let pool = WorkerPool::new(std::slice::from_ref(&w.url), PoolOptions { retry_for: Duration::from_secs(5), ..Default::default() }).unwrap();
     let column = |v: Vec<f64>| Arc::new(arrow::array::Float64Array::from(v)) as arrow::array::ArrayRef;
     let input = RecordBatch::try_from_iter([("f0", column(vec![0.1, 0.9])), ("f1", column(vec![1.0, 2.0]))]).unwrap();
     let expected = std::fs::read_to_string(root().join("tests/fixtures/crafted/EXPECTED.tsv")).unwrap();
@@ -171,7 +177,7 @@ async fn crafted_models_are_refused_by_workers_and_serve_which_keep_serving() {
         assert!(e.contains(needle) && e.contains(&w.url), "{file}: {e}");
     }
     // Still serving: a valid model of the corpus.
-    let got = pool.explain("valid_xgb", None, OutputKind::Predict, input.clone()).await.unwrap();
+    let got = pool.explain("valid_xgb", None, OutputKind::Margin, input.clone()).await.unwrap();
     assert_eq!(got.num_rows(), 2);
 
     // serve with a crafted model registered: the query fails, the server stays up.
@@ -266,7 +272,7 @@ async fn the_pool_deadline_is_always_enforced() {
     // A worker that accepts the call and never answers within the deadline.
     let w = Server::start(&["worker", "--device", "cpu", "--threads", "1", "--model", &format!("fraud={}", example_model().display())]);
     let options = PoolOptions { deadline: Duration::from_secs(2), max_chunk_rows: 1 << 20, ..Default::default() };
-    let pool = WorkerPool::new(&[w.url.clone()], options).unwrap();
+    let pool = WorkerPool::new(std::slice::from_ref(&w.url), options).unwrap();
     let model = Model::load(example_model()).unwrap();
     let big = concat_batches(&payments().schema(), &vec![payments(); 20]).unwrap();
     let input = feature_batch(&big, &model.feature_names).unwrap();
@@ -288,23 +294,34 @@ async fn workers_with_another_model_version_refuse_instead_of_mixing() {
     let b = Server::start(&["worker", "--device", "cpu", "--threads", "1", "--model", &format!("fraud={}", other.display())]);
     let planned = shapfusion::registry::content_hash(&std::fs::read(example_model()).unwrap());
     let theirs = shapfusion::registry::content_hash(&bytes);
-    let pool = WorkerPool::new(&[a.url.clone(), b.url.clone()], PoolOptions { min_chunk_rows: 100, max_chunk_rows: 100, ..Default::default() }).unwrap();
+    let pool =
+        WorkerPool::new(&[a.url.clone(), b.url.clone()], PoolOptions { min_chunk_rows: 100, max_chunk_rows: 100, ..Default::default() }).unwrap();
     let model = Model::load(example_model()).unwrap();
     let input = feature_batch(&payments().slice(0, 2000), &model.feature_names).unwrap();
     let e = pool.explain("fraud", Some(&planned), OutputKind::Shap, input.clone()).await.unwrap_err().to_string();
     assert!(e.contains(&b.url) && e.contains(&planned) && e.contains(&theirs), "{e}");
     // The planned version, on the worker that has it: served.
-    let pool = WorkerPool::new(&[a.url.clone()], PoolOptions::default()).unwrap();
+    let pool = WorkerPool::new(std::slice::from_ref(&a.url), PoolOptions::default()).unwrap();
     assert_eq!(pool.explain("fraud", Some(&planned), OutputKind::Shap, input).await.unwrap().num_rows(), 2000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_compute_is_stuck_reports_itself_unhealthy() {
-    let w = Server::start(&["worker", "--device", "cpu", "--threads", "1", "--stuck-after-secs", "1", "--model", &format!("fraud={}", example_model().display())]);
+    let w = Server::start(&[
+        "worker",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--stuck-after-secs",
+        "1",
+        "--model",
+        &format!("fraud={}", example_model().display()),
+    ]);
     let model = Model::load(example_model()).unwrap();
     let big = concat_batches(&payments().schema(), &vec![payments(); 10]).unwrap();
     let input = feature_batch(&big, &model.feature_names).unwrap();
-    let pool = Arc::new(WorkerPool::new(&[w.url.clone()], PoolOptions { max_chunk_rows: 1 << 20, ..Default::default() }).unwrap());
+    let pool = Arc::new(WorkerPool::new(std::slice::from_ref(&w.url), PoolOptions { max_chunk_rows: 1 << 20, ..Default::default() }).unwrap());
     // One 100,000-row interactions batch on one thread: far more than a second.
     let query = tokio::spawn({
         let pool = pool.clone();

@@ -11,8 +11,8 @@ use common::{fixtures, read_parquet, Fixture};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
-use shapfusion::OutputKind;
 use shapfusion::explain::{explain_with_model, ExplainOptions};
+use shapfusion::OutputKind;
 
 fn session(partitions: usize) -> (SessionContext, Arc<shapfusion::registry::ModelRegistry>) {
     let ctx = SessionContext::new_with_config(shapfusion::sql::session_config().with_target_partitions(partitions));
@@ -40,8 +40,11 @@ async fn sql_equals_explain_on_every_fixture() {
         let inter = query(&ctx, &format!("SELECT shap_interactions('m', {cols}) FROM t")).await;
         assert!(same_bits(inter.column(0).as_ref(), explain_output(&f, OutputKind::Interactions).column(0).as_ref()), "{}", f.name);
 
-        let pred = query(&ctx, &format!("SELECT predict('m', {cols}) FROM t")).await;
-        assert!(same_bits(pred.column(0).as_ref(), explain_output(&f, OutputKind::Predict).column(0).as_ref()), "{}", f.name);
+        let margin = query(&ctx, &format!("SELECT margin('m', {cols}) FROM t")).await;
+        assert!(same_bits(margin.column(0).as_ref(), explain_output(&f, OutputKind::Margin).column(0).as_ref()), "{}", f.name);
+        // The function's name before it was `margin` still answers, with the same bits.
+        let predict = query(&ctx, &format!("SELECT predict('m', {cols}) FROM t")).await;
+        assert!(same_bits(predict.column(0).as_ref(), margin.column(0).as_ref()), "{}", f.name);
     }
 }
 
@@ -74,8 +77,8 @@ async fn field_access_nulls_and_integer_arguments() {
     // Integer arguments are coerced: CAST(x*1000 AS INT) gives the same as the rounded double.
     let ints = f.model.feature_names.iter().map(|n| format!("CAST(\"{n}\" * 1000 AS INT)")).collect::<Vec<_>>().join(", ");
     let dbls = f.model.feature_names.iter().map(|n| format!("CAST(CAST(\"{n}\" * 1000 AS INT) AS DOUBLE)")).collect::<Vec<_>>().join(", ");
-    let a = query(&ctx, &format!("SELECT predict('m', {ints}) FROM t")).await;
-    let b = query(&ctx, &format!("SELECT predict('m', {dbls}) FROM t")).await;
+    let a = query(&ctx, &format!("SELECT margin('m', {ints}) FROM t")).await;
+    let b = query(&ctx, &format!("SELECT margin('m', {dbls}) FROM t")).await;
     assert!(same_bits(a.column(0).as_ref(), b.column(0).as_ref()));
 }
 
@@ -157,7 +160,7 @@ async fn model_dir_and_changed_models_are_reloaded() {
     ctx.register_parquet("t", a.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
     ctx.sql(&format!("SET shap.model_dir = '{}'", dir.path().display())).await.unwrap();
     let cols = feature_list(&a);
-    let sql = format!("SELECT predict('diab', {cols}) FROM t");
+    let sql = format!("SELECT margin('diab', {cols}) FROM t");
     let first = query(&ctx, &sql).await;
     let want_a = a.expected_f64("margin").unwrap();
     let got: Vec<f64> = first.column(0).as_primitive::<Float64Type>().values().to_vec();
@@ -167,10 +170,8 @@ async fn model_dir_and_changed_models_are_reloaded() {
     std::fs::copy(&b.model_path, dir.path().join("diab.json")).unwrap();
     let second = query(&ctx, &sql).await;
     assert!(!same_bits(first.column(0).as_ref(), second.column(0).as_ref()), "model change not picked up");
-    let expect_b = shapfusion::engine::build_engine(b.model.clone(), Default::default(), None, &Default::default())
-        .unwrap()
-        .predict(&a.block())
-        .unwrap();
+    let expect_b =
+        shapfusion::engine::build_engine(b.model.clone(), Default::default(), None, &Default::default()).unwrap().predict(&a.block()).unwrap();
     assert_eq!(second.column(0).as_primitive::<Float64Type>().values().to_vec(), expect_b.values);
 }
 
@@ -185,15 +186,15 @@ async fn models_load_from_an_object_store_behind_s3_urls() {
     ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
     let cols = feature_list(&f);
 
-    let by_url = query(&ctx, &format!("SELECT predict('s3://models/zoo/wine.txt', {cols}) FROM t")).await;
+    let by_url = query(&ctx, &format!("SELECT margin('s3://models/zoo/wine.txt', {cols}) FROM t")).await;
     ctx.sql("SET shap.model_dir = 's3://models/zoo'").await.unwrap();
-    let by_name = query(&ctx, &format!("SELECT predict('wine', {cols}) FROM t")).await;
+    let by_name = query(&ctx, &format!("SELECT margin('wine', {cols}) FROM t")).await;
     assert!(same_bits(by_url.column(0).as_ref(), by_name.column(0).as_ref()));
     let want = f.expected_f64("margin").unwrap();
     let got = by_name.column(0).as_fixed_size_list().values().as_primitive::<Float64Type>().values().to_vec();
     assert!(got.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-9 * y.abs().max(1.0)));
 
-    let e = query_err(&ctx, &format!("SELECT predict('s3://models/zoo/none.txt', {cols}) FROM t")).await;
+    let e = query_err(&ctx, &format!("SELECT margin('s3://models/zoo/none.txt', {cols}) FROM t")).await;
     assert!(e.contains("s3://models/zoo/none.txt"), "{e}");
 }
 

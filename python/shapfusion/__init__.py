@@ -176,7 +176,7 @@ def datafusion_udfs(
     threads: Optional[int] = None,
     background: Union[str, "os.PathLike[str]", None] = None,
 ) -> list:
-    """SQL functions ``shap``, ``shap_interactions`` and ``predict`` for Python's ``datafusion``.
+    """SQL functions ``shap``, ``shap_interactions`` and ``margin`` for Python's ``datafusion``.
 
     ``models`` maps the names queries use to model files (paths or object-store URLs); they are
     loaded now, so a wrong path fails here. Register the returned ``datafusion.ScalarUDF``

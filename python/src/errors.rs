@@ -14,7 +14,7 @@ pub fn to_py(error: Error) -> PyErr {
         Error::Io { .. } => PyOSError::new_err(message),
         Error::ModelNotFound(_) => PyFileNotFoundError::new_err(message),
         Error::Unavailable(_) => PyNotImplementedError::new_err(message),
-        Error::Remote { .. } | Error::Draw { .. } => PyRuntimeError::new_err(message),
+        Error::Remote { .. } | Error::Draw { .. } | Error::Internal(_) | Error::VersionMismatch(_) => PyRuntimeError::new_err(message),
         Error::ModelFormat { .. }
         | Error::InvalidTree { .. }
         | Error::UnsupportedModel { .. }

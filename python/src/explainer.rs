@@ -46,7 +46,7 @@ impl Output {
         match self {
             Output::Shap => OutputKind::Shap,
             Output::Interactions => OutputKind::Interactions,
-            Output::Margins => OutputKind::Predict,
+            Output::Margins => OutputKind::Margin,
         }
     }
 
@@ -123,7 +123,13 @@ impl NativeExplainer {
     /// with `names` for its columns, or an Arrow object), as a NumPy array in XGBoost's layout:
     /// `(n, *row_shape)`.
     #[pyo3(signature = (x, output, names=None))]
-    fn compute<'py>(&self, py: Python<'py>, x: &Bound<'py, PyAny>, output: &str, names: Option<Vec<String>>) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    fn compute<'py>(
+        &self,
+        py: Python<'py>,
+        x: &Bound<'py, PyAny>,
+        output: &str,
+        names: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let output = Output::parse(output)?;
         let model = self.explainer.model();
         let row_shape = output.row_shape(model);

@@ -1,4 +1,4 @@
-//! `shap`, `shap_interactions` and `predict` for Python's `datafusion` package: the library's
+//! `shap`, `shap_interactions` and `margin` for Python's `datafusion` package: the library's
 //! SQL functions (`shapfusion::sql::ffi`, the ones `shapfusion sql` runs), handed over as
 //! PyCapsules holding `datafusion-ffi` handles. Models are the ones registered here by name; a
 //! query cannot name a path.
@@ -44,7 +44,13 @@ impl PyExportedUdf {
 /// path or URL of rows), `shap` returns interventional SHAP values over it.
 #[pyfunction]
 #[pyo3(signature = (models, *, algorithm="auto", threads=0, background=None))]
-pub fn datafusion_udfs(py: Python<'_>, models: Vec<(String, String)>, algorithm: &str, threads: usize, background: Option<String>) -> PyResult<Vec<PyExportedUdf>> {
+pub fn datafusion_udfs(
+    py: Python<'_>,
+    models: Vec<(String, String)>,
+    algorithm: &str,
+    threads: usize,
+    background: Option<String>,
+) -> PyResult<Vec<PyExportedUdf>> {
     let registry = Arc::new(ModelRegistry::names_only(None));
     let mut options = ShapOptions::default();
     options.algorithm = algorithm.to_string();

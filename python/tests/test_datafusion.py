@@ -34,7 +34,7 @@ def ctx():
 
 
 def test_shap_query_equals_shapfusion_sql(ctx, cli, tmp_path):
-    query = f"SELECT id, shap('fraud', {FEATURES}) AS phi, predict('fraud', {FEATURES}) AS margin FROM payments ORDER BY id"
+    query = f"SELECT id, shap('fraud', {FEATURES}) AS phi, margin('fraud', {FEATURES}) AS margin FROM payments ORDER BY id"
     ours = ctx.sql(query).to_arrow_table()
     out = tmp_path / "sql.parquet"
     subprocess.run(

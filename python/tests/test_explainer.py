@@ -197,7 +197,7 @@ def test_values_equal_the_cli_exactly(cli, xgb_multiclass, data, tmp_path):
     rows = tmp_path / "rows.parquet"
     pq.write_table(pa.Table.from_pandas(data, preserve_index=False), rows)
     explainer = shapfusion.Explainer(model)
-    for flag, method in (([], "shap_values"), (["--interactions"], "interactions"), (["--predict"], "predict_margin")):
+    for flag, method in (([], "shap_values"), (["--interactions"], "interactions"), (["--margin"], "predict_margin")):
         out = tmp_path / f"out{len(flag)}{method}.parquet"
         subprocess.run(
             [cli, "explain", "--model", model, "--input", rows, "--output", out, "--no-progress", *flag],

@@ -1,5 +1,6 @@
 //! How a pinned shap call crosses from the scheduler to the executors: Ballista's physical
-//! codec, plus the [`PlannedCall`] of each `shap`/`shap_interactions`/`predict` call.
+//! codec, carrying each `shap`/`shap_interactions`/`margin` call as a [`PinnedCall`], the
+//! same form the Flight workers receive.
 //!
 //! DataFusion serialises a scalar function by name and type only (the return field's metadata,
 //! where a local plan records the model version, does not travel), so the codec writes the
@@ -15,11 +16,13 @@ use datafusion::logical_expr::ScalarUDF;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
+use crate::call::PinnedCall;
 use crate::registry::ModelRegistry;
-use crate::sql::{PlannedCall, ShapUdf};
+use crate::sql::ShapUdf;
 
-/// Marks a shap call's definition bytes (followed by the [`PlannedCall`] as JSON).
-const PLANNED_CALL_TAG: &[u8] = b"shapfusion.planned-call.v1:";
+/// Marks a shap call's definition bytes (followed by the [`PinnedCall`] as JSON). An executor
+/// of another build sees another tag and says so rather than misreading the call.
+const PLANNED_CALL_TAG: &[u8] = b"shapfusion.pinned-call.v2:";
 
 /// Ballista's physical codec with pinned shap calls.
 #[derive(Debug)]
@@ -39,18 +42,24 @@ impl ShapPhysicalCodec {
     }
 }
 
-/// The definition bytes of a planned call.
-pub fn encode_call(call: &PlannedCall) -> Vec<u8> {
+/// The definition bytes of a pinned call.
+pub fn encode_call(call: &PinnedCall) -> Vec<u8> {
     let mut buf = PLANNED_CALL_TAG.to_vec();
-    // A struct of strings and integers always serialises.
-    buf.extend(serde_json::to_vec(call).expect("a planned call serialises"));
+    buf.extend(call.to_json());
     buf
 }
 
-/// The planned call in definition bytes, `None` when they are not a shap call's.
-pub fn decode_call(buf: &[u8]) -> Option<DfResult<PlannedCall>> {
+/// The pinned call in definition bytes, `None` when they are not a shap call's.
+pub fn decode_call(buf: &[u8]) -> Option<DfResult<PinnedCall>> {
+    if let Some(other) = buf.strip_prefix(b"shapfusion.").filter(|_| !buf.starts_with(PLANNED_CALL_TAG)) {
+        let tag = String::from_utf8_lossy(&other[..other.iter().position(|&b| b == b':').unwrap_or(other.len()).min(40)]).into_owned();
+        return Some(Err(exec_datafusion_err!(
+            "a shap call in the plan is in form {tag:?}, which this build does not read (it reads {:?}); run the same shapfusion version on the scheduler and the executors",
+            String::from_utf8_lossy(&PLANNED_CALL_TAG[b"shapfusion.".len()..PLANNED_CALL_TAG.len() - 1])
+        )));
+    }
     let json = buf.strip_prefix(PLANNED_CALL_TAG)?;
-    Some(serde_json::from_slice(json).map_err(|e| exec_datafusion_err!("a shap call in the plan is malformed: {e}")))
+    Some(PinnedCall::from_json(json).map_err(|e| exec_datafusion_err!("a shap call in the plan is malformed: {e}")))
 }
 
 impl PhysicalExtensionCodec for ShapPhysicalCodec {
@@ -99,29 +108,19 @@ impl PhysicalExtensionCodec for ShapPhysicalCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::PlannedObject;
 
     #[test]
-    fn planned_calls_round_trip_and_other_bytes_are_not_ours() {
-        let object = |name: &str| PlannedObject {
-            name: name.into(),
-            url: format!("file:///m/{name}.json"),
-            version: "v1".into(),
-            content_hash: "blake3:ab".into(),
-        };
-        let call = PlannedCall {
-            function: "shap".into(),
-            model: object("fraud"),
-            background: Some(object("recent")),
-            algorithm: "auto".into(),
-            device: "cpu".into(),
-            threads: 0,
-            v2_memory_mb: 256,
-        };
+    fn pinned_calls_round_trip_and_other_bytes_are_not_ours() {
+        let call = PinnedCall::new("file:///m/fraud.json", crate::OutputKind::Shap)
+            .pinned(Some("blake3:ab".into()))
+            .with_background(Some(("recent".into(), "blake3:cd".into())))
+            .with_settings(crate::ComputeSettings::default());
         assert_eq!(decode_call(&encode_call(&call)).unwrap().unwrap(), call);
         assert!(decode_call(b"").is_none());
         assert!(decode_call(b"{\"function\":\"shap\"}").is_none());
-        let e = decode_call(b"shapfusion.planned-call.v1:{").unwrap().unwrap_err().to_string();
+        let e = decode_call(b"shapfusion.pinned-call.v2:{").unwrap().unwrap_err().to_string();
         assert!(e.contains("malformed"), "{e}");
+        let e = decode_call(b"shapfusion.planned-call.v1:{}").unwrap().unwrap_err().to_string();
+        assert!(e.contains("planned-call.v1") && e.contains("same shapfusion version"), "{e}");
     }
 }

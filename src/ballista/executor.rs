@@ -17,7 +17,7 @@ use datafusion::prelude::SessionContext;
 
 use super::{cluster_config, token_interceptor, ClusterModels, ShapPhysicalCodec};
 use crate::error::{Error, Result};
-use crate::flight::transport::{check_exposure, ListenOptions};
+use crate::net::transport::{check_exposure, ListenOptions};
 
 /// How an executor runs.
 #[derive(Debug, Clone)]
@@ -62,16 +62,18 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         .listen
         .listen
         .parse()
-        .map_err(|e| Error::Input(format!("{what}: --listen {:?} must be IP:PORT: {e}", options.listen.listen)))?;
+        .map_err(|e| Error::Input(format!("{what}: listen address {:?} must be IP:PORT: {e}", options.listen.listen)))?;
     if addr.port() == 0 {
-        return Err(Error::Input(format!("{what}: --listen needs a port (the scheduler tells clients and other executors where to fetch data)")));
+        return Err(Error::Input(format!(
+            "{what}: the listen address needs a port (the scheduler tells clients and other executors where to fetch data)"
+        )));
     }
     check_exposure(addr, &options.listen, what)?;
     let (scheduler_host, scheduler_port) = options
         .scheduler
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-        .ok_or_else(|| Error::Input(format!("{what}: --scheduler {:?}: expected HOST:PORT, e.g. 127.0.0.1:50050", options.scheduler)))?;
+        .ok_or_else(|| Error::Input(format!("{what}: scheduler {:?}: expected HOST:PORT, e.g. 127.0.0.1:50050", options.scheduler)))?;
     let mut config = ExecutorProcessConfig::default();
     if let Some(id) = &options.executor_id {
         config.executor_id = id.clone();
@@ -81,7 +83,7 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         // The address of the interface that reaches the scheduler: what the others reach too.
         None if addr.ip().is_unspecified() => address_towards(&options.scheduler)
             .or_else(super::own_host_name)
-            .ok_or_else(|| Error::Input(format!("{what}: listening on {addr}; pass --external-host with the name other machines reach this one at")))?,
+            .ok_or_else(|| Error::Input(format!("{what}: listening on {addr}; give the external host name other machines reach this one at")))?,
         None => addr.ip().to_string(),
     };
     let here = format!("executor {} ({external}:{})", config.executor_id, addr.port());
@@ -97,14 +99,12 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     // directory.
     let runtime = match &options.runtime {
         Some(runtime) => runtime.clone(),
-        None => RuntimeEnvBuilder::new()
-            .with_temp_file_path(work_dir.clone())
-            .build_arc()
-            .map_err(|e| Error::Input(format!("{what}: {e}")))?,
+        None => RuntimeEnvBuilder::new().with_temp_file_path(work_dir.clone()).build_arc().map_err(|e| Error::Input(format!("{what}: {e}")))?,
     };
     let registry = options.models.registry(Some(runtime.clone()))?;
     let functions = {
         let ctx = SessionContext::new_with_config_rt(cluster_config(None), runtime.clone());
+        crate::flight::install();
         crate::sql::register_with(&ctx, registry.clone())?;
         BallistaFunctionRegistry::from(&ctx.state())
     };
@@ -125,7 +125,7 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     config.override_config_producer = Some(Arc::new(move || cluster_config(token.as_deref())));
     config.override_runtime_producer = Some(Arc::new(move |_| Ok(runtime.clone())));
     if let Some(token) = &options.token {
-        config.override_create_grpc_client_endpoint = Some(crate::sql::remote::token_agent(token)?);
+        config.override_create_grpc_client_endpoint = Some(crate::ballista::client::token_agent(token)?);
     }
     let flight_token = options.token.clone();
     let max_message = options.listen.max_message_bytes;

@@ -1,7 +1,7 @@
 //! Distributed SQL on Apache Ballista: a scheduler and executors that know the shap UDFs.
 //!
 //! A client (`shapfusion sql --ballista`, `serve --ballista`, or a remote `SessionContext`
-//! from [`crate::sql::remote`]) sends its logical plan to the [scheduler](start_scheduler). The
+//! from [`client`]) sends its logical plan to the [scheduler](start_scheduler). The
 //! scheduler plans it with its own model registry: expression simplification pins every
 //! `shap(...)` call to the model (and background) version it resolves, and
 //! [`ShapPhysicalCodec`] carries that pin to the [executors](run_executor), which load the same
@@ -14,6 +14,7 @@
 //! data service, models only from the operator's registry, and files scanned only under the
 //! scheduler's `--data-root` prefixes.
 
+pub mod client;
 mod codec;
 mod executor;
 mod scheduler;
@@ -41,7 +42,7 @@ pub struct ClusterModels {
     pub models: Vec<String>,
     /// `NAME=URL` background sets.
     pub backgrounds: Vec<String>,
-    /// Where a model named NAME is looked up as NAME.json|.ubj|.txt.
+    /// Where a model named NAME is looked up as NAME.<ext>, for each model file extension.
     pub model_dir: Option<String>,
 }
 
@@ -59,7 +60,7 @@ impl ClusterModels {
 /// channels this member opens to executors.
 fn cluster_config(token: Option<&str>) -> SessionConfig {
     let config = SessionConfig::new_with_ballista().with_option_extension(ShapOptions::default());
-    match token.map(crate::sql::remote::token_agent) {
+    match token.map(crate::ballista::client::token_agent) {
         Some(Ok(agent)) => config.with_ballista_override_create_grpc_client_endpoint(agent),
         // A token that is no header value was refused when the member started.
         _ => config,
@@ -70,7 +71,7 @@ fn cluster_config(token: Option<&str>) -> SessionConfig {
 /// agent Ballista's own channels carry it in); no token configured: every call passes.
 fn token_interceptor(token: Option<String>) -> impl FnMut(Request<()>) -> std::result::Result<Request<()>, Status> + Clone {
     move |request: Request<()>| {
-        crate::flight::auth::check(request.metadata(), token.as_deref())?;
+        crate::net::auth::check(request.metadata(), token.as_deref())?;
         Ok(request)
     }
 }
@@ -83,7 +84,7 @@ pub async fn health(url: &str, timeout: std::time::Duration) -> Result<String> {
     use ballista_core::serde::protobuf::GetJobStatusParams;
     let unreachable = |message: String| crate::Error::Remote { worker: url.to_string(), message };
     let (address, scheduler) = match url.strip_prefix("df://") {
-        Some(_) => (crate::sql::remote::RemoteScheduler { url: url.to_string(), token: None }.grpc_address()?, true),
+        Some(_) => (crate::ballista::client::RemoteScheduler { url: url.to_string(), token: None }.grpc_address()?, true),
         None => (url.to_string(), false),
     };
     let attempt = async {

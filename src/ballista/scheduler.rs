@@ -25,8 +25,8 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use super::{cluster_config, token_interceptor, ClusterModels};
 use crate::error::{Error, Result};
-use crate::flight::transport::{self, ListenOptions};
-use crate::flight::AccessPolicy;
+use crate::net::transport::{self, ListenOptions};
+use crate::sql::AccessPolicy;
 use crate::sql::ShapOptions;
 
 /// How a scheduler runs.
@@ -109,20 +109,17 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<RunningSchedul
     let host = match &options.external_host {
         Some(host) => host.clone(),
         None if addr.ip().is_unspecified() => super::own_host_name()
-            .ok_or_else(|| Error::Input(format!("{what}: listening on {addr}; pass --external-host with the name other machines reach this one at")))?,
+            .ok_or_else(|| Error::Input(format!("{what}: listening on {addr}; give the external host name other machines reach this one at")))?,
         None => addr.ip().to_string(),
     };
     let endpoint = format!("{host}:{}", addr.port());
-    let mut config = SchedulerConfig::default()
-        .with_hostname(host)
-        .with_port(addr.port())
-        .with_scheduler_policy(TaskSchedulingPolicy::PullStaged);
+    let mut config = SchedulerConfig::default().with_hostname(host).with_port(addr.port()).with_scheduler_policy(TaskSchedulingPolicy::PullStaged);
     config.bind_host = addr.ip().to_string();
     config.executor_timeout_seconds = options.executor_timeout_secs;
     config.no_executors_grace_period_seconds = options.executor_timeout_secs;
     config.expire_dead_executor_interval_seconds = (options.executor_timeout_secs / 4).clamp(1, 15);
     if let Some(token) = &options.token {
-        config.override_create_grpc_client_endpoint = Some(crate::sql::remote::token_agent(token)?);
+        config.override_create_grpc_client_endpoint = Some(crate::ballista::client::token_agent(token)?);
     }
     let codec = BallistaCodec::new(
         Arc::new(BallistaLogicalExtensionCodec::default()),

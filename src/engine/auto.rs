@@ -7,8 +7,8 @@ use std::fmt;
 
 use super::fast_v2::table_bytes;
 use super::linear::exact_points;
-use super::prepared::{PreparedModel, UNREACHABLE};
 use super::options::Algorithm;
+use super::prepared::{PreparedModel, UNREACHABLE};
 
 /// Rows assumed when the caller cannot say how many will be explained.
 const DEFAULT_ROWS: usize = 100_000;
@@ -92,16 +92,9 @@ pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, v2_m
     if v2 < linear {
         AutoChoice {
             algorithm: Algorithm::FastV2,
-            reason: format!(
-                "{:.1} MiB of tables, estimated {:.1}x less work than linear for {rows} rows",
-                bytes as f64 / 1048576.0,
-                linear / v2
-            ),
+            reason: format!("{:.1} MiB of tables, estimated {:.1}x less work than linear for {rows} rows", bytes as f64 / 1048576.0, linear / v2),
         }
     } else {
-        AutoChoice {
-            algorithm: Algorithm::Linear,
-            reason: format!("estimated {:.1}x less work than fast-v2 for {rows} rows", v2 / linear),
-        }
+        AutoChoice { algorithm: Algorithm::Linear, reason: format!("estimated {:.1}x less work than fast-v2 for {rows} rows", v2 / linear) }
     }
 }

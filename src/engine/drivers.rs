@@ -57,7 +57,7 @@ pub(crate) fn check_output(rows: usize, width: usize, what: &str) -> Result<()> 
         return Err(Error::Input(format!(
             "{rows} rows × {width} {what} per row is {} MiB, over the limit of {} MiB for one batch; explain fewer rows at a time",
             values.saturating_mul(8) >> 20,
-            MAX_OUTPUT_VALUES * 8 >> 20
+            (MAX_OUTPUT_VALUES * 8) >> 20
         )));
     }
     Ok(())
@@ -66,11 +66,7 @@ pub(crate) fn check_output(rows: usize, width: usize, what: &str) -> Result<()> 
 /// Errors unless the block has one column per model feature.
 pub(crate) fn check_block(model: &Model, block: &FeatureBlock) -> Result<()> {
     if block.cols() != model.num_features() {
-        return Err(Error::Input(format!(
-            "feature block has {} columns but the model has {} features",
-            block.cols(),
-            model.num_features()
-        )));
+        return Err(Error::Input(format!("feature block has {} columns but the model has {} features", block.cols(), model.num_features())));
     }
     Ok(())
 }
@@ -78,7 +74,13 @@ pub(crate) fn check_block(model: &Model, block: &FeatureBlock) -> Result<()> {
 /// One row's SHAP values: `tree_fn(tree_index, x, phi, scratch)` adds each tree's attributions
 /// to `phi` (that tree's group, F + 1 wide), then the bias is filled in. Shared by every CPU engine.
 #[inline]
-pub(crate) fn shap_row_by_tree<S>(p: &PreparedModel, x: &[f64], out: &mut [f64], scratch: &mut S, tree_fn: &impl Fn(usize, &[f64], &mut [f64], &mut S)) {
+pub(crate) fn shap_row_by_tree<S>(
+    p: &PreparedModel,
+    x: &[f64],
+    out: &mut [f64],
+    scratch: &mut S,
+    tree_fn: &impl Fn(usize, &[f64], &mut [f64], &mut S),
+) {
     let width = p.model.num_features() + 1;
     for (t, tree) in p.model.trees.iter().enumerate() {
         tree_fn(t, x, &mut out[tree.group * width..(tree.group + 1) * width], scratch);
@@ -102,7 +104,14 @@ where
 
 /// [`shap_by_task`] measured from `bias` (one value per group) instead of the path-dependent
 /// expected value: the interventional engines' bias is the background's mean margin.
-pub(crate) fn shap_by_task_from<S, I, F>(model: &Model, bias: &[f64], block: &FeatureBlock, per_task: usize, init: I, task_fn: F) -> Result<Attributions>
+pub(crate) fn shap_by_task_from<S, I, F>(
+    model: &Model,
+    bias: &[f64],
+    block: &FeatureBlock,
+    per_task: usize,
+    init: I,
+    task_fn: F,
+) -> Result<Attributions>
 where
     I: Fn() -> S + Sync + Send,
     F: Fn(&mut S, usize, &mut [f64]) + Sync + Send,
@@ -201,4 +210,3 @@ pub fn finish_interaction_row(out: &mut [f64], shap: &[f64], f: usize, groups: u
         out[base + f * w + f] = shap[g * w + f];
     }
 }
-

@@ -30,4 +30,3 @@ pub trait Engine: Send + Sync {
         Ok(Predictions { rows: block.rows(), groups: g, values })
     }
 }
-

@@ -14,13 +14,13 @@
 
 use std::sync::Arc;
 
-use super::interactions::FastInteractions;
-use super::path::{poly_div_linear, poly_mul_linear, weighted_sum, ShapleyWeights};
-use super::prepared::{PreparedModel, PreparedTree};
 use super::block::FeatureBlock;
 use super::drivers::shap_by_tree;
 use super::explainer::Engine;
+use super::interactions::FastInteractions;
 use super::output::{Attributions, Interactions};
+use super::path::{poly_div_linear, poly_mul_linear, weighted_sum, ShapleyWeights};
+use super::prepared::{PreparedModel, PreparedTree};
 use crate::error::Result;
 use crate::model::{Model, Tree};
 

@@ -33,14 +33,18 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::decision::Decision;
-use super::interactions::FastInteractions;
-use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
-use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
 use super::block::FeatureBlock;
+use super::decision::Decision;
 use super::drivers::{rows_per_task, shap_by_task, ROWS_PER_TASK};
 use super::explainer::Engine;
+use super::interactions::FastInteractions;
 use super::output::{Attributions, Interactions};
+use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
+use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
+
+/// A node waiting to be visited while a tree's tables are built: the node, the path above it
+/// (feature, fraction), its depth, and whether it is a right child.
+type PendingNode = (usize, Vec<(u32, f64)>, u16, bool);
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -64,11 +68,7 @@ pub(crate) fn table_bytes(prepared: &PreparedModel) -> Option<usize> {
                 // The shared table and the split feature's, each over (parent's set, direction).
                 2usize << (prep.distinct[i] as usize + 1)
             } else {
-                [node.left, node.right]
-                    .iter()
-                    .filter(|&&c| tree.nodes[c as usize].is_leaf())
-                    .map(|&c| 1usize << prep.distinct[c as usize])
-                    .sum()
+                [node.left, node.right].iter().filter(|&&c| tree.nodes[c as usize].is_leaf()).map(|&c| 1usize << prep.distinct[c as usize]).sum()
             };
             total = total.checked_add(entries.checked_mul(8)?)?;
         }
@@ -225,20 +225,12 @@ impl<'a> TreeBuilder<'a> {
 
     fn build(mut self) -> V2Tree {
         // (node, path before the node, depth, is a right child)
-        let mut stack: Vec<(usize, Vec<(u32, f64)>, u16, bool)> = vec![(0, Vec::new(), 0, false)];
+        let mut stack: Vec<PendingNode> = vec![(0, Vec::new(), 0, false)];
         while let Some((i, path, depth, right)) = stack.pop() {
             let node = &self.tree.nodes[i];
             self.out.max_depth = self.out.max_depth.max(depth as usize + 1);
-            let mut step = Step {
-                kind: StepKind::Split,
-                test: Decision::of(self.tree, i),
-                feature: node.feature,
-                unit: 0,
-                bit: 0,
-                first: false,
-                right,
-                depth,
-            };
+            let mut step =
+                Step { kind: StepKind::Split, test: Decision::of(self.tree, i), feature: node.feature, unit: 0, bit: 0, first: false, right, depth };
             if node.is_leaf() {
                 if path.is_empty() {
                     continue; // a tree that is one leaf attributes nothing
@@ -321,11 +313,19 @@ impl<'a> TreeBuilder<'a> {
             match existing {
                 None => {
                     let f = 1usize << d;
-                    if goes_left { (t | f, t) } else { (t, t | f) }
+                    if goes_left {
+                        (t | f, t)
+                    } else {
+                        (t, t | f)
+                    }
                 }
                 Some(s) => {
                     let t_cold = t & !(1usize << s);
-                    if goes_left { (t, t_cold) } else { (t_cold, t) }
+                    if goes_left {
+                        (t, t_cold)
+                    } else {
+                        (t_cold, t)
+                    }
                 }
             }
         };

@@ -199,7 +199,8 @@ pub(crate) struct Interventional {
 /// for tabulated leaves, a map otherwise.
 fn count_fail_sets(tree: &Tree, walk: &FailWalk, background: &FeatureBlock, dense: &[bool]) -> Vec<HashMap<u64, u64>> {
     let mut counts: Vec<HashMap<u64, u64>> = vec![HashMap::new(); walk.leaves.len()];
-    let mut dense_counts: Vec<Vec<u64>> = walk.leaves.iter().zip(dense).map(|(l, &d)| if d { vec![0; 1 << l.features.len()] } else { Vec::new() }).collect();
+    let mut dense_counts: Vec<Vec<u64>> =
+        walk.leaves.iter().zip(dense).map(|(l, &d)| if d { vec![0; 1 << l.features.len()] } else { Vec::new() }).collect();
     let mut fails = vec![0u64; walk.slots];
     for r in 0..background.rows() {
         walk.fail_sets(tree, background.row(r), &mut fails);
@@ -308,7 +309,8 @@ impl Interventional {
             model.trees.par_iter().zip(&walks).zip(&dense).map(|((tree, walk), dense)| count_fail_sets(tree, walk, background, dense)).collect();
 
         // Pattern memory is known only once counted: checked against what the tables left.
-        let pattern_bytes: usize = counted.iter().zip(&dense).flat_map(|(c, d)| c.iter().zip(d).filter(|(_, d)| !**d).map(|(c, _)| c.len() * 16)).sum();
+        let pattern_bytes: usize =
+            counted.iter().zip(&dense).flat_map(|(c, d)| c.iter().zip(d).filter(|(_, d)| !**d).map(|(c, _)| c.len() * 16)).sum();
         if pattern_bytes > budget {
             return Err(Error::Unavailable(format!(
                 "interventional: the background's {} rows aggregate to {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
@@ -404,15 +406,22 @@ impl Engine for Interventional {
         let w = self.model.num_features() + 1;
         let width = self.model.num_groups * w;
         let per_task = rows_per_task(block.rows());
-        shap_by_task_from(&self.model, &self.bias, block, per_task, || vec![0u64; self.max_slots], |fails, first, chunk| {
-            // Tree-major within the task, so a tree's tables stay in cache across its rows.
-            for (t, tree) in self.model.trees.iter().enumerate() {
-                let g = tree.group;
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    self.tree_row(t, block.row(first + i), &mut out[g * w..(g + 1) * w], fails);
+        shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            per_task,
+            || vec![0u64; self.max_slots],
+            |fails, first, chunk| {
+                // Tree-major within the task, so a tree's tables stay in cache across its rows.
+                for (t, tree) in self.model.trees.iter().enumerate() {
+                    let g = tree.group;
+                    for (i, out) in chunk.chunks_mut(width).enumerate() {
+                        self.tree_row(t, block.row(first + i), &mut out[g * w..(g + 1) * w], fails);
+                    }
                 }
-            }
-        })
+            },
+        )
     }
 
     fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
@@ -422,7 +431,9 @@ impl Engine for Interventional {
 
 /// Why interventional interaction values are refused.
 pub(crate) fn interactions_unavailable() -> Error {
-    Error::Unavailable("interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into())
+    Error::Unavailable(
+        "interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into(),
+    )
 }
 
 /// Refuses an empty background or one with the wrong number of columns.
@@ -520,17 +531,24 @@ impl Engine for InterventionalReference {
         let w = self.model.num_features() + 1;
         let width = self.model.num_groups * w;
         let scale = 1.0 / self.background.rows() as f64;
-        shap_by_task_from(&self.model, &self.bias, block, rows_per_task(block.rows()), || (), |_, first, chunk| {
-            for (i, out) in chunk.chunks_mut(width).enumerate() {
-                let x = block.row(first + i);
-                for tree in &self.model.trees {
-                    let phi = &mut out[tree.group * w..(tree.group + 1) * w];
-                    for r in 0..self.background.rows() {
-                        self.pair(tree, x, self.background.row(r), phi, scale);
+        shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            rows_per_task(block.rows()),
+            || (),
+            |_, first, chunk| {
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    let x = block.row(first + i);
+                    for tree in &self.model.trees {
+                        let phi = &mut out[tree.group * w..(tree.group + 1) * w];
+                        for r in 0..self.background.rows() {
+                            self.pair(tree, x, self.background.row(r), phi, scale);
+                        }
                     }
                 }
-            }
-        })
+            },
+        )
     }
 
     fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {

@@ -41,15 +41,19 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::decision::Decision;
-use super::prepared::{PreparedModel, PreparedTree};
-use super::quadrature::{gauss_legendre, MAX_POINTS};
 use super::block::FeatureBlock;
+use super::decision::Decision;
 use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_task};
 use super::explainer::Engine;
 use super::output::{Attributions, Interactions};
+use super::prepared::{PreparedModel, PreparedTree};
+use super::quadrature::{gauss_legendre, MAX_POINTS};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
+
+/// One feature on the path to a node while a tree is compiled: the feature, its merged
+/// fraction, the last split on it, and the side below that split.
+type PathStep = (u32, f64, u32, u8);
 
 /// Rows explained together, one per lane.
 pub(crate) const LANES: usize = 8;
@@ -147,7 +151,7 @@ impl LinearTree {
         let mut model_node = Vec::new();
         let mut depth = 0;
         // (node, depth, path: (feature, merged fraction, last split on it, side below it))
-        let mut stack: Vec<(usize, usize, Vec<(u32, f64, u32, u8)>)> = vec![(0, 1, Vec::new())];
+        let mut stack: Vec<(usize, usize, Vec<PathStep>)> = vec![(0, 1, Vec::new())];
         while let Some((i, d, path)) = stack.pop() {
             let node = &tree.nodes[i];
             if node.is_leaf() {
@@ -430,24 +434,25 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
     }
     let mut d = 0usize;
     // With PAIRS: a split's terms (in `terms`) times each path feature's ratio, into `pairs`.
-    let add_pairs = |d: usize, feature: u32, terms: &[Lanes], path_features: &[u32], path_len: &[usize], path_ratios: &[Lanes], pairs: &mut [Lanes]| {
-        for (i, &fi) in path_features[d * width..d * width + path_len[d]].iter().enumerate() {
-            if fi == feature {
-                continue; // the split's own feature, met above
-            }
-            let ratios = &path_ratios[(d * width + i) * k_n..(d * width + i + 1) * k_n];
-            let mut acc = Lanes::default();
-            for k in 0..k_n {
+    let add_pairs =
+        |d: usize, feature: u32, terms: &[Lanes], path_features: &[u32], path_len: &[usize], path_ratios: &[Lanes], pairs: &mut [Lanes]| {
+            for (i, &fi) in path_features[d * width..d * width + path_len[d]].iter().enumerate() {
+                if fi == feature {
+                    continue; // the split's own feature, met above
+                }
+                let ratios = &path_ratios[(d * width + i) * k_n..(d * width + i + 1) * k_n];
+                let mut acc = Lanes::default();
+                for k in 0..k_n {
+                    for r in 0..LANES {
+                        acc[r] += ratios[k][r] * terms[k][r];
+                    }
+                }
+                let out = &mut pairs[feature as usize * f + fi as usize];
                 for r in 0..LANES {
-                    acc[r] += ratios[k][r] * terms[k][r];
+                    out[r] += acc[r];
                 }
             }
-            let out = &mut pairs[feature as usize * f + fi as usize];
-            for r in 0..LANES {
-                out[r] += acc[r];
-            }
-        }
-    };
+        };
     loop {
         let p = at_split[d] as usize;
         let split = &lt.splits[p];
@@ -545,10 +550,7 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
         let parent_b = if d > 0 { Some(slot(d - 1, B[stage[d - 1] as usize - 1])) } else { None };
         for k in 0..k_n {
             let ((gl, el), (gr, er)) = if co.repeated {
-                (
-                    (values[slot(d, G[0]) + k], values[slot(d, E[0]) + k]),
-                    (values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]),
-                )
+                ((values[slot(d, G[0]) + k], values[slot(d, E[0]) + k]), (values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]))
             } else {
                 ((co.first_factor(0, t[k]), co.c[0]), (co.first_factor(1, t[k]), co.c[1]))
             };
@@ -814,12 +816,14 @@ mod tests {
         let groups = 3;
         // (SHAP values, pair sums) as bits.
         let run = |task: &dyn Fn(&mut Scratch)| {
-            let mut s = Scratch::default();
-            s.xs = (0..groups * features)
-                .map(|i| Lanes(std::array::from_fn(|r| if (i + r) % 7 == 0 { f64::NAN } else { ((i * 31 + r * 17) % 100) as f64 / 100.0 })))
-                .collect();
-            s.phi = vec![Lanes::default(); groups * features];
-            s.pairs = vec![Lanes::default(); groups * features * features];
+            let mut s = Scratch {
+                xs: (0..groups * features)
+                    .map(|i| Lanes(std::array::from_fn(|r| if (i + r) % 7 == 0 { f64::NAN } else { ((i * 31 + r * 17) % 100) as f64 / 100.0 })))
+                    .collect(),
+                phi: vec![Lanes::default(); groups * features],
+                pairs: vec![Lanes::default(); groups * features * features],
+                ..Default::default()
+            };
             task(&mut s);
             let bits = |v: &[Lanes]| v.iter().flat_map(|l| l.0.iter().map(|v| v.to_bits())).collect::<Vec<u64>>();
             (bits(&s.phi), bits(&s.pairs))

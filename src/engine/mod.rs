@@ -34,15 +34,15 @@ mod treeshap;
 
 use std::sync::Arc;
 
-pub use auto::AutoChoice;
 use auto::choose_algorithm;
+pub use auto::AutoChoice;
 pub use block::FeatureBlock;
 pub use drivers::{finish_interaction_row, MAX_OUTPUT_VALUES, MAX_RECURSIVE_DEPTH, ROWS_PER_TASK};
 pub use explainer::Engine;
+pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
 pub use interventional::{DEFAULT_INTERVENTIONAL_MEMORY_BYTES, MAX_INTERVENTIONAL_PATH_FEATURES};
 pub use options::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
 pub use output::{Attributions, Interactions, Predictions};
-pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
 pub(crate) use prepared::PreparedModel;
 #[cfg(feature = "gpu")]
 pub(crate) use quadrature::gauss_legendre;

@@ -57,12 +57,7 @@ impl FromStr for Algorithm {
             "fast-v2" | "fast_v2" => Algorithm::FastV2,
             "quadrature" => Algorithm::Quadrature,
             "linear" => Algorithm::Linear,
-            other => {
-                return Err(Error::Input(format!(
-                    "unknown algorithm {other:?}; expected one of {}",
-                    Algorithm::NAMES.join(", ")
-                )))
-            }
+            other => return Err(Error::Input(format!("unknown algorithm {other:?}; expected one of {}", Algorithm::NAMES.join(", ")))),
         })
     }
 }
@@ -81,7 +76,9 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES, interventional_memory_bytes: super::interventional::DEFAULT_INTERVENTIONAL_MEMORY_BYTES }
+        EngineOptions {
+            v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES,
+            interventional_memory_bytes: super::interventional::DEFAULT_INTERVENTIONAL_MEMORY_BYTES,
+        }
     }
 }
-

@@ -46,4 +46,3 @@ pub struct Predictions {
     /// `rows × G` margins.
     pub values: Vec<f64>,
 }
-

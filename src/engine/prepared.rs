@@ -36,7 +36,7 @@ impl PreparedTree {
         let mut value = vec![0.0; n];
         let mut span = vec![(0u32, 0u32); n];
         let mut positions: Vec<(u32, u32)> = Vec::new(); // (feature, preorder)
-        // Iterative preorder walk; `exit` frames close a node's span.
+                                                         // Iterative preorder walk; `exit` frames close a node's span.
         let mut stack = vec![(0usize, false)];
         let mut next = 0u32;
         let mut depth_of = vec![0usize; n];
@@ -54,10 +54,7 @@ impl PreparedTree {
             if node.is_leaf() {
                 value[i] = node.value * tree.weight;
             } else {
-                ratios[i] = [
-                    tree.nodes[node.left as usize].cover / node.cover,
-                    tree.nodes[node.right as usize].cover / node.cover,
-                ];
+                ratios[i] = [tree.nodes[node.left as usize].cover / node.cover, tree.nodes[node.right as usize].cover / node.cover];
                 positions.push((node.feature, span[i].0));
                 depth_of[node.left as usize] = depth_of[i] + 1;
                 depth_of[node.right as usize] = depth_of[i] + 1;
@@ -80,11 +77,7 @@ impl PreparedTree {
 
     /// Reachable leaves with the number of distinct features on their paths.
     pub fn leaf_path_lengths<'a>(&'a self, tree: &'a Tree) -> impl Iterator<Item = usize> + 'a {
-        tree.nodes
-            .iter()
-            .zip(&self.distinct)
-            .filter(|(n, d)| n.is_leaf() && **d != UNREACHABLE)
-            .map(|(_, d)| *d as usize)
+        tree.nodes.iter().zip(&self.distinct).filter(|(n, d)| n.is_leaf() && **d != UNREACHABLE).map(|(_, d)| *d as usize)
     }
 
     /// Whether the subtree under `node` splits on the feature whose split positions are given.

@@ -17,14 +17,16 @@
 //! smaller than the quadrature node. The walk keeps G at the n nodes as a fixed-size array
 //! (n rounded up to a power of two per tree, a few SIMD lanes), costing O(n) per node and per hot
 //! feature at a leaf, O(1) per cold feature.
+// The rule's loops index several arrays by the same quadrature node, as the formulas read.
+#![allow(clippy::needless_range_loop)]
 
 use std::sync::Arc;
 
-use super::prepared::{PreparedModel, PreparedTree};
 use super::block::FeatureBlock;
 use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_tree};
 use super::explainer::Engine;
 use super::output::{Attributions, Interactions};
+use super::prepared::{PreparedModel, PreparedTree};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -46,7 +48,13 @@ pub(crate) fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
                 p0 = p1;
                 p1 = p2;
             }
-            let pn = if n == 0 { 1.0 } else if n == 1 { x } else { p1 };
+            let pn = if n == 0 {
+                1.0
+            } else if n == 1 {
+                x
+            } else {
+                p1
+            };
             let pn1 = if n == 1 { 1.0 } else { p0 };
             dp = n as f64 * (x * pn - pn1) / (x * x - 1.0);
             let dx = pn / dp;

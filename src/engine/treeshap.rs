@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use super::path::{extend, unwind, unwound_sum, PathElem, NO_FEATURE};
-use super::prepared::{PreparedModel, PreparedTree};
 use super::block::FeatureBlock;
 use super::drivers::{check_block, check_output, finish_interaction_row, par_rows, shap_by_tree, shap_row_by_tree};
 use super::explainer::Engine;
 use super::output::{Attributions, Interactions};
+use super::path::{extend, unwind, unwound_sum, PathElem, NO_FEATURE};
+use super::prepared::{PreparedModel, PreparedTree};
 use crate::error::Result;
 use crate::model::{Model, Tree};
 
@@ -144,9 +144,7 @@ impl Walk<'_> {
         }
         let seen = cond_seen || is_cond;
         let path = &mine[..len];
-        for (child, ratio, one, fraction) in
-            [(hot, hot_ratio, incoming_one, hot_fraction), (cold, cold_ratio, 0.0, cold_fraction)]
-        {
+        for (child, ratio, one, fraction) in [(hot, hot_ratio, incoming_one, hot_fraction), (cold, cold_ratio, 0.0, cold_fraction)] {
             let zero = ratio * incoming_zero;
             // A branch no training cover reaches and the row does not take adds nothing.
             if zero == 0.0 && one == 0.0 {
@@ -165,7 +163,7 @@ impl Walk<'_> {
 }
 
 /// One tree's plain SHAP values for one row, added to `phi`.
-fn shap_tree(p: &PreparedModel, t: usize, x: &[f64], phi: &mut [f64], scratch: &mut Vec<PathElem>) {
+fn shap_tree(p: &PreparedModel, t: usize, x: &[f64], phi: &mut [f64], scratch: &mut [PathElem]) {
     let (tree, prep) = (&p.model.trees[t], &p.trees[t]);
     Walk { tree, prep, x, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
 }
@@ -244,4 +242,3 @@ fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratc
 
     finish_interaction_row(out, &s.shap, f, p.model.num_groups);
 }
-

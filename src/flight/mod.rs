@@ -1,6 +1,7 @@
 //! Arrow Flight: `shapfusion worker` (a Flight service that explains the batches streamed to
-//! it), the [`WorkerPool`] that spreads batches over many workers and survives losing some, and
-//! `shapfusion serve`, a Flight SQL front door running the SQL UDFs over the pool.
+//! it), and the [`WorkerPool`] that spreads batches over many workers and survives losing some.
+//! The pool is how the SQL functions reach workers ([`install`] puts it behind
+//! [`crate::sql::RemoteCompute`]); the Flight SQL front door is `crate::serve`.
 //!
 //! ```text
 //! Flight client ──DoExchange {"model": "fraud", "output": "shap"}──► worker ──► attributions
@@ -11,13 +12,8 @@
 //! A worker computes through the same features → engine → layout path as `explain`, so a row
 //! explained remotely is bit-identical to the same row explained locally.
 
-mod access;
-pub(crate) mod auth;
-mod limits;
 mod pool;
 mod protocol;
-mod sql_server;
-pub mod transport;
 mod worker;
 
 use std::collections::HashMap;
@@ -25,26 +21,27 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-
-pub use access::AccessPolicy;
-pub use auth::read_token_file;
-pub use limits::{Admission, RequestLimits};
 pub use pool::{parse_worker_list, PoolOptions, WorkerPool, WorkerState};
-pub use protocol::{output_schema, ExchangeCommand, ModelInfo, WorkerStats, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
-pub use sql_server::SqlService;
+pub use protocol::{call_from_descriptor, descriptor, output_schema, ModelInfo, WorkerStats, PROTOCOL_VERSION};
 pub use worker::{WorkerConfig, WorkerService, DEFAULT_STUCK_AFTER};
 
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema};
+
+use crate::call::PinnedCall;
 use crate::error::{Error, Result};
-pub use crate::batch::feature_batch;
 use crate::explain::{explain_rows, ExplainOptions, ExplainSummary};
-use crate::registry::run_io;
+use crate::features::column_index;
+use crate::io_runtime::run_io;
+use crate::net::{auth, transport};
+use crate::sql::RemoteCompute;
 
 /// `shapfusion explain --workers`: streams `input` through the pool, writing the same Parquet
 /// layout as a local run. `model` is sent to the workers as given (a name they serve, or a URL
 /// they can read); the model's features come from the workers. Every chunk is pinned to one
 /// model version: `version` (the content hash of the caller's copy) when given, else the
 /// version the first worker to answer has, so workers with another file refuse instead of
-/// mixing versions.
+/// mixing versions. Workers compute with `options.settings` or refuse what they cannot honour.
 pub fn explain_on_workers(
     pool: Arc<WorkerPool>,
     model: &str,
@@ -64,17 +61,52 @@ pub fn explain_on_workers(
     let version = version.or_else(|| Some(info.content_hash.clone()).filter(|v| !v.is_empty()));
     let rows = explain_rows(input, output, options, &features, &features, schema.fields().iter().cloned().collect(), |batch| {
         let chunk = feature_batch(batch, &features)?;
-        let (pool, m, v, kind) = (pool.clone(), model.to_string(), version.clone(), options.output);
-        let out = run_io(async move { pool.explain(&m, v.as_deref(), kind, chunk).await })?;
+        let call = PinnedCall::new(model, options.output).pinned(version.clone()).with_settings(options.settings);
+        let pool = pool.clone();
+        let out = run_io(async move { pool.run(&call, chunk).await })?;
         Ok(out.columns().to_vec())
     })?;
     Ok(ExplainSummary { rows, algorithm: "worker pool", seconds: start.elapsed().as_secs_f64() })
 }
 
+/// The columns of `batch` named `features`, in that order: what a worker needs of a batch.
+pub fn feature_batch(batch: &RecordBatch, features: &[String]) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let mut fields = Vec::with_capacity(features.len());
+    let mut columns = Vec::with_capacity(features.len());
+    for (index, name) in features.iter().enumerate() {
+        let i = column_index(&schema, name, index)?;
+        fields.push(Field::new(name, batch.column(i).data_type().clone(), true));
+        columns.push(batch.column(i).clone());
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow("selecting feature columns", e))
+}
+
+/// The SQL functions' way to the workers: calls go through the process's shared pool for the
+/// worker list.
+#[derive(Debug)]
+struct FlightRemote;
+
+impl RemoteCompute for FlightRemote {
+    fn compute(&self, workers: &str, token_file: &str, call: &PinnedCall, batch: RecordBatch) -> Result<RecordBatch> {
+        let pool = shared_pool(workers, token_file)?;
+        let call = call.clone();
+        run_io(async move { pool.run(&call, batch).await })
+    }
+}
+
+/// Lets the SQL functions of this process compute on Flight workers (`SET shap.workers`).
+/// Every front end that makes SQL sessions calls it; calling it again does nothing.
+pub fn install() {
+    crate::sql::install_remote(Arc::new(FlightRemote));
+}
+
 /// One pool per worker list (and token file) for the whole process, shared by every SQL
 /// function instance and session, so connections and worker health are shared too.
 pub fn shared_pool(workers: &str, token_file: &str) -> Result<Arc<WorkerPool>> {
-    static POOLS: OnceLock<Mutex<HashMap<(String, String), Arc<WorkerPool>>>> = OnceLock::new();
+    /// Pools by worker list and token file.
+    type Pools = Mutex<HashMap<(String, String), Arc<WorkerPool>>>;
+    static POOLS: OnceLock<Pools> = OnceLock::new();
     let key = (workers.to_string(), token_file.to_string());
     let mut pools = POOLS.get_or_init(Default::default).lock().expect("pool cache");
     if let Some(p) = pools.get(&key) {
@@ -101,11 +133,8 @@ pub async fn health(url: &str, timeout: std::time::Duration) -> Result<String> {
         let mut client = transport::client(channel, &options)?;
         let remote = |e: arrow_flight::error::FlightError| Error::Remote { worker: url.to_string(), message: e.to_string() };
         let mut replies = client.do_action(arrow_flight::Action::new(protocol::ACTION_HEALTH, "")).await.map_err(remote)?;
-        let body = replies
-            .next()
-            .await
-            .ok_or_else(|| Error::Remote { worker: url.to_string(), message: "empty health reply".into() })?
-            .map_err(remote)?;
+        let body =
+            replies.next().await.ok_or_else(|| Error::Remote { worker: url.to_string(), message: "empty health reply".into() })?.map_err(remote)?;
         Ok(String::from_utf8_lossy(&body).into_owned())
     };
     tokio::time::timeout(timeout, attempt)

@@ -27,10 +27,11 @@ use tokio::sync::Notify;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use super::protocol::{human_duration, output_kind_name, ExchangeCommand, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES};
-use super::transport::{self, ConnectOptions};
-use crate::error::{Error, Result};
+use super::protocol::{descriptor, human_duration, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES};
 use crate::batch::OutputKind;
+use crate::call::PinnedCall;
+use crate::error::{Error, Result};
+use crate::net::transport::{self, ConnectOptions};
 
 /// Knobs of a [`WorkerPool`].
 #[derive(Debug, Clone)]
@@ -124,11 +125,7 @@ impl std::fmt::Debug for WorkerPool {
 
 /// Splits `a,b , c` into URLs, adding `http://` where no scheme is given.
 pub fn parse_worker_list(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| if s.contains("://") { s.to_string() } else { format!("http://{s}") })
-        .collect()
+    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| if s.contains("://") { s.to_string() } else { format!("http://{s}") }).collect()
 }
 
 /// Frees a worker slot when a chunk attempt ends, however it ends.
@@ -273,11 +270,11 @@ impl WorkerPool {
     }
 
     /// Sends one chunk to worker `i` and collects the reply.
-    async fn exchange(&self, i: usize, command: &ExchangeCommand, chunk: RecordBatch) -> Result<(SchemaRef, Vec<RecordBatch>), Failure> {
+    async fn exchange(&self, i: usize, command: &PinnedCall, chunk: RecordBatch) -> Result<(SchemaRef, Vec<RecordBatch>), Failure> {
         let url = &self.workers[i].url;
         let mut client = self.client(i).map_err(Failure::Fatal)?;
         let input = FlightDataEncoderBuilder::new()
-            .with_flight_descriptor(Some(command.descriptor()))
+            .with_flight_descriptor(Some(descriptor(command)))
             .with_max_flight_data_size(REPLY_MESSAGE_BYTES)
             .build(stream::iter([Ok(chunk)]));
         let classify = |e: FlightError| classify(url, e);
@@ -286,10 +283,7 @@ impl WorkerPool {
         while let Some(b) = replies.next().await {
             batches.push(b.map_err(classify)?);
         }
-        let schema = replies
-            .schema()
-            .cloned()
-            .ok_or_else(|| Failure::Retry("reply ended without a schema".into()))?;
+        let schema = replies.schema().cloned().ok_or_else(|| Failure::Retry("reply ended without a schema".into()))?;
         Ok((schema, batches))
     }
 
@@ -356,7 +350,7 @@ impl WorkerPool {
     }
 
     /// Explains one chunk, retrying on other workers until one serves it or time runs out.
-    async fn run_chunk(&self, command: &ExchangeCommand, start: usize, chunk: RecordBatch) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    async fn run_chunk(&self, command: &PinnedCall, start: usize, chunk: RecordBatch) -> Result<(SchemaRef, Vec<RecordBatch>)> {
         let rows = chunk.num_rows();
         let what = || format!("no worker could explain rows {start}..{} with model {:?}", start + rows, command.model);
         self.retrying(what, |i| {
@@ -398,12 +392,12 @@ impl WorkerPool {
     /// [`content_hash`](crate::registry::content_hash)), a worker whose model differs refuses,
     /// so the reply never mixes versions. Fails once [`PoolOptions::deadline`] has passed.
     pub async fn explain(&self, model: &str, version: Option<&str>, output: OutputKind, batch: RecordBatch) -> Result<RecordBatch> {
-        self.run(&ExchangeCommand::new(model, output).pinned(version.map(str::to_string)), batch).await
+        self.run(&PinnedCall::new(model, output).pinned(version.map(str::to_string)), batch).await
     }
 
-    /// [`explain`](Self::explain) for any command (a background set, say): every chunk goes out
-    /// with the same command.
-    pub async fn run(&self, command: &ExchangeCommand, batch: RecordBatch) -> Result<RecordBatch> {
+    /// [`explain`](Self::explain) for any pinned call (a background set, the caller's settings):
+    /// every chunk goes out with the same call.
+    pub async fn run(&self, command: &PinnedCall, batch: RecordBatch) -> Result<RecordBatch> {
         let rows = batch.num_rows();
         let model = &command.model;
         self.within_deadline(|| format!("explaining {rows} rows with model {model:?}"), self.explain_chunks(command, batch)).await
@@ -415,27 +409,26 @@ impl WorkerPool {
             Ok(r) => r,
             Err(_) => Err(Error::Remote {
                 worker: "pool".into(),
-                message: format!("{} did not finish within the pool's deadline of {}; {}", what(), human_duration(self.options.deadline), self.describe_workers()),
+                message: format!(
+                    "{} did not finish within the pool's deadline of {}; {}",
+                    what(),
+                    human_duration(self.options.deadline),
+                    self.describe_workers()
+                ),
             }),
         }
     }
 
-    async fn explain_chunks(&self, command: &ExchangeCommand, batch: RecordBatch) -> Result<RecordBatch> {
+    async fn explain_chunks(&self, command: &PinnedCall, batch: RecordBatch) -> Result<RecordBatch> {
         let output = command.output;
         let rows = batch.num_rows();
         let step = self.chunk_rows(rows);
-        let chunks: Vec<(usize, RecordBatch)> = if rows == 0 {
-            vec![(0, batch)]
-        } else {
-            (0..rows).step_by(step).map(|s| (s, batch.slice(s, step.min(rows - s)))).collect()
-        };
-        tracing::debug!(rows, chunks = chunks.len(), output = output_kind_name(output), "sending to the pool");
+        let chunks: Vec<(usize, RecordBatch)> =
+            if rows == 0 { vec![(0, batch)] } else { (0..rows).step_by(step).map(|s| (s, batch.slice(s, step.min(rows - s)))).collect() };
+        tracing::debug!(rows, chunks = chunks.len(), output = output.name(), "sending to the pool");
         let concurrency = self.workers.len() * self.options.max_in_flight;
-        let replies: Vec<(SchemaRef, Vec<RecordBatch>)> = stream::iter(chunks)
-            .map(|(start, chunk)| self.run_chunk(command, start, chunk))
-            .buffered(concurrency)
-            .try_collect()
-            .await?;
+        let replies: Vec<(SchemaRef, Vec<RecordBatch>)> =
+            stream::iter(chunks).map(|(start, chunk)| self.run_chunk(command, start, chunk)).buffered(concurrency).try_collect().await?;
         let schema = replies.first().map(|(s, _)| s.clone()).unwrap_or_else(|| Arc::new(Schema::empty()));
         concat_batches(&schema, replies.iter().flat_map(|(_, b)| b))
             .map_err(|e| Error::arrow("joining the workers' replies (do all workers serve the same model version?)", e))
@@ -443,15 +436,16 @@ impl WorkerPool {
 
     /// What the workers say about `model`: its features and the output schema for `output`.
     pub async fn model_info(&self, model: &str, output: OutputKind) -> Result<(ModelInfo, SchemaRef)> {
-        let command = ExchangeCommand::new(model, output);
+        let command = PinnedCall::new(model, output);
         let what = || format!("no worker answered for model {model:?}");
         let info = self.retrying(what, |i| {
             let command = &command;
             async move {
                 let url = &self.workers[i].url;
                 let mut client = self.client(i).map_err(Failure::Fatal)?;
-                let info = client.get_flight_info(command.descriptor()).await.map_err(|e| classify(url, e))?;
-                let unreadable = |what: &str, e: String| Failure::Fatal(Error::Remote { worker: url.clone(), message: format!("unreadable {what}: {e}") });
+                let info = client.get_flight_info(descriptor(command)).await.map_err(|e| classify(url, e))?;
+                let unreadable =
+                    |what: &str, e: String| Failure::Fatal(Error::Remote { worker: url.clone(), message: format!("unreadable {what}: {e}") });
                 let meta: ModelInfo = serde_json::from_slice(&info.app_metadata).map_err(|e| unreadable("model info", e.to_string()))?;
                 let schema = info.try_decode_schema().map_err(|e| unreadable("schema", e.to_string()))?;
                 Ok((meta, Arc::new(schema)))
@@ -473,10 +467,9 @@ fn classify(url: &str, e: FlightError) -> Failure {
             | Code::FailedPrecondition
             | Code::OutOfRange
             | Code::Unimplemented
-            | Code::AlreadyExists => Failure::Fatal(Error::Remote {
-                worker: url.to_string(),
-                message: format!("{} ({:?})", status.message(), status.code()),
-            }),
+            | Code::AlreadyExists => {
+                Failure::Fatal(Error::Remote { worker: url.to_string(), message: format!("{} ({:?})", status.message(), status.code()) })
+            }
             // An error status the worker sent; one raised here by the transport (a connection
             // reset mid-stream) carries its cause and is retried like any transport failure.
             Code::Internal | Code::Unknown | Code::DataLoss if std::error::Error::source(&*status).is_none() => {

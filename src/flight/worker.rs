@@ -16,8 +16,8 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest,
-    PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo, PutResult, SchemaAsIpc, SchemaResult,
+    Ticket,
 };
 use bytes::Bytes;
 use futures::stream;
@@ -25,36 +25,32 @@ use futures::{StreamExt, TryStreamExt};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::auth;
-use super::limits::{Admission, RequestLimits};
 use super::protocol::{
-    output_schema, status_from_error, ExchangeCommand, ModelInfo, WorkerStats,
-    ACTION_HEALTH, ACTION_STATS, ACTION_VERSION, PROTOCOL_VERSION,
+    call_from_descriptor, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS, ACTION_VERSION,
+    PROTOCOL_VERSION,
 };
-use crate::device::Device;
-use crate::engine::{Algorithm, Engine, EngineOptions};
+use crate::call::{PinnedCall, ResolvedCall};
 use crate::error::{Error, Result};
-use crate::batch::{compute_pool, explain_batch};
+use crate::explainer::Explainer;
 use crate::features::FeatureColumns;
-use crate::registry::{LoadedBackground, LoadedModel, ModelRegistry};
+use crate::net::auth;
+use crate::net::limits::{Admission, RequestLimits};
+use crate::registry::{LoadedModel, ModelRegistry};
+use crate::settings::ComputeSettings;
+
+/// This process in the errors it sends back.
+const HERE: &str = "this worker";
 
 /// How a worker computes and whom it serves.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Engine used for every request.
-    pub algorithm: Algorithm,
-    /// Engine knobs.
-    pub engine: EngineOptions,
-    /// Where to compute (`auto`: the GPU when usable, model by model).
-    pub device: Device,
-    /// Compute threads (`None`: all cores).
-    pub threads: Option<usize>,
+    /// How requests compute when the caller sends no settings, and the bounds (threads,
+    /// memory) of a caller's own settings.
+    pub settings: ComputeSettings,
     /// Where `{"model": "name"}` is looked up when `name` is not registered.
     pub model_dir: Option<String>,
     /// Bearer token every call but `health` must present; `None`: no auth.
     pub token: Option<String>,
-    /// What computes, as `stats` and `version` report it (`gpu`, `cpu (8 threads)`).
-    pub device_description: String,
     /// A batch computing longer than this makes `health` report the worker stuck, so pools and
     /// orchestrators stop sending it work.
     pub stuck_after: std::time::Duration,
@@ -133,7 +129,8 @@ pub struct WorkerService {
     registry: Arc<ModelRegistry>,
     config: WorkerConfig,
     admission: Admission,
-    compute: Arc<rayon::ThreadPool>,
+    /// What computes, as `stats` and `version` report it (`gpu`, `cpu (2 threads)`).
+    device_description: String,
     counters: Arc<Counters>,
     started: Instant,
 }
@@ -141,52 +138,41 @@ pub struct WorkerService {
 type Stream<T> = Pin<Box<dyn futures::Stream<Item = std::result::Result<T, Status>> + Send + 'static>>;
 
 impl WorkerService {
-    /// A worker serving the models `registry` knows (and those under `config.model_dir`).
+    /// A worker serving the models `registry` knows (and those under `config.model_dir`); an
+    /// error when its own device cannot be used.
     pub fn new(registry: Arc<ModelRegistry>, config: WorkerConfig) -> Result<Self> {
-        let compute = compute_pool(config.threads.unwrap_or(0))?;
+        let device_description = config.settings.describe()?;
         let admission = Admission::new(config.limits.clone());
-        Ok(WorkerService { registry, config, admission, compute, counters: Default::default(), started: Instant::now() })
+        Ok(WorkerService { registry, config, admission, device_description, counters: Default::default(), started: Instant::now() })
     }
 
     fn authorize(&self, metadata: &MetadataMap) -> std::result::Result<(), Status> {
         auth::check(metadata, self.config.token.as_deref())
     }
 
-    /// Resolves a model reference off the async threads (the registry blocks on object-store I/O).
-    async fn resolve(&self, reference: &str) -> std::result::Result<Arc<LoadedModel>, Status> {
-        let registry = self.registry.clone();
-        let reference = reference.to_string();
-        let dir = self.config.model_dir.clone();
-        tokio::task::spawn_blocking(move || registry.resolve(&reference, dir.as_deref()))
+    /// Resolves a call's model and background, checking their versions, off the async threads
+    /// (the registry blocks on object-store I/O).
+    async fn resolve(&self, call: &PinnedCall) -> std::result::Result<ResolvedCall, Status> {
+        let (registry, call, dir) = (self.registry.clone(), call.clone(), self.config.model_dir.clone());
+        tokio::task::spawn_blocking(move || call.resolve(&registry, dir.as_deref(), HERE))
             .await
             .map_err(|e| Status::internal(format!("model lookup failed: {e}")))?
             .map_err(|e| status_from_error(&e))
     }
 
-    /// Resolves a registered background set off the async threads, as [`resolve`](Self::resolve).
-    async fn background(&self, name: &str) -> std::result::Result<Arc<LoadedBackground>, Status> {
-        let registry = self.registry.clone();
-        let name = name.to_string();
-        tokio::task::spawn_blocking(move || registry.background(&name))
-            .await
-            .map_err(|e| Status::internal(format!("background lookup failed: {e}")))?
-            .map_err(|e| Status::not_found(e.to_string()))
-    }
-
-    /// The engine for a model, built (once per model version) on a blocking thread.
-    async fn explainer(&self, loaded: Arc<LoadedModel>, background: Option<Arc<LoadedBackground>>) -> std::result::Result<Arc<dyn Engine>, Status> {
-        let (algorithm, device, options) = (self.config.algorithm, self.config.device, self.config.engine.clone());
-        let compute = self.compute.clone();
-        tokio::task::spawn_blocking(move || compute.install(|| loaded.engine(algorithm, device, &options, background.as_deref())))
+    /// The explainer for a call with the settings it runs with here, built (once per model
+    /// version and settings) on a blocking thread.
+    async fn explainer(&self, resolved: ResolvedCall, settings: ComputeSettings) -> std::result::Result<Explainer, Status> {
+        tokio::task::spawn_blocking(move || resolved.explainer(&settings))
             .await
             .map_err(|e| Status::internal(format!("engine set-up failed: {e}")))?
             .map_err(|e| status_from_error(&e))
     }
 
-    fn flight_info(&self, command: &ExchangeCommand, loaded: &LoadedModel) -> std::result::Result<FlightInfo, Status> {
-        let schema = output_schema(&loaded.model, command.output);
+    fn flight_info(&self, call: &PinnedCall, loaded: &LoadedModel) -> std::result::Result<FlightInfo, Status> {
+        let schema = output_schema(&loaded.model, call.output);
         let info = ModelInfo {
-            model: command.model.clone(),
+            model: call.model.clone(),
             url: loaded.url.clone(),
             version: loaded.version.clone(),
             content_hash: loaded.content_hash.clone(),
@@ -196,7 +182,7 @@ impl WorkerService {
         Ok(FlightInfo::new()
             .try_with_schema(&schema)
             .map_err(|e| Status::internal(format!("encoding schema: {e}")))?
-            .with_descriptor(command.descriptor())
+            .with_descriptor(descriptor(call))
             .with_app_metadata(serde_json::to_vec(&info).expect("model info serialises")))
     }
 
@@ -225,21 +211,12 @@ impl WorkerService {
             rows,
             rows_per_second: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
             uptime_seconds: self.started.elapsed().as_secs_f64(),
-            device: self.config.device_description.clone(),
+            device: self.device_description.clone(),
             in_flight: c.in_flight.load(Ordering::SeqCst),
             requests: c.requests.load(Ordering::Relaxed),
             failed_requests: c.failed.load(Ordering::Relaxed),
         }
     }
-}
-
-/// Runs `f` on the compute pool and waits for it without blocking the async threads.
-async fn on_pool<T: Send + 'static>(pool: &rayon::ThreadPool, f: impl FnOnce() -> T + Send + 'static) -> std::result::Result<T, Status> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    pool.spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.await.map_err(|_| Status::internal("a compute task panicked"))
 }
 
 fn json_result(value: &impl serde::Serialize) -> arrow_flight::Result {
@@ -264,9 +241,9 @@ impl FlightService for WorkerService {
         self.authorize(request.metadata())?;
         let mut infos = Vec::new();
         for name in self.served_models().await {
-            let command = ExchangeCommand::new(name.clone(), Default::default());
-            match self.resolve(&name).await {
-                Ok(loaded) => infos.push(self.flight_info(&command, &loaded)),
+            let call = PinnedCall::new(name.clone(), Default::default());
+            match self.resolve(&call).await {
+                Ok(resolved) => infos.push(self.flight_info(&call, &resolved.model)),
                 // One unreadable file must not hide the others; the log names it.
                 Err(e) => tracing::warn!(model = name, "not listed: {}", e.message()),
             }
@@ -276,9 +253,9 @@ impl FlightService for WorkerService {
 
     async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> std::result::Result<Response<FlightInfo>, Status> {
         self.authorize(request.metadata())?;
-        let command = ExchangeCommand::from_descriptor(request.get_ref())?;
-        let loaded = self.resolve(&command.model).await?;
-        Ok(Response::new(self.flight_info(&command, &loaded)?))
+        let call = call_from_descriptor(request.get_ref())?;
+        let resolved = self.resolve(&call).await?;
+        Ok(Response::new(self.flight_info(&call, &resolved.model)?))
     }
 
     async fn poll_flight_info(&self, _request: Request<FlightDescriptor>) -> std::result::Result<Response<PollInfo>, Status> {
@@ -287,9 +264,9 @@ impl FlightService for WorkerService {
 
     async fn get_schema(&self, request: Request<FlightDescriptor>) -> std::result::Result<Response<SchemaResult>, Status> {
         self.authorize(request.metadata())?;
-        let command = ExchangeCommand::from_descriptor(request.get_ref())?;
-        let loaded = self.resolve(&command.model).await?;
-        let schema = output_schema(&loaded.model, command.output);
+        let call = call_from_descriptor(request.get_ref())?;
+        let resolved = self.resolve(&call).await?;
+        let schema = output_schema(&resolved.model.model, call.output);
         let options = arrow::ipc::writer::IpcWriteOptions::default();
         let result: SchemaResult = SchemaAsIpc::new(&schema, &options)
             .try_into()
@@ -309,44 +286,27 @@ impl FlightService for WorkerService {
         self.authorize(request.metadata())?;
         let permit = self.admission.admit()?;
         let mut input = request.into_inner();
-        let first = input.message().await?.ok_or_else(|| {
-            Status::invalid_argument("DoExchange received no messages: the first must carry the descriptor with the command")
-        })?;
+        let first = input
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("DoExchange received no messages: the first must carry the descriptor with the command"))?;
         let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
             Status::invalid_argument(r#"the first DoExchange message has no flight descriptor; set one holding {"model": "...", "output": "shap"}"#)
         })?;
-        let command = ExchangeCommand::from_descriptor(descriptor)?;
-        let loaded = self.resolve(&command.model).await?;
-        if let Some(planned) = command.model_version.as_deref().filter(|v| *v != loaded.content_hash) {
-            return Err(Status::failed_precondition(format!(
-                "model {:?} here ({}) is version {}, but the request was planned with version {planned}: the coordinator and the workers must serve the same model file",
-                command.model, loaded.url, loaded.content_hash
-            )));
-        }
-        let background = match &command.background {
-            None => None,
-            Some(name) => {
-                let background = self.background(name).await?;
-                if let Some(planned) = command.background_version.as_deref().filter(|v| *v != background.content_hash) {
-                    return Err(Status::failed_precondition(format!(
-                        "background {:?} here ({}) is version {}, but the request was planned with version {planned}: the coordinator and the workers must serve the same background file",
-                        background.name, background.url, background.content_hash
-                    )));
-                }
-                Some(background)
-            }
-        };
-        let model = loaded.model.clone();
+        let call = call_from_descriptor(descriptor)?;
+        let settings = call.settings_on(&self.config.settings, HERE).map_err(|e| status_from_error(&e))?;
+        let resolved = self.resolve(&call).await?;
+        let model = resolved.model.model.clone();
         // A schema in the first message lets us refuse missing columns before any data moves.
         if !first.data_header.is_empty() {
             if let Ok(schema) = Schema::try_from(&first) {
                 FeatureColumns::resolve(&schema, &model).map_err(|e| status_from_error(&e))?;
             }
         }
-        let explainer = self.explainer(loaded.clone(), background).await?;
-        let schema = output_schema(&model, command.output);
+        let explainer = self.explainer(resolved, settings).await?;
+        let schema = output_schema(&model, call.output);
         let guard = Arc::new(InFlight::start(self.counters.clone()));
-        let (compute, counters, output) = (self.compute.clone(), self.counters.clone(), command.output);
+        let (counters, output) = (self.counters.clone(), call.output);
 
         // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
         // neither carries IPC data for the decoder.
@@ -373,8 +333,7 @@ impl FlightService for WorkerService {
         });
         let mut rows_seen = 0u64;
         let results = batches.and_then(move |batch| {
-            let (compute, counters, explainer, model, schema, guard) =
-                (compute.clone(), counters.clone(), explainer.clone(), model.clone(), reply_schema.clone(), guard.clone());
+            let (counters, explainer, schema, guard) = (counters.clone(), explainer.clone(), reply_schema.clone(), guard.clone());
             rows_seen += batch.num_rows() as u64;
             let too_many = rows_seen > max_rows;
             async move {
@@ -387,16 +346,16 @@ impl FlightService for WorkerService {
                 let rows = batch.num_rows();
                 let timing = counters.clone();
                 let computing = counters.computing();
-                let result = on_pool(&compute, move || -> Result<RecordBatch> {
+                // Off the async threads: the explainer waits for its compute pool.
+                let result = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
                     let _computing = computing;
                     let start = Instant::now();
-                    let features = FeatureColumns::resolve(batch.schema_ref(), &model)?;
-                    let columns = explain_batch(explainer.as_ref(), &features, &batch, output)?;
+                    let columns = explainer.output_columns(&batch, output)?;
                     timing.compute_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the reply batch", e))
                 })
                 .await
-                .map_err(FlightError::from)?
+                .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
                 .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
                 match &result {
                     Ok(_) => {
@@ -430,14 +389,14 @@ impl FlightService for WorkerService {
                         self.config.stuck_after.as_secs()
                     )));
                 }
-                json_result(&serde_json::json!({"status": "serving", "device": self.config.device_description}))
+                json_result(&serde_json::json!({"status": "serving", "device": self.device_description}))
             }
             ACTION_VERSION => json_result(&serde_json::json!({
                 "name": "shapfusion",
                 "version": env!("CARGO_PKG_VERSION"),
                 "protocol": PROTOCOL_VERSION,
-                "device": self.config.device_description,
-                "algorithm": self.config.algorithm.name(),
+                "device": self.device_description,
+                "algorithm": self.config.settings.algorithm.name(),
             })),
             ACTION_STATS => json_result(&self.stats()),
             other => {

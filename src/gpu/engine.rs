@@ -170,7 +170,8 @@ impl GpuEngine {
         let program = call.program;
         let (rows_i64, cols, groups) = (n as i64, program.features as i32, program.groups as i32);
         for plan in &call.plan.launches {
-            let config = LaunchConfig { grid_dim: (plan.grid.0, plan.grid.1, 1), block_dim: (plan.block_threads, 1, 1), shared_mem_bytes: plan.shared_bytes };
+            let config =
+                LaunchConfig { grid_dim: (plan.grid.0, plan.grid.1, 1), block_dim: (plan.block_threads, 1, 1), shared_mem_bytes: plan.shared_bytes };
             let units = plan.kernel.units(program) as i32;
             let (rpb, use_shared) = (plan.rows_per_block as i32, i32::from(plan.use_shared));
             let mut launch = stream.launch_builder(kernels.function(plan.kernel));

@@ -78,12 +78,20 @@ impl Kernel {
 
     /// The units of `program` this kernel's blocks share out: warp bins, or long paths.
     pub fn units(self, program: &PathProgram) -> usize {
-        if self.is_quadrature() { program.long.count } else { program.bins }
+        if self.is_quadrature() {
+            program.long.count
+        } else {
+            program.bins
+        }
     }
 
     /// Units one block takes at once: a bin per warp, or a path per thread.
     fn units_per_block(self) -> usize {
-        if self.is_quadrature() { BLOCK_THREADS as usize } else { BLOCK_THREADS as usize / 32 }
+        if self.is_quadrature() {
+            BLOCK_THREADS as usize
+        } else {
+            BLOCK_THREADS as usize / 32
+        }
     }
 }
 
@@ -216,7 +224,12 @@ pub fn run_kernels(
 }
 
 /// SHAP values of `block` through `launch`: the kernels' sums and the bias.
-pub fn shap_values(program: &PathProgram, block: &FeatureBlock, limits: &DeviceLimits, launch: &mut dyn FnMut(&KernelCall) -> Result<Vec<f64>>) -> Result<Attributions> {
+pub fn shap_values(
+    program: &PathProgram,
+    block: &FeatureBlock,
+    limits: &DeviceLimits,
+    launch: &mut dyn FnMut(&KernelCall) -> Result<Vec<f64>>,
+) -> Result<Attributions> {
     let mut values = run_kernels(program, block, Output::Shap, limits, launch)?;
     let (f, g) = (program.features, program.groups);
     for row in values.chunks_mut(g * (f + 1)) {

@@ -55,9 +55,9 @@ pub fn probe() -> Result<GpuInfo, String> {
 // The fixtures are read from Parquet.
 #[cfg(all(test, feature = "files"))]
 mod tests {
+    use super::launch::{interaction_values, shap_values, DeviceLimits};
     use super::paths::{extract, pack, WARP_LANES};
     use super::warps::{PathProgram, IDLE_LANE, LANE_INTS};
-    use super::launch::{interaction_values, shap_values, DeviceLimits};
     use crate::engine::{build_engine, Algorithm, EngineOptions};
     use crate::test_fixtures::{fixtures, max_row_rel_error, Fixture};
 

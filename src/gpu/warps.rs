@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
+#[cfg(test)]
+use super::launch::{Kernel, KernelCall};
 use super::paths::{extract, pack, PathElement, PathSet, WARP_LANES};
 use super::quadrature::{LongPaths, LONG_PATH_MAX_ELEMENTS};
 use crate::error::Result;
 use crate::model::Model;
-#[cfg(test)]
-use super::launch::{Kernel, KernelCall};
 use crate::model::{MissingType, SplitRule};
 
 /// `i32` fields per lane in [`PathProgram::lane_ints`].
@@ -140,7 +140,16 @@ impl PathProgram {
                 for (rank, e) in path.elements.iter().enumerate() {
                     let splits = program.push_splits(set, e);
                     let feature = e.feature.map_or(ROOT_LANE, |f| f as i32);
-                    program.lane_ints.extend([feature, path.group as i32, start as i32, rank as i32, len as i32, splits.start as i32, splits.end as i32, 0]);
+                    program.lane_ints.extend([
+                        feature,
+                        path.group as i32,
+                        start as i32,
+                        rank as i32,
+                        len as i32,
+                        splits.start as i32,
+                        splits.end as i32,
+                        0,
+                    ]);
                     program.lane_reals.extend([e.zero_fraction, path.value]);
                     lane += 1;
                 }
@@ -206,7 +215,6 @@ impl PathProgram {
         self.split_ints.extend([category_begin, words, flags, 0]);
         debug_assert_eq!(self.split_ints.len() % SPLIT_INTS, 0);
     }
-
 }
 
 /// The lane-by-lane simulation of the kernels, for the unit tests in `gpu/mod.rs`.
@@ -224,7 +232,11 @@ impl PathProgram {
         };
         let left = match flags & 3 {
             RULE_XGB_LESS => {
-                if x.is_nan() { default_left } else { x < threshold }
+                if x.is_nan() {
+                    default_left
+                } else {
+                    x < threshold
+                }
             }
             RULE_XGB_CATEGORIES => {
                 if x.is_nan() {
@@ -243,7 +255,11 @@ impl PathProgram {
                     MISSING_NAN => x.is_nan(),
                     _ => false,
                 };
-                if is_missing { default_left } else { x <= threshold }
+                if is_missing {
+                    default_left
+                } else {
+                    x <= threshold
+                }
             }
             _ => {
                 if x.is_nan() || x >= 2_147_483_648.0 || x <= -2_147_483_649.0 || x.trunc() < 0.0 {
@@ -260,7 +276,16 @@ impl PathProgram {
     fn lane(&self, bin: usize, l: usize) -> Lane {
         let i = &self.lane_ints[(bin * WARP_LANES + l) * LANE_INTS..][..LANE_INTS];
         let r = &self.lane_reals[(bin * WARP_LANES + l) * LANE_REALS..][..LANE_REALS];
-        Lane { feature: i[0], group: i[1] as usize, start: i[2] as usize, rank: i[3] as usize, len: i[4] as usize, splits: i[5] as usize..i[6] as usize, zero: r[0], value: r[1] }
+        Lane {
+            feature: i[0],
+            group: i[1] as usize,
+            start: i[2] as usize,
+            rank: i[3] as usize,
+            len: i[4] as usize,
+            splits: i[5] as usize..i[6] as usize,
+            zero: r[0],
+            value: r[1],
+        }
     }
 
     /// The one fraction of a lane for row `x`: 1 when the row satisfies all its splits.
@@ -269,7 +294,11 @@ impl PathProgram {
             return 1.0;
         }
         let v = x[lane.feature as usize];
-        if lane.splits.clone().all(|s| self.follows(s, v)) { 1.0 } else { 0.0 }
+        if lane.splits.clone().all(|s| self.follows(s, v)) {
+            1.0
+        } else {
+            0.0
+        }
     }
 
     /// The launches of `call` by the warp kernels' steps, simulated on the CPU: what the
@@ -284,7 +313,12 @@ impl PathProgram {
             let part = match launch.kernel {
                 Kernel::Shap => self.simulate_shap_sums(call.x, call.width),
                 Kernel::InteractionPairs => self.simulate_interaction_pairs(call.x, call.width),
-                kernel => return Err(crate::error::Error::Unavailable(format!("{} is not simulated lane by lane; tests/gpu_emulation.rs runs it", kernel.name()))),
+                kernel => {
+                    return Err(crate::error::Error::Unavailable(format!(
+                        "{} is not simulated lane by lane; tests/gpu_emulation.rs runs it",
+                        kernel.name()
+                    )))
+                }
             };
             sums.iter_mut().zip(part).for_each(|(s, p)| *s += p);
         }

@@ -10,7 +10,9 @@
 
 use std::collections::HashMap;
 
-use super::{as_index, check_count, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
+use super::{
+    as_index, check_count, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
+};
 use crate::error::{Error, Result};
 
 pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
@@ -35,9 +37,7 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
         };
     }
     let get = |k: &str| header.get(k).copied().ok_or_else(|| err(format!("header has no {k}= line")));
-    let parse_usize = |k: &str| -> Result<usize> {
-        get(k)?.trim().parse::<usize>().map_err(|_| err(format!("header {k}= is not a count")))
-    };
+    let parse_usize = |k: &str| -> Result<usize> { get(k)?.trim().parse::<usize>().map_err(|_| err(format!("header {k}= is not a count"))) };
     let num_class = check_count(parse_usize("num_class")?, MAX_GROUPS, "num_class").map_err(err)?;
     let per_iter = header
         .get("num_tree_per_iteration")
@@ -64,7 +64,8 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
     if header.get("linear_tree").map(|v| v.trim()) == Some("1") {
         return Err(Error::UnsupportedModel {
             path: name.into(),
-            detail: "linear_tree=1: linear-tree leaves are not supported by path-dependent TreeSHAP (LightGBM's own pred_contrib refuses them too)".into(),
+            detail: "linear_tree=1: linear-tree leaves are not supported by path-dependent TreeSHAP (LightGBM's own pred_contrib refuses them too)"
+                .into(),
         });
     }
 
@@ -139,7 +140,12 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
 /// lists cannot be matched to the categorical features one to one (integer-coded and `category`
 /// columns mixed, or ordered `category` columns, which LightGBM splits as numbers). Such a model
 /// loads and takes integer codes, as LightGBM does.
-fn feature_categories(text: &str, name: &str, feature_infos: Option<&str>, kinds: &mut [FeatureKind]) -> std::result::Result<Vec<Option<Categories>>, String> {
+fn feature_categories(
+    text: &str,
+    name: &str,
+    feature_infos: Option<&str>,
+    kinds: &mut [FeatureKind],
+) -> std::result::Result<Vec<Option<Categories>>, String> {
     let mut out = vec![None; kinds.len()];
     let infos: Vec<&str> = feature_infos.map(|f| f.split_whitespace().collect()).unwrap_or_default();
     // Without one entry per feature (a hand-edited file) the trees alone say what is categorical.
@@ -180,22 +186,12 @@ fn feature_categories(text: &str, name: &str, feature_infos: Option<&str>, kinds
     Ok(out)
 }
 
-fn parse_tree(
-    f: &HashMap<&str, &str>,
-    t: usize,
-    group: usize,
-    name: &str,
-    num_features: usize,
-    kinds: &mut [FeatureKind],
-) -> Result<Tree> {
+fn parse_tree(f: &HashMap<&str, &str>, t: usize, group: usize, name: &str, num_features: usize, kinds: &mut [FeatureKind]) -> Result<Tree> {
     let err = |detail: String| Error::ModelFormat { path: name.into(), format: "LightGBM text", detail: format!("Tree={t}: {detail}") };
     let list = |k: &str| -> Result<Vec<f64>> {
         match f.get(k) {
             None => Err(err(format!("missing {k}="))),
-            Some(v) => v
-                .split_whitespace()
-                .map(|x| x.parse::<f64>().map_err(|_| err(format!("{k}= has a non-number {x:?}"))))
-                .collect(),
+            Some(v) => v.split_whitespace().map(|x| x.parse::<f64>().map_err(|_| err(format!("{k}= has a non-number {x:?}")))).collect(),
         }
     };
     if f.get("is_linear").map(|v| v.trim()) == Some("1") {
@@ -204,12 +200,8 @@ fn parse_tree(
             detail: format!("tree {t} is a linear tree (is_linear=1); path-dependent TreeSHAP does not cover linear leaves"),
         });
     }
-    let num_leaves: usize = f
-        .get("num_leaves")
-        .ok_or_else(|| err("missing num_leaves=".into()))?
-        .trim()
-        .parse()
-        .map_err(|_| err("num_leaves= is not a count".into()))?;
+    let num_leaves: usize =
+        f.get("num_leaves").ok_or_else(|| err("missing num_leaves=".into()))?.trim().parse().map_err(|_| err("num_leaves= is not a count".into()))?;
     let leaf_value = list("leaf_value")?;
     if leaf_value.len() != num_leaves {
         return Err(err(format!("leaf_value has {} entries for num_leaves={num_leaves}", leaf_value.len())));
@@ -242,11 +234,8 @@ fn parse_tree(
     if leaf_count.len() != num_leaves {
         return Err(err(format!("leaf_count has {} entries for num_leaves={num_leaves}", leaf_count.len())));
     }
-    let (cat_boundaries, cat_threshold) = if f.contains_key("cat_boundaries") {
-        (list("cat_boundaries")?, list("cat_threshold")?)
-    } else {
-        (vec![], vec![])
-    };
+    let (cat_boundaries, cat_threshold) =
+        if f.contains_key("cat_boundaries") { (list("cat_boundaries")?, list("cat_threshold")?) } else { (vec![], vec![]) };
     let category_words: Vec<u32> = cat_threshold
         .iter()
         .map(|&w| as_index(w, 1 << 32).map(|w| w as u32))
@@ -271,8 +260,7 @@ fn parse_tree(
     let mut nodes = Vec::with_capacity(total);
     for i in 0..n_int {
         let bad = |detail: String| Error::InvalidTree { path: name.into(), tree: t, node: i, detail };
-        let dt = as_index(decision_type[i], 256)
-            .ok_or_else(|| bad(format!("decision_type {:?} is not a byte of flags", decision_type[i])))? as u32;
+        let dt = as_index(decision_type[i], 256).ok_or_else(|| bad(format!("decision_type {:?} is not a byte of flags", decision_type[i])))? as u32;
         let feat = as_index(split_feature[i], num_features)
             .ok_or_else(|| bad(format!("splits on feature {:?} but the model has {num_features} features", split_feature[i])))?;
         let categorical = dt & 1 == 1;
@@ -292,7 +280,14 @@ fn parse_tree(
             let words = category_words.len() + 1;
             let (s, e) = match (as_index(cat_boundaries[ci], words), as_index(cat_boundaries[ci + 1], words)) {
                 (Some(s), Some(e)) if s <= e => (s as u32, e as u32),
-                _ => return Err(bad(format!("cat_boundaries {}..{} is not a range of the tree's {} cat_threshold words", cat_boundaries[ci], cat_boundaries[ci + 1], words - 1))),
+                _ => {
+                    return Err(bad(format!(
+                        "cat_boundaries {}..{} is not a range of the tree's {} cat_threshold words",
+                        cat_boundaries[ci],
+                        cat_boundaries[ci + 1],
+                        words - 1
+                    )))
+                }
             };
             (SplitRule::LgbCategories, (s, e - s))
         } else {

@@ -53,13 +53,41 @@ pub enum ModelFormat {
     LightgbmText,
 }
 
-impl fmt::Display for ModelFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl ModelFormat {
+    /// Every format the readers take, in the order a model directory is searched: the one list
+    /// behind the readers, the model directory lookup, help texts and docs.
+    pub const ALL: [ModelFormat; 3] = [ModelFormat::XgboostJson, ModelFormat::XgboostUbjson, ModelFormat::LightgbmText];
+
+    /// The format's name: `XGBoost JSON`.
+    pub const fn name(&self) -> &'static str {
+        match self {
             ModelFormat::XgboostJson => "XGBoost JSON",
             ModelFormat::XgboostUbjson => "XGBoost UBJSON",
             ModelFormat::LightgbmText => "LightGBM text",
-        })
+        }
+    }
+
+    /// The file extension the library saves it with (without the dot).
+    pub const fn extension(&self) -> &'static str {
+        match self {
+            ModelFormat::XgboostJson => "json",
+            ModelFormat::XgboostUbjson => "ubj",
+            ModelFormat::LightgbmText => "txt",
+        }
+    }
+
+    /// Every format with its extension, for help texts: `XGBoost JSON (.json), ...`.
+    pub fn list() -> String {
+        ModelFormat::ALL.iter().map(|f| format!("{} (.{})", f.name(), f.extension())).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The model files' extensions, in [`ModelFormat::ALL`]'s order.
+pub const MODEL_EXTENSIONS: [&str; 3] = [ModelFormat::ALL[0].extension(), ModelFormat::ALL[1].extension(), ModelFormat::ALL[2].extension()];
+
+impl fmt::Display for ModelFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -280,8 +308,7 @@ impl Tree {
             if node.is_leaf() {
                 return n;
             }
-            n = if self.goes_left(node, x[node.feature as usize]) { node.left } else { node.right }
-                as usize;
+            n = if self.goes_left(node, x[node.feature as usize]) { node.left } else { node.right } as usize;
         }
     }
 
@@ -358,11 +385,11 @@ impl Model {
             Some(format) => Model::from_bytes_as(bytes, name, format),
             None => Err(Error::ModelFormat {
                 path: name.to_string(),
-                format: "XGBoost or LightGBM",
+                format: "tree ensemble",
                 detail: if bytes.is_empty() {
                     "the file is empty".into()
                 } else {
-                    "content is neither XGBoost JSON/UBJSON nor a LightGBM text model".into()
+                    format!("the content is none of the formats read here: {}", ModelFormat::list())
                 },
             }),
         }
@@ -502,10 +529,13 @@ impl Model {
                     // is corrupt, and ratios far above 1 would cancel away the attributions.
                     let child_cover = tree.nodes[c].cover;
                     if child_cover > node.cover * (1.0 + COVER_TOLERANCE) {
-                        return Err(bad(n, format!(
-                            "child {c} has cover {child_cover}, more than its parent's {}: the covers (sum_hessian / counts) are corrupt",
-                            node.cover
-                        )));
+                        return Err(bad(
+                            n,
+                            format!(
+                                "child {c} has cover {child_cover}, more than its parent's {}: the covers (sum_hessian / counts) are corrupt",
+                                node.cover
+                            ),
+                        ));
                     }
                     seen[c] = true;
                     stack.push(c);

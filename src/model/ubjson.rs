@@ -52,10 +52,7 @@ impl Reader<'_> {
     }
 
     fn peek(&self) -> Result<u8, String> {
-        self.bytes
-            .get(self.pos)
-            .copied()
-            .ok_or_else(|| format!("unexpected end of data at byte {} (the file looks truncated)", self.pos))
+        self.bytes.get(self.pos).copied().ok_or_else(|| format!("unexpected end of data at byte {} (the file looks truncated)", self.pos))
     }
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {

@@ -27,11 +27,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
 }
 
 pub(super) fn from_ubjson_bytes(bytes: &[u8], name: &str) -> Result<Model> {
-    let value = super::ubjson::decode(bytes).map_err(|detail| Error::ModelFormat {
-        path: name.into(),
-        format: "XGBoost UBJSON",
-        detail,
-    })?;
+    let value = super::ubjson::decode(bytes).map_err(|detail| Error::ModelFormat { path: name.into(), format: "XGBoost UBJSON", detail })?;
     Reader { name, format: ModelFormat::XgboostUbjson }.model(&value)
 }
 
@@ -75,9 +71,7 @@ impl Reader<'_> {
 
     fn model(&self, root: &Value) -> Result<Model> {
         let learner = self.field(root, "", "learner")?;
-        let version = root.get("version").and_then(Value::as_array).map(|v| {
-            v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(".")
-        });
+        let version = root.get("version").and_then(Value::as_array).map(|v| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("."));
         let lmp = self.field(learner, "learner", "learner_model_param")?;
         let num_feature = self.count(self.field(lmp, "learner_model_param", "num_feature")?, "num_feature")?;
         let num_class = match lmp.get("num_class") {
@@ -92,12 +86,7 @@ impl Reader<'_> {
         check_count(num_groups, MAX_GROUPS, "learner_model_param.num_class").map_err(|e| self.err(e))?;
         check_count(num_feature, MAX_FEATURES, "learner_model_param.num_feature").map_err(|e| self.err(e))?;
 
-        let objective = learner
-            .get("objective")
-            .and_then(|o| o.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("reg:squarederror")
-            .to_string();
+        let objective = learner.get("objective").and_then(|o| o.get("name")).and_then(Value::as_str).unwrap_or("reg:squarederror").to_string();
 
         let base_margin = self.base_margin(lmp, &objective, num_groups)?;
         let (feature_names, feature_kinds) = self.features(learner, num_feature)?;
@@ -115,27 +104,21 @@ impl Reader<'_> {
             "gblinear" => {
                 return Err(Error::UnsupportedModel {
                     path: self.name.into(),
-                    detail: "booster gblinear is a linear model, not trees; its SHAP values are coef * (x - mean(x)) and need the training means".into(),
+                    detail: "booster gblinear is a linear model, not trees; its SHAP values are coef * (x - mean(x)) and need the training means"
+                        .into(),
                 })
             }
             other => return Err(self.err(format!("unknown booster {other:?}"))),
         };
 
         let categories = self.categories(model, num_feature)?;
-        let trees_json = self
-            .field(model, "model", "trees")?
-            .as_array()
-            .ok_or_else(|| self.err("model.trees is not an array"))?;
+        let trees_json = self.field(model, "model", "trees")?.as_array().ok_or_else(|| self.err("model.trees is not an array"))?;
         let tree_info = match model.get("tree_info") {
             Some(v) => self.f64_array(v, "model.tree_info")?,
             None => vec![0.0; trees_json.len()],
         };
         if tree_info.len() != trees_json.len() {
-            return Err(self.err(format!(
-                "model.tree_info has {} entries for {} trees",
-                tree_info.len(),
-                trees_json.len()
-            )));
+            return Err(self.err(format!("model.tree_info has {} entries for {} trees", tree_info.len(), trees_json.len())));
         }
         if let Some(w) = &weights {
             if w.len() != trees_json.len() {
@@ -222,7 +205,8 @@ impl Reader<'_> {
             if start > end {
                 return Err(self.err(format!("{what}: offsets {start} .. {end} run backwards")));
             }
-            let name = std::str::from_utf8(&bytes[start..end]).map_err(|e| self.err(format!("{what}: category {} is not UTF-8 ({e})", names.len())))?;
+            let name =
+                std::str::from_utf8(&bytes[start..end]).map_err(|e| self.err(format!("{what}: category {} is not UTF-8 ({e})", names.len())))?;
             names.push(name.to_string());
         }
         Ok(names)
@@ -369,9 +353,8 @@ impl Reader<'_> {
         let mut words = Vec::new();
         let mut node_cats = vec![None; n];
         for k in 0..cat_nodes.len() {
-            let node = as_index(cat_nodes[k], n).ok_or_else(|| {
-                self.err(format!("{}[{k}] = {:?} is not a node of the tree ({n} nodes)", at("categories_nodes"), cat_nodes[k]))
-            })?;
+            let node = as_index(cat_nodes[k], n)
+                .ok_or_else(|| self.err(format!("{}[{k}] = {:?} is not a node of the tree ({n} nodes)", at("categories_nodes"), cat_nodes[k])))?;
             // Segment start and size as indices into `categories` (the end may equal its length).
             let seg = as_index(cat_segments[k], categories.len() + 1);
             let size = seg.and_then(|s| as_index(cat_sizes[k], categories.len() - s + 1));
@@ -391,7 +374,12 @@ impl Reader<'_> {
             let codes = &categories[seg..seg + size];
             let max = codes.iter().fold(0.0f64, |m, &c| m.max(c));
             if codes.iter().any(|&c| c < 0.0 || c.fract() != 0.0 || c >= 16_777_216.0) {
-                return Err(Error::InvalidTree { path: self.name.into(), tree: t, node, detail: "category codes must be integers in [0, 2^24)".into() });
+                return Err(Error::InvalidTree {
+                    path: self.name.into(),
+                    tree: t,
+                    node,
+                    detail: "category codes must be integers in [0, 2^24)".into(),
+                });
             }
             let nwords = if size == 0 { 0 } else { max as usize / 32 + 1 };
             let start = words.len();
@@ -402,7 +390,7 @@ impl Reader<'_> {
                     path: self.name.into(),
                     tree: t,
                     node,
-                    detail: format!("category sets need more than {} MiB of bitsets", MAX_CATEGORY_WORDS * 4 >> 20),
+                    detail: format!("category sets need more than {} MiB of bitsets", (MAX_CATEGORY_WORDS * 4) >> 20),
                 });
             }
             words.resize(start + nwords, 0u32);
@@ -483,7 +471,9 @@ impl Reader<'_> {
         let (weights, by_leaf_index) = match tj.get("leaf_weights") {
             Some(v) => (self.f64_array(v, &at("leaf_weights"))?, true),
             None => {
-                let v = tj.get("base_weights").ok_or_else(|| self.err(format!("{} has vector leaves but neither leaf_weights nor base_weights", at(""))))?;
+                let v = tj
+                    .get("base_weights")
+                    .ok_or_else(|| self.err(format!("{} has vector leaves but neither leaf_weights nor base_weights", at(""))))?;
                 (self.f64_array(v, &at("base_weights"))?, false)
             }
         };
@@ -495,7 +485,10 @@ impl Reader<'_> {
                 path: self.name.into(),
                 tree: t,
                 node: i,
-                detail: format!("leaf vector {} is out of range: the tree stores {slots} vectors of {size} values", if by_leaf_index { right[i] } else { i as f64 }),
+                detail: format!(
+                    "leaf vector {} is out of range: the tree stores {slots} vectors of {size} values",
+                    if by_leaf_index { right[i] } else { i as f64 }
+                ),
             })?;
             for (g, tree) in per_target.iter_mut().enumerate() {
                 // Float32 in XGBoost, as the scalar leaves in `tree`.

@@ -52,9 +52,10 @@ impl PlotData {
 
     /// Index of the feature named `name`, or an error listing the features.
     pub fn feature_index(&self, name: &str) -> Result<usize> {
-        self.features.iter().position(|f| f == name).ok_or_else(|| {
-            Error::Input(format!("feature {name:?} is not in the model; its features are: {}", self.features.join(", ")))
-        })
+        self.features
+            .iter()
+            .position(|f| f == name)
+            .ok_or_else(|| Error::Input(format!("feature {name:?} is not in the model; its features are: {}", self.features.join(", "))))
     }
 
     /// Feature `j`'s value in row `r` as text: the category name, a number, or "missing".
@@ -131,25 +132,22 @@ impl ShapLayout {
     fn of(schema: &Schema, features: Option<&[String]>, label: &str) -> Result<ShapLayout> {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         // The bias is `bias_` when a feature is itself named `bias`.
-        let bias = ["bias_", "bias"]
-            .iter()
-            .find_map(|b| names.iter().rposition(|n| n == b))
-            .ok_or_else(|| Error::Input(format!("{label} has no bias column: is it an explain output of SHAP values? Its columns are: {}", names.join(", "))))?;
+        let bias = ["bias_", "bias"].iter().find_map(|b| names.iter().rposition(|n| n == b)).ok_or_else(|| {
+            Error::Input(format!("{label} has no bias column: is it an explain output of SHAP values? Its columns are: {}", names.join(", ")))
+        })?;
         let bias_type = schema.field(bias).data_type().clone();
         let groups = match &bias_type {
             DataType::Float64 => 1,
             DataType::FixedSizeList(item, g) if *item.data_type() == DataType::Float64 && *g > 0 => *g as usize,
-            other => return Err(Error::Input(format!("{label}: the bias column has type {other}; explain writes Float64 or a list of Float64 per class"))),
+            other => {
+                return Err(Error::Input(format!("{label}: the bias column has type {other}; explain writes Float64 or a list of Float64 per class")))
+            }
         };
         let features: Vec<String> = match features {
             Some(f) => f.to_vec(),
             None => {
                 let kept: Vec<String> = schema.metadata().get(KEPT_COLUMNS_METADATA).and_then(|k| serde_json::from_str(k).ok()).unwrap_or_default();
-                schema.fields()[..bias]
-                    .iter()
-                    .filter(|f| *f.data_type() == bias_type && !kept.contains(f.name()))
-                    .map(|f| f.name().clone())
-                    .collect()
+                schema.fields()[..bias].iter().filter(|f| *f.data_type() == bias_type && !kept.contains(f.name())).map(|f| f.name().clone()).collect()
             }
         };
         if features.is_empty() {
@@ -157,9 +155,9 @@ impl ShapLayout {
         }
         let mut columns = Vec::with_capacity(features.len() + 1);
         for name in &features {
-            let i = schema.index_of(name).map_err(|_| {
-                Error::Input(format!("{label} has no SHAP column for feature {name:?}; its columns are: {}", names.join(", ")))
-            })?;
+            let i = schema
+                .index_of(name)
+                .map_err(|_| Error::Input(format!("{label} has no SHAP column for feature {name:?}; its columns are: {}", names.join(", "))))?;
             if *schema.field(i).data_type() != bias_type {
                 return Err(Error::Input(format!("{label}: column {name:?} has type {}, the bias column {bias_type}", schema.field(i).data_type())));
             }
@@ -190,15 +188,17 @@ impl ShapLayout {
     }
 }
 
+/// Per feature, the category names of a string column (`None`: a numeric column).
+type CategoryNames = Vec<Option<Vec<String>>>;
+
 /// The `features` columns of `batch` as numbers (NaN: missing), with names for string columns.
-fn feature_values(batch: &RecordBatch, features: &[String], label: &str) -> Result<(Vec<f64>, Vec<Option<Vec<String>>>)> {
+fn feature_values(batch: &RecordBatch, features: &[String], label: &str) -> Result<(Vec<f64>, CategoryNames)> {
     let (rows, f) = (batch.num_rows(), features.len());
     let mut values = vec![f64::NAN; rows * f];
     let mut labels = Vec::with_capacity(f);
     for (j, name) in features.iter().enumerate() {
-        let column = batch.column_by_name(name).ok_or_else(|| {
-            Error::Input(format!("{label} has no column {name:?} (a feature of the SHAP values)"))
-        })?;
+        let column =
+            batch.column_by_name(name).ok_or_else(|| Error::Input(format!("{label} has no column {name:?} (a feature of the SHAP values)")))?;
         let (numbers, names) = column_numbers(column).map_err(|e| Error::arrow(format!("{label}: column {name:?}"), e))?;
         for (r, v) in numbers.into_iter().enumerate() {
             values[r * f + j] = v;

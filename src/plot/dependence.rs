@@ -8,7 +8,6 @@ use super::data::{format_number, PlotData};
 use super::style::{self, ValueScale};
 use super::{draw_colour_bar, Chart, Drawn, COLOUR_BAR_AREA};
 
-
 pub(super) fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>, feature: &str, color: Option<&str>) -> Drawn<DB> {
     let data = chart.data;
     let group = chart.group.unwrap_or(0);

@@ -178,12 +178,12 @@ impl<'a> Chart<'a> {
             return Err(Error::Input("no rows to plot".into()));
         }
         if options.top == 0 {
-            return Err(Error::Input("--top must be at least 1".into()));
+            return Err(Error::Input("the number of features to draw must be at least 1".into()));
         }
         let group = match options.class {
             Some(k) if k >= data.groups => {
                 return Err(Error::Input(format!(
-                    "--class {k} is out of range: the model has {} output{} (classes 0..{})",
+                    "class {k} is out of range: the model has {} output{} (classes 0..{})",
                     data.groups,
                     if data.groups == 1 { "" } else { "s" },
                     data.groups - 1
@@ -193,11 +193,7 @@ impl<'a> Chart<'a> {
             None if data.groups == 1 => Some(0),
             None if options.kind == ChartKind::Bar => None,
             None => {
-                return Err(Error::Input(format!(
-                    "the model has {} outputs (classes); pick the one to draw with --class 0..{}",
-                    data.groups,
-                    data.groups - 1
-                )))
+                return Err(Error::Input(format!("the model has {} outputs (classes); pick the class to draw, 0..{}", data.groups, data.groups - 1)))
             }
         };
         let importance = mean_abs_shap(data, group);
@@ -335,10 +331,8 @@ fn draw_row_frame<DB: DrawingBackend>(
     let n = names.len();
     let x_start = plot.x_range().start;
     let x_end = plot.x_range().end;
-    let label = style::text(style::LABEL_SIZE).pos(plotters::style::text_anchor::Pos::new(
-        plotters::style::text_anchor::HPos::Right,
-        plotters::style::text_anchor::VPos::Center,
-    ));
+    let label = style::text(style::LABEL_SIZE)
+        .pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Right, plotters::style::text_anchor::VPos::Center));
     for (rank, name) in names.iter().enumerate() {
         let y = (n - 1 - rank) as f64;
         if lines {

@@ -76,7 +76,13 @@ pub(super) fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shi
     let label = style::text(style::VALUE_SIZE).pos(Pos::new(HPos::Center, VPos::Bottom));
     let (bx, by) = plot.backend_coord(&(bias, top));
     let (mx, _) = plot.backend_coord(&(margin, top));
-    let ends = if (bx - mx).abs() < 120 && bx > mx { [(bx + 40, "bias"), (mx - 40, "f(x)")] } else if (bx - mx).abs() < 120 { [(bx - 40, "bias"), (mx + 40, "f(x)")] } else { [(bx, "bias"), (mx, "f(x)")] };
+    let ends = if (bx - mx).abs() < 120 && bx > mx {
+        [(bx + 40, "bias"), (mx - 40, "f(x)")]
+    } else if (bx - mx).abs() < 120 {
+        [(bx - 40, "bias"), (mx + 40, "f(x)")]
+    } else {
+        [(bx, "bias"), (mx, "f(x)")]
+    };
     for (x, name) in ends {
         let value = if name == "bias" { bias } else { margin };
         root.draw(&Text::new(format!("{name} = {}", format_number(value)), (x, by - 3), label.clone()))?;

@@ -95,7 +95,7 @@ mod tests {
         let registry = Arc::new(ModelRegistry::names_only(None));
         registry.register("fraud", MODEL).unwrap();
         let exported = exported_udfs(registry.clone(), ShapOptions::default()).unwrap();
-        assert_eq!(exported.iter().map(ExportedUdf::name).collect::<Vec<_>>(), ["shap", "shap_interactions", "predict"]);
+        assert_eq!(exported.iter().map(ExportedUdf::name).collect::<Vec<_>>(), ["shap", "shap_interactions", "margin"]);
 
         let foreign = SessionContext::new();
         for udf in &exported {

@@ -1,20 +1,21 @@
-//! SQL: `shap(model, c1, …, cN)`, `shap_interactions(…)` and `predict(…)` as DataFusion scalar
-//! UDFs, the `shap.*` session options, and the session set-up used by `shapfusion sql`.
+//! SQL: `shap(model, c1, …, cN)`, `shap_interactions(…)` and `margin(…)` as DataFusion scalar
+//! UDFs, the `shap.*` session options, and what a SQL client may touch ([`AccessPolicy`]).
 //!
 //! ```sql
 //! SET shap.model_dir = 's3://models/';
 //! SELECT id, shap('fraud', amount, age)['amount'] AS why FROM payments;
 //! ```
 //!
-//! The UDFs compute through the same features → engine → layout path as `shapfusion explain`,
-//! so the numbers and the column layout are identical.
+//! The UDFs compute through [`Explainer`](crate::Explainer), the same path as `shapfusion
+//! explain`, so the numbers and the column layout are identical. With `shap.workers` set they
+//! compute on remote workers through [`RemoteCompute`], which this module defines and a
+//! transport (the Flight module) implements, so SQL knows no wire protocol.
 
+mod access;
 #[cfg(feature = "ffi")]
 pub mod ffi;
 mod options;
-#[cfg(feature = "ballista")]
-pub mod remote;
-pub mod shell;
+mod remote;
 mod udf;
 
 use std::sync::Arc;
@@ -23,20 +24,22 @@ use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionConfig;
 
+pub use access::AccessPolicy;
 pub use options::{ShapOptions, ShapSettings};
-pub use udf::{PlannedCall, PlannedObject, ShapUdf};
+pub use remote::{install_remote, RemoteCompute};
+pub use udf::ShapUdf;
 
-use crate::error::Result;
 use crate::batch::OutputKind;
+use crate::error::Result;
 use crate::registry::ModelRegistry;
 
 /// Names of the UDFs, with what each returns.
 pub const FUNCTIONS: [(&str, OutputKind); 3] =
-    [("shap", OutputKind::Shap), ("shap_interactions", OutputKind::Interactions), ("predict", OutputKind::Predict)];
+    [("shap", OutputKind::Shap), ("shap_interactions", OutputKind::Interactions), ("margin", OutputKind::Margin)];
 
-/// The UDF names, comma separated (for messages).
-pub(crate) fn function_names() -> String {
-    FUNCTIONS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+/// The function computing `output`.
+pub(crate) fn function_for(output: OutputKind) -> &'static str {
+    FUNCTIONS.iter().find(|(_, k)| *k == output).map_or("shap", |(n, _)| n)
 }
 
 /// A session config with the `shap.*` options available (so `SET shap.model_dir = …` works).

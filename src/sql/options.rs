@@ -5,10 +5,13 @@ use std::ops::{Deref, DerefMut};
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::{extensions_options, Result as DfResult};
 
+use crate::settings::ComputeSettings;
+
 extensions_options! {
     /// The values of [`ShapOptions`], one field per `shap.<name>` option.
     pub struct ShapSettings {
-        /// URL prefix (or local directory) where `<name>.json|.ubj|.txt` models are looked up.
+        /// URL prefix (or local directory) where `<name>.<ext>` models are looked up, for each
+        /// model file extension (`shapfusion::model::MODEL_EXTENSIONS`).
         pub model_dir: String, default = String::new()
         /// Engine: auto, treeshap, fast-v1, fast-v2, quadrature or linear.
         pub algorithm: String, default = "auto".to_string()
@@ -38,6 +41,14 @@ extensions_options! {
 /// shap.background` would never reach the cluster.
 #[derive(Debug, Clone, Default)]
 pub struct ShapOptions(ShapSettings);
+
+impl ShapOptions {
+    /// The compute settings these options ask for (`shap.algorithm`, `shap.device`,
+    /// `shap.threads`, `shap.v2_memory_mb`), checked.
+    pub fn compute_settings(&self) -> crate::Result<ComputeSettings> {
+        ComputeSettings::parse(&self.algorithm, &self.device, Some(self.threads), self.v2_memory_mb)
+    }
+}
 
 impl Deref for ShapOptions {
     type Target = ShapSettings;

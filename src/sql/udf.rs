@@ -5,33 +5,29 @@
 //!
 //! The optimizer's expression simplification also pins each call: `simplify` swaps the
 //! session's function for one bound to the model (and background) it resolved, so the plan
-//! itself holds the versions. A pinned call is what crosses machines: [`PlannedCall`] is its
-//! serialised form (the Ballista codec sends it to executors, which load the same URL and refuse
-//! any other version).
+//! itself holds the versions. A pinned call is what crosses machines: [`PinnedCall`] is its
+//! serialised form (the Ballista codec sends it to executors and the workers receive it, and
+//! both load the same model and refuse any other version).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use super::options::ShapOptions;
+use crate::batch::{output_fields, OutputKind};
+use crate::call::{PinnedCall, ResolvedCall};
+use crate::explainers::explainer_for;
+use crate::features::{check_feature_type, is_numeric, is_text};
+use crate::model::Model;
+use crate::registry::{LoadedBackground, LoadedModel, ModelRegistry};
+use crate::settings::ComputeSettings;
 use arrow::array::{ArrayRef, StructArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::{exec_datafusion_err, plan_datafusion_err, plan_err, DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
-use datafusion::logical_expr::{
-    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
-};
-use serde::{Deserialize, Serialize};
-
-use super::options::ShapOptions;
-use crate::device::Device;
-use crate::engine::{Algorithm, EngineOptions};
-use crate::batch::{compute_pool, explain_block, output_fields, OutputKind};
-use crate::features::{block_from_columns, check_feature_type, is_numeric, is_text};
-
-use crate::model::Model;
-use crate::registry::{LoadedBackground, LoadedModel, ModelRegistry};
+use datafusion::logical_expr::{ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 
 const META_URL: &str = "shapfusion.model.url";
 const META_VERSION: &str = "shapfusion.model.version";
@@ -46,9 +42,8 @@ pub struct ShapUdf {
     kind: OutputKind,
     registry: Arc<ModelRegistry>,
     options: ShapOptions,
-    algorithm: Algorithm,
-    device: Device,
-    pool: Arc<rayon::ThreadPool>,
+    /// The compute settings of `options`, parsed once.
+    settings: ComputeSettings,
     signature: Signature,
     pinned: Option<Pinned>,
 }
@@ -56,68 +51,22 @@ pub struct ShapUdf {
 /// The model (and background) one call was planned with.
 #[derive(Debug, Clone)]
 struct Pinned {
-    model_name: String,
     model: Arc<LoadedModel>,
     background: Option<Arc<LoadedBackground>>,
-}
-
-/// A stored object as a plan pins it: what it was called, where it is, and its version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlannedObject {
-    /// The name the query (or `shap.background`) used.
-    pub name: String,
-    /// Where the planner loaded it from.
-    pub url: String,
-    /// The planner's store version (ETag, or last-modified and size).
-    pub version: String,
-    /// Hash of the bytes: the version every machine agrees on.
-    pub content_hash: String,
-}
-
-/// A pinned call in serialised form: the function, the model and background versions it was
-/// planned with, and the engine options that shape its numbers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlannedCall {
-    /// `shap`, `shap_interactions` or `predict`.
-    pub function: String,
-    /// The model.
-    pub model: PlannedObject,
-    /// The background set (interventional SHAP), if any.
-    pub background: Option<PlannedObject>,
-    /// `shap.algorithm`.
-    pub algorithm: String,
-    /// `shap.device`.
-    pub device: String,
-    /// `shap.threads` (0: all cores of the machine computing).
-    pub threads: usize,
-    /// `shap.v2_memory_mb`.
-    pub v2_memory_mb: usize,
 }
 
 impl ShapUdf {
     /// A UDF named `name` computing `kind`.
     pub fn new(name: &'static str, kind: OutputKind, registry: Arc<ModelRegistry>, options: ShapOptions) -> crate::Result<Self> {
-        let algorithm: Algorithm = options.algorithm.parse()?;
-        let device: Device = options.device.parse()?;
-        let pool = compute_pool(options.threads)?;
-        Ok(ShapUdf {
-            name,
-            kind,
-            registry,
-            options,
-            algorithm,
-            device,
-            pool,
-            signature: Signature::user_defined(Volatility::Immutable),
-            pinned: None,
-        })
+        let settings = options.compute_settings()?;
+        Ok(ShapUdf { name, kind, registry, options, settings, signature: Signature::user_defined(Volatility::Immutable), pinned: None })
     }
 
     /// This function bound to the versions `model_name` (and `shap.background`) resolve to now.
     fn pin(&self, model_name: &str) -> DfResult<ShapUdf> {
         let (model, background) = self.resolve(model_name)?;
         let mut pinned = self.clone();
-        pinned.pinned = Some(Pinned { model_name: model_name.to_string(), model, background });
+        pinned.pinned = Some(Pinned { model, background });
         Ok(pinned)
     }
 
@@ -136,66 +85,34 @@ impl ShapUdf {
     }
 
     /// The pinned call in serialised form; `None` for a function not yet bound to a version.
-    pub fn planned_call(&self) -> Option<PlannedCall> {
+    pub fn planned_call(&self) -> Option<PinnedCall> {
         let pinned = self.pinned.as_ref()?;
-        let object = |name: &str, url: &str, version: &str, content_hash: &str| PlannedObject {
-            name: name.to_string(),
-            url: url.to_string(),
-            version: version.to_string(),
-            content_hash: content_hash.to_string(),
-        };
-        Some(PlannedCall {
-            function: self.name.to_string(),
-            model: object(&pinned.model_name, &pinned.model.url, &pinned.model.version, &pinned.model.content_hash),
-            background: pinned.background.as_ref().map(|b| object(&b.name, &b.url, &b.version, &b.content_hash)),
-            algorithm: self.options.algorithm.clone(),
-            device: self.options.device.clone(),
-            threads: self.options.threads,
-            v2_memory_mb: self.options.v2_memory_mb,
-        })
+        Some(self.call_for(&pinned.model, pinned.background.as_deref()))
     }
 
-    /// Rebuilds a pinned call on another machine (`here` names it in errors): loads the planned
-    /// model URL through `registry` (a server's registry serves only its registered models and
-    /// its model directory `model_dir`) and the background by its registered name, and refuses
-    /// either when its content differs from what was planned.
-    pub fn from_planned_call(call: &PlannedCall, registry: Arc<ModelRegistry>, model_dir: Option<&str>, here: &str) -> crate::Result<ShapUdf> {
-        let (name, kind) = super::FUNCTIONS.iter().find(|(n, _)| *n == call.function).copied().ok_or_else(|| {
-            crate::Error::Input(format!("{here}: unknown function {:?} in the plan; this build has {}", call.function, super::function_names()))
-        })?;
-        let mismatch = |what: &str, planned: &PlannedObject, ours: &str, our_version: &str| {
-            crate::Error::Input(format!(
-                "{here}: {what} {:?} ({}) is version {ours} (store version {our_version}) here, but the query was planned with version {} (store version {}); deploy the same file everywhere, then run the query again",
-                planned.name, planned.url, planned.content_hash, planned.version
-            ))
-        };
-        let model = registry.resolve(&call.model.url, model_dir).map_err(|e| crate::Error::Input(format!("{here}: {e}")))?;
-        if model.content_hash != call.model.content_hash {
-            return Err(mismatch("model", &call.model, &model.content_hash, &model.version));
-        }
-        let background = match &call.background {
-            None => None,
-            Some(planned) => {
-                let b = registry.background(&planned.name).map_err(|e| crate::Error::Input(format!("{here}: {e}")))?;
-                if b.content_hash != planned.content_hash || b.url != planned.url {
-                    return Err(mismatch("background", planned, &b.content_hash, &b.version));
-                }
-                Some(b)
-            }
-        };
+    /// The call of this function on `model` (and `background`) with this session's settings.
+    fn call_for(&self, model: &LoadedModel, background: Option<&LoadedBackground>) -> PinnedCall {
+        // The store's URL, so a worker or executor loads the same object the planner did.
+        PinnedCall::new(model.url.clone(), self.kind)
+            .pinned(Some(model.content_hash.clone()))
+            .with_background(background.map(|b| (b.name.clone(), b.content_hash.clone())))
+            .with_settings(self.settings)
+    }
+
+    /// Rebuilds a pinned call on another machine (`here` names it in errors): the call's model
+    /// and background from `registry` (a server's registry serves only its registered models and
+    /// its model directory `model_dir`), refused when their content differs from what was
+    /// planned, and the caller's settings, refused when this machine cannot honour them.
+    pub fn from_planned_call(call: &PinnedCall, registry: Arc<ModelRegistry>, model_dir: Option<&str>, here: &str) -> crate::Result<ShapUdf> {
+        let settings = call.settings.unwrap_or_default();
+        let settings = call.settings_on(&settings, here)?;
+        let ResolvedCall { model, background } = call.resolve(&registry, model_dir, here)?;
         let mut options = ShapOptions::default();
-        options.algorithm = call.algorithm.clone();
-        options.device = call.device.clone();
-        options.threads = call.threads;
-        options.v2_memory_mb = call.v2_memory_mb;
-        options.background = call.background.as_ref().map(|b| b.name.clone()).unwrap_or_default();
-        let mut udf = ShapUdf::new(name, kind, registry, options)?;
-        udf.pinned = Some(Pinned { model_name: call.model.name.clone(), model, background });
+        options.background = background.as_ref().map(|b| b.name.clone()).unwrap_or_default();
+        let mut udf = ShapUdf::new(super::function_for(call.output), call.output, registry, options)?;
+        udf.settings = settings;
+        udf.pinned = Some(Pinned { model, background });
         Ok(udf)
-    }
-
-    fn engine_options(&self) -> EngineOptions {
-        EngineOptions { v2_memory_bytes: self.options.v2_memory_mb.saturating_mul(1 << 20), ..Default::default() }
     }
 
     fn usage(&self, model: &Model) -> String {
@@ -207,7 +124,7 @@ impl ShapUdf {
         let fields = output_fields(model, self.kind);
         match self.kind {
             OutputKind::Shap => DataType::Struct(fields.into()),
-            OutputKind::Interactions | OutputKind::Predict => fields[0].data_type().clone(),
+            OutputKind::Interactions | OutputKind::Margin => fields[0].data_type().clone(),
         }
     }
 
@@ -215,39 +132,28 @@ impl ShapUdf {
     fn as_result(&self, model: &Model, columns: Vec<ArrayRef>) -> crate::Result<ArrayRef> {
         let mismatch = |detail: String| crate::Error::Input(format!("{}(): the output does not match the model: {detail}", self.name));
         Ok(match self.kind {
-            OutputKind::Shap => Arc::new(
-                StructArray::try_new(output_fields(model, self.kind).into(), columns, None).map_err(|e| mismatch(e.to_string()))?,
-            ),
-            OutputKind::Interactions | OutputKind::Predict => columns.into_iter().next().ok_or_else(|| mismatch("no columns".into()))?,
+            OutputKind::Shap => {
+                Arc::new(StructArray::try_new(output_fields(model, self.kind).into(), columns, None).map_err(|e| mismatch(e.to_string()))?)
+            }
+            OutputKind::Interactions | OutputKind::Margin => columns.into_iter().next().ok_or_else(|| mismatch("no columns".into()))?,
         })
     }
 }
 
 impl ShapUdf {
-    /// Computes on the Flight workers of `shap.workers`; the workers load the model from the
-    /// URL this session resolved, so they must be able to read it (a shared object store or
-    /// the same path mounted).
-    #[cfg(feature = "flight")]
-    fn invoke_on_workers(&self, loaded: &crate::registry::LoadedModel, background: Option<&crate::registry::LoadedBackground>, columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
-        use crate::flight::ExchangeCommand;
+    /// Computes on the workers of `shap.workers`; they load the model from the URL this session
+    /// resolved, so they must be able to read it (a shared object store or the same path
+    /// mounted), and compute with this session's settings or refuse them.
+    fn invoke_on_workers(&self, loaded: &LoadedModel, background: Option<&LoadedBackground>, columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
         use arrow::array::RecordBatch;
         use arrow::datatypes::Schema;
         let model = &loaded.model;
-        let pool = crate::flight::shared_pool(&self.options.workers, &self.options.worker_token_file).map_err(df_err)?;
-        let fields: Vec<Field> =
-            model.feature_names.iter().zip(&columns).map(|(n, c)| Field::new(n, c.data_type().clone(), true)).collect();
+        let fields: Vec<Field> = model.feature_names.iter().zip(&columns).map(|(n, c)| Field::new(n, c.data_type().clone(), true)).collect();
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
-        // The workers know the background by its registered name; its content hash pins the rows.
-        let command = ExchangeCommand::new(loaded.url.clone(), self.kind)
-            .pinned(Some(loaded.content_hash.clone()))
-            .with_background(background.map(|b| (b.name.clone(), b.content_hash.clone())));
-        let out = crate::registry::run_io(async move { pool.run(&command, batch).await }).map_err(df_err)?;
+        let call = self.call_for(loaded, background);
+        let out =
+            super::remote::remote().map_err(df_err)?.compute(&self.options.workers, &self.options.worker_token_file, &call, batch).map_err(df_err)?;
         self.as_result(model, out.columns().to_vec()).map_err(df_err)
-    }
-
-    #[cfg(not(feature = "flight"))]
-    fn invoke_on_workers(&self, _loaded: &crate::registry::LoadedModel, _background: Option<&crate::registry::LoadedBackground>, _columns: Vec<ArrayRef>) -> DfResult<ArrayRef> {
-        Err(exec_datafusion_err!("shap.workers is set, but this build has no Flight support (build with the `flight` feature)"))
     }
 }
 
@@ -255,6 +161,7 @@ impl PartialEq for ShapUdf {
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name
             && Arc::ptr_eq(&self.registry, &other.registry)
+            && self.settings == other.settings
             && same_options(&self.options, &other.options)
             && self.pinned_versions() == other.pinned_versions()
     }
@@ -265,24 +172,25 @@ impl Eq for ShapUdf {}
 impl Hash for ShapUdf {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.name.hash(state);
+        self.settings.hash(state);
         self.options.model_dir.hash(state);
-        self.options.algorithm.hash(state);
-        self.options.device.hash(state);
         self.options.workers.hash(state);
         self.options.background.hash(state);
         self.pinned_versions().hash(state);
     }
 }
 
+/// A pinned model's URL and version, and its background's.
+type PinnedVersions<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>);
+
 impl ShapUdf {
     /// The pinned model's and background's URL and version: what tells two pinned calls apart.
-    fn pinned_versions(&self) -> Option<(&str, &str, Option<(&str, &str)>)> {
-        self.pinned.as_ref().map(|p| {
-            (p.model.url.as_str(), p.model.version.as_str(), p.background.as_ref().map(|b| (b.url.as_str(), b.version.as_str())))
-        })
+    fn pinned_versions(&self) -> Option<PinnedVersions<'_>> {
+        self.pinned
+            .as_ref()
+            .map(|p| (p.model.url.as_str(), p.model.version.as_str(), p.background.as_ref().map(|b| (b.url.as_str(), b.version.as_str()))))
     }
 }
-
 
 /// The config extension macro derives no `PartialEq`; compare the fields we read.
 fn same_options(a: &ShapOptions, b: &ShapOptions) -> bool {
@@ -331,6 +239,15 @@ impl ScalarUDFImpl for ShapUdf {
 
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    fn aliases(&self) -> &[String] {
+        // `margin` was called `predict` before; queries written then keep working.
+        static PREDICT: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| vec!["predict".to_string()]);
+        match self.kind {
+            OutputKind::Margin => &PREDICT,
+            _ => &[],
+        }
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
@@ -390,7 +307,8 @@ impl ScalarUDFImpl for ShapUdf {
             );
         }
         for (j, field) in args.arg_fields[1..].iter().enumerate() {
-            check_feature_type(model, j, field.data_type()).map_err(|e| DataFusionError::Plan(format!("{}(): argument {}: {e}", self.name, j + 2)))?;
+            check_feature_type(model, j, field.data_type())
+                .map_err(|e| DataFusionError::Plan(format!("{}(): argument {}: {e}", self.name, j + 2)))?;
         }
         let mut metadata = HashMap::from([(META_URL.to_string(), loaded.url.clone()), (META_VERSION.to_string(), loaded.version.clone())]);
         if let Some(background) = background {
@@ -440,17 +358,12 @@ impl ScalarUDFImpl for ShapUdf {
         };
         let model = &loaded.model;
         let rows = args.number_rows;
-        let columns: Vec<ArrayRef> =
-            args.args[1..].iter().map(|c| c.to_array(rows)).collect::<DfResult<_>>()?;
+        let columns: Vec<ArrayRef> = args.args[1..].iter().map(|c| c.to_array(rows)).collect::<DfResult<_>>()?;
         if !self.options.workers.is_empty() {
             return self.invoke_on_workers(&loaded, background.as_deref(), columns).map(ColumnarValue::Array);
         }
-        let explainer = loaded.engine(self.algorithm, self.device, &self.engine_options(), background.as_deref()).map_err(df_err)?;
-        let output = self.pool.install(|| -> crate::Result<ArrayRef> {
-            let block = block_from_columns(&columns, &model.feature_names, model)?;
-            let columns = explain_block(explainer.as_ref(), &block, self.kind)?;
-            self.as_result(model, columns)
-        });
+        let explainer = explainer_for(&loaded, &self.settings, background.as_deref()).map_err(df_err)?;
+        let output = explainer.output_columns_of(&columns, self.kind).and_then(|columns| self.as_result(model, columns));
         Ok(ColumnarValue::Array(output.map_err(df_err)?))
     }
 }

@@ -66,11 +66,8 @@ pub fn read_parquet(path: &Path) -> RecordBatch {
 
 /// Every fixture directory (those with an expected.json).
 pub fn fixtures() -> Vec<Fixture> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("expected.json").exists())
-        .collect();
+    let mut dirs: Vec<PathBuf> =
+        std::fs::read_dir(fixtures_dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("expected.json").exists()).collect();
     dirs.sort();
     assert!(dirs.len() >= 10, "fixtures missing: run tests/make_fixtures.py");
     dirs.into_iter()
@@ -136,7 +133,8 @@ pub fn brute_force_interventional(model: &Model, x: &[f64], background: &Feature
 
 /// LightGBM models whose categorical features take integer codes, from NumPy, pandas numbers,
 /// mixed and ordered pandas categories (tests/make_lgb_integer_category_fixtures.py).
-pub const LIGHTGBM_INTEGER_CODED: [&str; 4] = ["lgb_int_categories_numpy", "lgb_int_categories_pandas", "lgb_mixed_categories", "lgb_ordered_category"];
+pub const LIGHTGBM_INTEGER_CODED: [&str; 4] =
+    ["lgb_int_categories_numpy", "lgb_int_categories_pandas", "lgb_mixed_categories", "lgb_ordered_category"];
 
 /// The values of a SHAP output (a column per feature, then `bias`; a fixed-size list per
 /// column for several groups) in the libraries' row-major layout, rows × groups × columns.
@@ -147,7 +145,11 @@ pub fn row_major(columns: &[arrow::array::ArrayRef], groups: usize) -> Vec<f64> 
     let width = columns.len();
     let mut out = vec![0.0; rows * groups * width];
     for (j, col) in columns.iter().enumerate() {
-        let values = if groups == 1 { col.as_primitive::<Float64Type>().values().clone() } else { col.as_fixed_size_list().values().as_primitive::<Float64Type>().values().clone() };
+        let values = if groups == 1 {
+            col.as_primitive::<Float64Type>().values().clone()
+        } else {
+            col.as_fixed_size_list().values().as_primitive::<Float64Type>().values().clone()
+        };
         for r in 0..rows {
             for k in 0..groups {
                 out[(r * groups + k) * width + j] = values[r * groups + k];

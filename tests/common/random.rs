@@ -95,7 +95,6 @@ pub fn random_rows(rng: &mut Rng, model: &Model, rows: usize) -> FeatureBlock {
     model.feature_block_from_values(rows, values).unwrap()
 }
 
-
 /// A tree exactly `depth` levels deep along a random spine, with side branches at most three
 /// levels deep, so its size grows linearly with its depth (a random tree that deep would not
 /// fit in memory). Features are drawn from `features`, so long paths repeat some (merged).
@@ -113,7 +112,13 @@ pub fn spine_tree(rng: &mut Rng, features: usize, depth: usize, group: usize) ->
         let (l, r) = split_randomly(rng, &mut nodes, i, features, ((cover * frac).max(1e-3), (cover * (1.0 - frac)).max(1e-3)));
         // On the spine, one child goes on to the full depth, the other gets a short branch.
         let side_reach = (d + 1 + rng.below(3)).min(depth);
-        let (reach_l, reach_r) = if reach < depth { (reach, reach) } else if rng.unit() < 0.5 { (depth, side_reach) } else { (side_reach, depth) };
+        let (reach_l, reach_r) = if reach < depth {
+            (reach, reach)
+        } else if rng.unit() < 0.5 {
+            (depth, side_reach)
+        } else {
+            (side_reach, depth)
+        };
         stack.push((l as usize, d + 1, reach_l));
         stack.push((r as usize, d + 1, reach_r));
     }

@@ -13,6 +13,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{Error, Result};
 
+/// Marks the token in a user agent: `shapfusion-token=<token>` (what Ballista's Flight channels
+/// carry, since they take no extra headers).
+pub const TOKEN_AGENT_PREFIX: &str = "shapfusion-token=";
+
 /// The reply stream type of `Handshake`.
 pub type HandshakeStream = Pin<Box<dyn Stream<Item = std::result::Result<HandshakeResponse, Status>> + Send + 'static>>;
 
@@ -40,11 +44,11 @@ pub fn read_token_file(path: &std::path::Path) -> Result<String> {
 }
 
 /// The token in a `user-agent` header (`… shapfusion-token=<token> …`): how Ballista's own
-/// channels, which take no extra headers, carry it (see `sql::remote`).
+/// channels, which take no extra headers, carry it (see `ballista::client`).
 #[cfg(feature = "ballista")]
 pub fn agent_token(metadata: &MetadataMap) -> Option<&str> {
     let agent = metadata.get("user-agent")?.to_str().ok()?;
-    let start = agent.find(crate::sql::remote::TOKEN_AGENT_PREFIX)? + crate::sql::remote::TOKEN_AGENT_PREFIX.len();
+    let start = agent.find(TOKEN_AGENT_PREFIX)? + TOKEN_AGENT_PREFIX.len();
     agent[start..].split_whitespace().next()
 }
 
@@ -58,16 +62,17 @@ pub fn check(metadata: &MetadataMap, expected: Option<&str>) -> std::result::Res
     match presented {
         Some(t) if token_matches(t, expected) => Ok(()),
         Some(_) => Err(Status::unauthenticated("wrong bearer token")),
-        None => Err(Status::unauthenticated(
-            "a bearer token is required: send the header 'authorization: Bearer <token>' (or Handshake first)",
-        )),
+        None => Err(Status::unauthenticated("a bearer token is required: send the header 'authorization: Bearer <token>' (or Handshake first)")),
     }
 }
 
 /// Serves `Handshake`: accepts the token as HTTP basic-auth password (pyarrow's
 /// `authenticate_basic_token`, JDBC's user/password), as a bearer header, or as the payload,
 /// and answers with the bearer header clients send on later calls.
-pub async fn handshake(request: Request<Streaming<HandshakeRequest>>, expected: Option<&str>) -> std::result::Result<Response<HandshakeStream>, Status> {
+pub async fn handshake(
+    request: Request<Streaming<HandshakeRequest>>,
+    expected: Option<&str>,
+) -> std::result::Result<Response<HandshakeStream>, Status> {
     let basic_password = request
         .metadata()
         .get("authorization")

@@ -16,6 +16,10 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::error::{Error, Result};
 
+/// Default limit of one gRPC message, both directions (a record batch is one message unless
+/// the sender splits it). Large enough for 64k-row batches of 500 features.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 << 20;
+
 /// HTTP/2 windows: the defaults (64 KiB) throttle multi-megabyte batches on fast links.
 const STREAM_WINDOW: u32 = 8 << 20;
 const CONNECTION_WINDOW: u32 = 32 << 20;
@@ -51,7 +55,7 @@ impl ListenOptions {
         ListenOptions {
             listen: listen.to_string(),
             tls: None,
-            max_message_bytes: super::protocol::DEFAULT_MAX_MESSAGE_BYTES,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             authenticated: false,
             insecure_no_auth: false,
         }
@@ -69,13 +73,13 @@ pub fn check_exposure(addr: SocketAddr, options: &ListenOptions, what: &str) -> 
         if !options.insecure_no_auth {
             return Err(Error::Input(format!(
                 "{what}: refusing to listen on {addr} without authentication: anyone who reaches that address could use it. \
-                 Pass --token-file FILE (clients then send 'authorization: Bearer <token>'), listen on 127.0.0.1, \
-                 or pass --insecure-no-auth to accept unauthenticated calls from the network"
+                 Configure a token (clients then send 'authorization: Bearer <token>'), listen on 127.0.0.1, \
+                 or allow unauthenticated calls from the network explicitly"
             )));
         }
-        tracing::warn!("{what}: listening on {addr} with --insecure-no-auth: anyone who reaches this address can run requests");
+        tracing::warn!("{what}: listening on {addr} without authentication, as configured: anyone who reaches this address can run requests");
     } else if options.tls.is_none() {
-        tracing::warn!("{what}: listening on {addr} without TLS: the bearer token travels in clear; pass --tls-cert and --tls-key");
+        tracing::warn!("{what}: listening on {addr} without TLS: the bearer token travels in clear; configure a certificate and key");
     }
     Ok(())
 }
@@ -84,9 +88,7 @@ pub fn check_exposure(addr: SocketAddr, options: &ListenOptions, what: &str) -> 
 /// scripts and tests read to find a port-0 server. Refuses an unauthenticated non-loopback
 /// address (see [`check_exposure`]) before accepting anything.
 pub async fn bind(options: &ListenOptions, what: &str) -> Result<(TcpListener, SocketAddr)> {
-    let listener = TcpListener::bind(&options.listen)
-        .await
-        .map_err(|e| Error::Input(format!("{what}: cannot listen on {}: {e}", options.listen)))?;
+    let listener = TcpListener::bind(&options.listen).await.map_err(|e| Error::Input(format!("{what}: cannot listen on {}: {e}", options.listen)))?;
     let addr = listener.local_addr().map_err(|e| Error::Input(format!("{what}: {e}")))?;
     check_exposure(addr, options, what)?;
     let scheme = if options.tls.is_some() { "https" } else { "http" };
@@ -107,13 +109,9 @@ pub async fn serve<S: FlightService>(
     options: &ListenOptions,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<()> {
-    let svc = FlightServiceServer::new(service)
-        .max_decoding_message_size(options.max_message_bytes)
-        .max_encoding_message_size(options.max_message_bytes);
-    let mut builder = Server::builder()
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .tcp_nodelay(true);
+    let svc =
+        FlightServiceServer::new(service).max_decoding_message_size(options.max_message_bytes).max_encoding_message_size(options.max_message_bytes);
+    let mut builder = Server::builder().initial_stream_window_size(STREAM_WINDOW).initial_connection_window_size(CONNECTION_WINDOW).tcp_nodelay(true);
     if let Some((cert, key)) = &options.tls {
         install_crypto_provider();
         let cert_pem = std::fs::read(cert).map_err(|e| Error::io(cert, e))?;
@@ -140,10 +138,13 @@ pub async fn serve<S: FlightService>(
         .add_service(svc)
         // `Server::tcp_nodelay` only applies to listeners tonic opens itself; without it, small
         // replies wait out delayed ACKs (~40 ms a request).
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener).map_ok(|s| {
-            let _ = s.set_nodelay(true);
-            s
-        }), shutdown);
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener).map_ok(|s| {
+                let _ = s.set_nodelay(true);
+                s
+            }),
+            shutdown,
+        );
     tokio::select! {
         r = served => r.map_err(|e| Error::Input(format!("server stopped: {e}"))),
         _ = grace => Ok(()),
@@ -184,12 +185,7 @@ pub struct ConnectOptions {
 
 impl Default for ConnectOptions {
     fn default() -> Self {
-        ConnectOptions {
-            connect_timeout: Duration::from_secs(3),
-            token: None,
-            ca_cert: None,
-            max_message_bytes: super::protocol::DEFAULT_MAX_MESSAGE_BYTES,
-        }
+        ConnectOptions { connect_timeout: Duration::from_secs(3), token: None, ca_cert: None, max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES }
     }
 }
 
@@ -231,20 +227,17 @@ fn warn_once(url: &str) {
     let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
     if !warned.iter().any(|u| u == url) {
         warned.push(url.to_string());
-        tracing::warn!("sending the worker token to {url} in clear (http://); use https:// workers (--tls-cert/--tls-key on the worker)");
+        tracing::warn!("sending the worker token to {url} in clear (http://); use https:// workers (TLS on the worker)");
     }
 }
 
 /// A Flight client on `channel` with our message limits and the bearer token.
 pub fn client(channel: Channel, options: &ConnectOptions) -> Result<FlightClient> {
-    let inner = FlightServiceClient::new(channel)
-        .max_decoding_message_size(options.max_message_bytes)
-        .max_encoding_message_size(options.max_message_bytes);
+    let inner =
+        FlightServiceClient::new(channel).max_decoding_message_size(options.max_message_bytes).max_encoding_message_size(options.max_message_bytes);
     let mut client = FlightClient::new_from_inner(inner);
     if let Some(token) = &options.token {
-        client
-            .add_header("authorization", &format!("Bearer {token}"))
-            .map_err(|e| Error::Input(format!("bad token: {e}")))?;
+        client.add_header("authorization", &format!("Bearer {token}")).map_err(|e| Error::Input(format!("bad token: {e}")))?;
     }
     Ok(client)
 }

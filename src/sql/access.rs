@@ -42,14 +42,9 @@ impl AccessPolicy {
     /// must exist, or URL prefixes such as `s3://bucket/shared/`).
     pub fn new(data_roots: &[String], write_roots: &[String]) -> Result<AccessPolicy> {
         let parse = |flag: &str, roots: &[String]| -> Result<Vec<Root>> {
-            roots
-                .iter()
-                .map(|r| {
-                    root(r).map_err(|e| Error::Input(format!("{flag} {r:?}: {e}")))
-                })
-                .collect()
+            roots.iter().map(|r| root(r).map_err(|e| Error::Input(format!("{flag} {r:?}: {e}")))).collect()
         };
-        Ok(AccessPolicy { read: parse("--data-root", data_roots)?, write: parse("--allow-write", write_roots)? })
+        Ok(AccessPolicy { read: parse("data root", data_roots)?, write: parse("write root", write_roots)? })
     }
 
     /// Refuses a plan that reaches outside the grants (the whole plan is walked, so `EXPLAIN
@@ -70,7 +65,7 @@ impl AccessPolicy {
             let Ok(provider) = source_as_provider(&scan.source) else { return Ok(()) };
             let Some(table) = provider.downcast_ref::<ListingTable>() else { return Ok(()) };
             for path in table.table_paths() {
-                allowed(&self.read, path.as_str(), "read", "--data-root").map_err(|e| format!("table {}: {e}", scan.table_name))?;
+                allowed(&self.read, path.as_str(), "read", "data roots").map_err(|e| format!("table {}: {e}", scan.table_name))?;
             }
             Ok(())
         })
@@ -80,16 +75,16 @@ impl AccessPolicy {
         match node {
             LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) => {
                 for location in &cmd.locations {
-                    allowed(&self.read, location, "read", "--data-root")?;
+                    allowed(&self.read, location, "read", "data roots")?;
                 }
                 format_options_only(cmd.options.keys())
             }
             LogicalPlan::Ddl(ddl) => Err(format!(
-                "{} is not allowed on this server: clients are read-only (tables come from the operator's --table, or CREATE EXTERNAL TABLE under a --data-root)",
+                "{} is not allowed on this server: clients are read-only (tables come from the operator's tables, or CREATE EXTERNAL TABLE under a data root)",
                 ddl.name()
             )),
             LogicalPlan::Copy(copy) => {
-                allowed(&self.write, &copy.output_url, "write", "--allow-write")?;
+                allowed(&self.write, &copy.output_url, "write", "write roots")?;
                 format_options_only(copy.options.keys())
             }
             LogicalPlan::Dml(dml) => Err(format!("{} is not allowed on this server: clients are read-only", dml.op)),
@@ -133,10 +128,7 @@ fn server_scoped(variable: &str) -> std::result::Result<(), String> {
     let name = variable.trim().to_ascii_lowercase();
     let scoped = SERVER_SCOPED_OPTIONS.iter().any(|o| if o.ends_with('.') { name.starts_with(o) } else { name == *o });
     if scoped {
-        return Err(format!(
-            "{name} is server configuration and cannot be set by a client (server-scoped: {})",
-            SERVER_SCOPED_OPTIONS.join(", ")
-        ));
+        return Err(format!("{name} is server configuration and cannot be set by a client (server-scoped: {})", SERVER_SCOPED_OPTIONS.join(", ")));
     }
     Ok(())
 }
@@ -204,7 +196,7 @@ fn allowed(roots: &[Root], location: &str, what: &str, flag: &str) -> std::resul
             })
             .collect();
         Err(format!(
-            "{location:?}: clients may not {what} there ({why}); the operator grants prefixes with {flag} (granted: {})",
+            "{location:?}: clients may not {what} there ({why}); the operator grants prefixes as {flag} (granted: {})",
             if granted.is_empty() { "none".to_string() } else { granted.join(", ") }
         ))
     };
@@ -229,7 +221,11 @@ fn allowed(roots: &[Root], location: &str, what: &str, flag: &str) -> std::resul
         Err(e) => return refuse(&e),
     };
     let inside = roots.iter().any(|r| matches!(r, Root::Local(root) if path.starts_with(root)));
-    if inside { Ok(()) } else { refuse("not under a granted directory") }
+    if inside {
+        Ok(())
+    } else {
+        refuse("not under a granted directory")
+    }
 }
 
 #[cfg(test)]
@@ -243,9 +239,9 @@ mod tests {
         std::fs::create_dir(&data).unwrap();
         std::fs::write(data.join("t.parquet"), b"x").unwrap();
         let roots = vec![root(data.to_str().unwrap()).unwrap(), root("s3://bucket/shared").unwrap()];
-        assert!(allowed(&roots, data.join("t.parquet").to_str().unwrap(), "read", "--data-root").is_ok());
-        assert!(allowed(&roots, data.join("new/out.parquet").to_str().unwrap(), "write", "--allow-write").is_ok());
-        assert!(allowed(&roots, "s3://bucket/shared/x/", "read", "--data-root").is_ok());
+        assert!(allowed(&roots, data.join("t.parquet").to_str().unwrap(), "read", "data roots").is_ok());
+        assert!(allowed(&roots, data.join("new/out.parquet").to_str().unwrap(), "write", "write roots").is_ok());
+        assert!(allowed(&roots, "s3://bucket/shared/x/", "read", "data roots").is_ok());
         for bad in [
             "/etc/passwd".to_string(),
             format!("{}/../data2/x", data.display()),
@@ -253,19 +249,26 @@ mod tests {
             "s3://bucket/shared/../x".into(),
             "http://169.254.169.254/latest/meta-data/".into(),
         ] {
-            let e = allowed(&roots, &bad, "read", "--data-root").unwrap_err();
-            assert!(e.contains("--data-root"), "{e}");
+            let e = allowed(&roots, &bad, "read", "data roots").unwrap_err();
+            assert!(e.contains("data roots"), "{e}");
         }
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink("/etc", data.join("escape")).unwrap();
-            assert!(allowed(&roots, data.join("escape/passwd").to_str().unwrap(), "read", "--data-root").is_err());
+            assert!(allowed(&roots, data.join("escape/passwd").to_str().unwrap(), "read", "data roots").is_err());
         }
     }
 
     #[test]
     fn server_scoped_options_are_refused() {
-        for o in ["shap.workers", "SHAP.Worker_Token_File", "shap.model_dir", "shap.v2_memory_mb", "datafusion.runtime.memory_limit", "datafusion.catalog.location"] {
+        for o in [
+            "shap.workers",
+            "SHAP.Worker_Token_File",
+            "shap.model_dir",
+            "shap.v2_memory_mb",
+            "datafusion.runtime.memory_limit",
+            "datafusion.catalog.location",
+        ] {
             assert!(server_scoped(o).is_err(), "{o}");
         }
         for o in ["shap.algorithm", "shap.threads", "datafusion.execution.batch_size"] {

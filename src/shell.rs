@@ -73,7 +73,7 @@ pub struct SessionSetup {
     pub memory_limit: Option<usize>,
     /// Run queries on this Ballista cluster instead of in this process.
     #[cfg(feature = "ballista")]
-    pub ballista: Option<super::remote::RemoteScheduler>,
+    pub ballista: Option<crate::ballista::client::RemoteScheduler>,
 }
 
 /// Options of `shapfusion sql`.
@@ -96,6 +96,8 @@ pub struct ShellOptions {
 /// A session with DataFusion's dynamic object-store catalog, URL tables and the shap UDFs.
 pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<ModelRegistry>, Arc<InstrumentedObjectStoreRegistry>)> {
     let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
+    #[cfg(feature = "flight")]
+    crate::flight::install();
     let stores = Arc::new(InstrumentedObjectStoreRegistry::new());
     let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(stores.clone());
     if let Some(bytes) = setup.memory_limit {
@@ -104,28 +106,24 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
     let runtime = runtime.build_arc().map_err(df)?;
     #[cfg(feature = "ballista")]
     let ctx = match &setup.ballista {
-        Some(scheduler) => super::remote::remote_context(super::session_config(), runtime, scheduler)?,
-        None => SessionContext::new_with_config_rt(super::session_config(), runtime),
+        Some(scheduler) => crate::ballista::client::remote_context(crate::sql::session_config(), runtime, scheduler)?,
+        None => SessionContext::new_with_config_rt(crate::sql::session_config(), runtime),
     };
     #[cfg(not(feature = "ballista"))]
-    let ctx = SessionContext::new_with_config_rt(super::session_config(), runtime);
+    let ctx = SessionContext::new_with_config_rt(crate::sql::session_config(), runtime);
     // After the remote upgrade: URL tables and the catalog below keep a reference to the session.
     let ctx = ctx.enable_url_table();
     ctx.refresh_catalogs().await.map_err(df)?;
     ctx.register_catalog_list(Arc::new(DynamicObjectStoreCatalog::new(ctx.state().catalog_list().clone(), ctx.state_weak_ref())));
     let registry = if setup.names_only {
         let registry = Arc::new(ModelRegistry::names_only(Some(ctx.runtime_env())));
-        super::register_with(&ctx, registry.clone())?;
+        crate::sql::register_with(&ctx, registry.clone())?;
         registry
     } else {
-        super::register(&ctx)?
+        crate::sql::register(&ctx)?
     };
     registry.register_args(&setup.models, &setup.backgrounds)?;
-    let settings = [
-        ("model_dir", &setup.model_dir),
-        ("workers", &setup.workers),
-        ("worker_token_file", &setup.worker_token_file),
-    ];
+    let settings = [("model_dir", &setup.model_dir), ("workers", &setup.workers), ("worker_token_file", &setup.worker_token_file)];
     for (name, value) in settings {
         if let Some(value) = value {
             ctx.sql(&format!("SET shap.{name} = '{}'", value.replace('\'', "''"))).await.map_err(df)?;
@@ -160,14 +158,11 @@ pub async fn run(options: ShellOptions) -> Result<()> {
     }
     statements.extend(options.commands.iter().cloned());
     if options.format == OutputFormat::Parquet {
-        let output = options.output.clone().ok_or_else(|| Error::Input("--format parquet needs --output PATH".into()))?;
+        let output = options.output.clone().ok_or_else(|| Error::Input("Parquet output needs an output path".into()))?;
         let last = statements.pop().unwrap_or_default();
         exec::exec_from_commands(&ctx, statements, &print).await.map_err(df)?;
         let frame = ctx.sql(&last).await.map_err(df)?;
-        frame
-            .write_parquet(&output.to_string_lossy(), Default::default(), None)
-            .await
-            .map_err(df)?;
+        frame.write_parquet(&output.to_string_lossy(), Default::default(), None).await.map_err(df)?;
         return Ok(());
     }
     // Statements run one by one and stop at the first error (non-zero exit), as a batch job wants.

@@ -21,9 +21,8 @@ use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::server::FlightSqlService;
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
-    CommandPreparedStatementQuery, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, CommandPreparedStatementQuery,
+    CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, IpcMessage, SchemaAsIpc, Ticket};
 use bytes::Bytes;
@@ -37,11 +36,11 @@ use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::access::AccessPolicy;
-use super::auth;
-use super::limits::Admission;
 use crate::error::{Error, Result};
+use crate::net::auth;
+use crate::net::limits::Admission;
 use crate::registry::ModelRegistry;
+use crate::sql::AccessPolicy;
 
 /// Planned statements wait this long for their `DoGet` before they are dropped.
 const TICKET_TTL: Duration = Duration::from_secs(600);
@@ -94,7 +93,7 @@ struct SessionTemplate {
     tables: Vec<(String, Arc<dyn TableProvider>)>,
     /// Client sessions run their queries on this Ballista cluster.
     #[cfg(feature = "ballista")]
-    remote: Option<crate::sql::remote::RemoteScheduler>,
+    remote: Option<crate::ballista::client::RemoteScheduler>,
 }
 
 /// The Flight SQL service of `shapfusion serve`.
@@ -153,7 +152,7 @@ impl SqlService {
     /// Client sessions submit their queries to the Ballista cluster `scheduler` (whose
     /// executors compute next to the data) instead of running them here.
     #[cfg(feature = "ballista")]
-    pub fn on_ballista(self, scheduler: crate::sql::remote::RemoteScheduler) -> Result<Self> {
+    pub fn on_ballista(self, scheduler: crate::ballista::client::RemoteScheduler) -> Result<Self> {
         scheduler.grpc_address()?;
         self.template.lock().expect("template").remote = Some(scheduler);
         Ok(self)
@@ -167,15 +166,16 @@ impl SqlService {
             .split_once('=')
             .map(|(n, l)| (n.trim(), l.trim()))
             .filter(|(n, l)| !n.is_empty() && !l.is_empty())
-            .ok_or_else(|| Error::Input(format!("--table {arg:?}: expected NAME=URL, e.g. payments=s3://bucket/payments/")))?;
+            .ok_or_else(|| Error::Input(format!("table {arg:?}: expected NAME=URL, e.g. payments=s3://bucket/payments/")))?;
         let location = if location.contains("://") { location.to_string() } else { crate::registry::to_url(location)?.to_string() };
-        let (format, options) = if location.to_ascii_lowercase().ends_with(".csv") {
-            ("CSV", "OPTIONS ('format.has_header' 'true')")
-        } else {
-            ("PARQUET", "")
-        };
-        let sql = format!("CREATE EXTERNAL TABLE \"{}\" STORED AS {format} LOCATION '{}' {options}", name.replace('"', "\"\""), location.replace('\'', "''"));
-        let fail = |e: String| Error::Input(format!("--table {name}: {e}"));
+        let (format, options) =
+            if location.to_ascii_lowercase().ends_with(".csv") { ("CSV", "OPTIONS ('format.has_header' 'true')") } else { ("PARQUET", "") };
+        let sql = format!(
+            "CREATE EXTERNAL TABLE \"{}\" STORED AS {format} LOCATION '{}' {options}",
+            name.replace('"', "\"\""),
+            location.replace('\'', "''")
+        );
+        let fail = |e: String| Error::Input(format!("table {name}: {e}"));
         let plan = self.base.state().create_logical_plan(&sql).await.map_err(|e| fail(e.to_string()))?;
         register_stores(&self.base, &plan).map_err(|e| fail(e.to_string()))?;
         self.base.execute_logical_plan(plan).await.map_err(|e| fail(e.to_string()))?.collect().await.map_err(|e| fail(e.to_string()))?;
@@ -195,12 +195,13 @@ impl SqlService {
         let template = self.template.lock().expect("template");
         #[cfg(feature = "ballista")]
         let ctx = match &template.remote {
-            Some(scheduler) => crate::sql::remote::remote_context(template.config.clone(), template.runtime.clone(), scheduler)
+            Some(scheduler) => crate::ballista::client::remote_context(template.config.clone(), template.runtime.clone(), scheduler)
                 .map_err(|e| Status::internal(e.to_string()))?,
             None => SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone()),
         };
         #[cfg(not(feature = "ballista"))]
         let ctx = SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone());
+        crate::flight::install();
         crate::sql::register_with(&ctx, template.registry.clone()).map_err(|e| Status::internal(e.to_string()))?;
         for (name, provider) in &template.tables {
             ctx.register_table(name.as_str(), provider.clone()).map_err(df_status)?;
@@ -299,7 +300,8 @@ fn register_store(ctx: &SessionContext, location: &str, options: &HashMap<String
         return Ok(());
     }
     let base = url::Url::parse(&url[..url::Position::BeforePath]).map_err(|e| Error::Input(format!("{location}: {e}")))?;
-    let store_url = datafusion::execution::object_store::ObjectStoreUrl::parse(base.as_str()).map_err(|e| Error::Input(format!("{location}: {e}")))?;
+    let store_url =
+        datafusion::execution::object_store::ObjectStoreUrl::parse(base.as_str()).map_err(|e| Error::Input(format!("{location}: {e}")))?;
     if ctx.runtime_env().object_store(&store_url).is_ok() {
         return Ok(());
     }
@@ -356,7 +358,9 @@ impl FlightSqlService for SqlService {
         let client = client_of(&request);
         let (_, frame) = self.with_session(&client, |s| {
             s.planned.remove(&ticket.statement_handle).ok_or_else(|| {
-                Status::not_found("unknown, expired or already used ticket (tickets belong to the connection that planned them); run the statement again")
+                Status::not_found(
+                    "unknown, expired or already used ticket (tickets belong to the connection that planned them); run the statement again",
+                )
             })
         })?;
         let permit = self.admission.admit()?;
@@ -380,7 +384,12 @@ impl FlightSqlService for SqlService {
         let frame = self.plan(&client, &command.query).await?;
         let batches = tokio::time::timeout(self.admission.limits().deadline, frame.collect())
             .await
-            .map_err(|_| Status::deadline_exceeded(format!("the statement ran longer than this server's limit of {}s", self.admission.limits().deadline.as_secs())))?
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "the statement ran longer than this server's limit of {}s",
+                    self.admission.limits().deadline.as_secs()
+                ))
+            })?
             .map_err(df_status)?;
         // DDL returns no rows; DML (INSERT/COPY) returns one `count` row.
         let affected = batches
@@ -413,11 +422,7 @@ impl FlightSqlService for SqlService {
             s.prepared.insert(handle.clone(), (Instant::now(), query.query.clone()));
             Ok(())
         })?;
-        Ok(ActionCreatePreparedStatementResult {
-            prepared_statement_handle: handle,
-            dataset_schema,
-            parameter_schema: Bytes::new(),
-        })
+        Ok(ActionCreatePreparedStatementResult { prepared_statement_handle: handle, dataset_schema, parameter_schema: Bytes::new() })
     }
 
     async fn do_action_close_prepared_statement(
@@ -439,7 +444,7 @@ impl FlightSqlService for SqlService {
         request: Request<arrow_flight::Action>,
     ) -> std::result::Result<Response<<Self as FlightService>::DoActionStream>, Status> {
         let action = request.get_ref().r#type.clone();
-        if action != super::protocol::ACTION_HEALTH {
+        if action != crate::net::ACTION_HEALTH {
             return Err(Status::invalid_argument(format!("unknown action {action:?}; besides Flight SQL's own, this server has: health")));
         }
         let body = Bytes::from_static(br#"{"status":"serving","role":"flight-sql"}"#);
