@@ -31,6 +31,7 @@ async fn start_worker() -> shapfusion::Result<String> {
         token: None,
         stuck_after: DEFAULT_STUCK_AFTER,
         limits: Default::default(),
+        limit_names: Default::default(),
     };
     // A worker serves the models its operator configured, by name: never a path a client sends.
     let service = WorkerService::new(Arc::new(ModelRegistry::names_only(None)), config)?;

@@ -298,9 +298,22 @@ pub struct ServerArgs {
     pub max_message_mb: usize,
     #[command(flatten)]
     pub models: ModelArgs,
-    /// Requests (exchanges, statements) running at once; more are refused as busy.
+    /// Requests (exchanges, statements) running at once (default: the cores); more wait in
+    /// the queue, in turn across connections.
     #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_concurrent)]
     pub max_concurrent: usize,
+    /// Requests waiting for a slot at once; more are refused as busy. Queued requests hold no
+    /// decoded rows: at most the transport's window (8 MiB) of input each.
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_queued)]
+    pub max_queued: usize,
+    /// Seconds a request may wait for a slot before it is refused as busy.
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().queue_timeout.as_secs())]
+    pub queue_timeout_secs: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (requests running and queued, served,
+    /// refused by cause, rows, a latency histogram). Loopback unless --token-file is given;
+    /// scrapes then carry the token as a bearer token.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// Seconds one request may run, its reply stream included.
     #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().deadline.as_secs())]
     pub request_timeout_secs: u64,
@@ -325,10 +338,34 @@ impl ServerArgs {
     fn limits(&self) -> shapfusion::net::RequestLimits {
         shapfusion::net::RequestLimits {
             max_concurrent: self.max_concurrent,
+            max_queued: self.max_queued,
+            queue_timeout: std::time::Duration::from_secs(self.queue_timeout_secs),
             deadline: std::time::Duration::from_secs(self.request_timeout_secs),
             max_rows: self.max_request_rows,
             max_bytes: self.max_request_mb << 20,
         }
+    }
+
+    /// The flags that raise each limit, for the servers' refusals.
+    fn limit_names(&self) -> shapfusion::net::LimitNames {
+        shapfusion::net::LimitNames {
+            max_queued: "--max-queued".into(),
+            queue_timeout: "--queue-timeout-secs".into(),
+            deadline: "--request-timeout-secs".into(),
+        }
+    }
+
+    /// The admission of a server started with these flags.
+    fn admission(&self) -> shapfusion::net::Admission {
+        shapfusion::net::Admission::new(self.limits()).with_names(self.limit_names())
+    }
+
+    /// Starts `--metrics-listen`'s endpoint, if given, serving `render`'s page.
+    async fn start_metrics(&self, what: &str, render: shapfusion::net::metrics::Render) -> Result<()> {
+        let Some(listen) = &self.metrics_listen else { return Ok(()) };
+        let options = self.access.listen(listen);
+        shapfusion::net::metrics::serve_metrics(&options, self.access.token()?, what, render).await.map_err(with_listen_flags)?;
+        Ok(())
     }
 }
 
@@ -675,6 +712,7 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
         token: a.server.access.token()?,
         stuck_after: std::time::Duration::from_secs(a.stuck_after_secs),
         limits: a.server.limits(),
+        limit_names: a.server.limit_names(),
     };
     // Workers load the models the operator configured, never a path or URL a client names.
     let registry = std::sync::Arc::new(shapfusion::registry::ModelRegistry::names_only(None));
@@ -683,6 +721,8 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     async_runtime()?.block_on(async move {
         let service = WorkerService::new(registry, config)?;
         let (listener, _) = transport::bind(&listen, "shapfusion worker").await.map_err(with_listen_flags)?;
+        let metrics = service.metrics();
+        a.server.start_metrics("shapfusion worker", metrics).await?;
         transport::serve(service, listener, &listen, transport::shutdown_signal()).await
     })
 }
@@ -767,7 +807,13 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             ballista: a.ballista.scheduler()?,
         };
         let (ctx, registry, _stores) = shell::new_session(&setup).await?;
-        let admission = shapfusion::net::Admission::new(a.server.limits());
+        let admission = a.server.admission();
+        let watched = admission.clone();
+        let render: shapfusion::net::metrics::Render = std::sync::Arc::new(move || {
+            let mut page = shapfusion::net::metrics::Exposition::default();
+            page.admission("shapfusion_serve_requests", "Flight SQL calls", &watched.stats());
+            page.finish()
+        });
         #[allow(unused_mut)]
         let mut service = SqlService::new(ctx, registry, token, policy, admission);
         #[cfg(feature = "ballista")]
@@ -778,6 +824,7 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             service.register_table(t).await?;
         }
         let (listener, _) = transport::bind(&listen, "shapfusion serve").await.map_err(with_listen_flags)?;
+        a.server.start_metrics("shapfusion serve", render).await?;
         transport::serve(service, listener, &listen, transport::shutdown_signal()).await
     })
 }

@@ -105,6 +105,9 @@ enum Failure {
     Retry(String),
     /// The worker answered with an internal error: tried on one other worker, no more.
     Internal(String),
+    /// The worker's queue is full (or the wait for it too long): another worker first, else
+    /// this one again after a backoff; the worker is not down.
+    Busy(String),
     Fatal(Error),
 }
 
@@ -298,9 +301,12 @@ impl WorkerPool {
         let mut errors: Vec<String> = Vec::new();
         let mut avoid = None;
         let mut internal: Option<String> = None;
+        // Busy answers in a row: the backoff grows with them.
+        let mut busy = 0u32;
         for tries in 0u32.. {
-            // Checked after every failure too, not only while waiting for a free worker.
-            if began.elapsed() >= self.options.retry_for && tries > 0 {
+            // Checked after every failure too, not only while waiting for a free worker. Busy
+            // workers are serving, so their answers are retried until the pool's deadline.
+            if began.elapsed() >= self.options.retry_for && tries > 0 && busy == 0 {
                 break;
             }
             let Some(slot) = self.acquire(avoid, began + self.options.retry_for).await else { break };
@@ -329,7 +335,17 @@ impl WorkerPool {
                     internal = Some(here);
                     avoid = Some(i);
                 }
+                Err(Failure::Busy(message)) => {
+                    busy += 1;
+                    if busy == 1 || busy % 10 == 0 {
+                        tracing::info!(worker = self.workers[i].url, busy, "worker busy, trying again: {message}");
+                    }
+                    errors.push(format!("{}: {message}", self.workers[i].url));
+                    avoid = Some(i);
+                    tokio::time::sleep(busy_backoff(busy)).await;
+                }
                 Err(Failure::Retry(message)) => {
+                    busy = 0;
                     self.mark_down(i, &message);
                     errors.push(format!("{}: {message}", self.workers[i].url));
                     avoid = Some(i);
@@ -455,6 +471,14 @@ impl WorkerPool {
     }
 }
 
+/// How long to wait after the `busy`-th busy answer in a row: 50 ms doubling to 2 s, each
+/// between half and all of that at random, so clients that were refused together do not
+/// come back together.
+fn busy_backoff(busy: u32) -> Duration {
+    let ceiling = Duration::from_millis(50u64 << busy.saturating_sub(1).min(6)).min(Duration::from_secs(2));
+    ceiling.mul_f64(0.5 + 0.5 * fastrand::f64())
+}
+
 /// Whether another worker could do better: transport trouble and server crashes are retried;
 /// answers about the request itself are final.
 fn classify(url: &str, e: FlightError) -> Failure {
@@ -475,6 +499,7 @@ fn classify(url: &str, e: FlightError) -> Failure {
             Code::Internal | Code::Unknown | Code::DataLoss if std::error::Error::source(&*status).is_none() => {
                 Failure::Internal(format!("{} ({:?})", status.message(), status.code()))
             }
+            Code::ResourceExhausted => Failure::Busy(status.message().to_string()),
             code => Failure::Retry(format!("{} ({code:?})", status.message())),
         },
         other => Failure::Retry(other.to_string()),
@@ -484,6 +509,16 @@ fn classify(url: &str, e: FlightError) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_answers_back_off_with_jitter_up_to_two_seconds() {
+        let b1: Vec<Duration> = (0..50).map(|_| busy_backoff(1)).collect();
+        assert!(b1.iter().all(|d| *d >= Duration::from_millis(25) && *d <= Duration::from_millis(50)), "{b1:?}");
+        assert!(b1.iter().any(|d| *d != b1[0]), "no jitter: {b1:?}");
+        assert!(busy_backoff(30) <= Duration::from_secs(2) && busy_backoff(30) >= Duration::from_secs(1));
+        let busy = classify("http://w", FlightError::Tonic(Box::new(tonic::Status::resource_exhausted("busy: the queue is full"))));
+        assert!(matches!(busy, Failure::Busy(m) if m.contains("queue is full")));
+    }
 
     #[test]
     fn worker_lists_get_a_scheme() {

@@ -78,12 +78,28 @@ pub struct WorkerStats {
     pub uptime_seconds: f64,
     /// `cpu` (with thread count) or the GPU's name.
     pub device: String,
-    /// Exchanges being served now.
+    /// Exchanges computing now.
     pub in_flight: usize,
+    /// Exchanges waiting for a slot now.
+    #[serde(default)]
+    pub queued: usize,
     /// Exchanges served since start (finished or failed).
     pub requests: u64,
     /// Exchanges that ended in an error.
     pub failed_requests: u64,
+    /// Exchanges refused because the queue was full.
+    #[serde(default)]
+    pub refused_queue_full: u64,
+    /// Exchanges refused because their wait passed the queue's deadline.
+    #[serde(default)]
+    pub refused_queue_timeout: u64,
+    /// Finished exchanges per latency bucket (`crate::net::limits::LATENCY_BUCKETS`, then
+    /// +Inf), cumulative; latency is arrival to the end of the reply, queue wait included.
+    #[serde(default)]
+    pub latency_buckets: Vec<u64>,
+    /// Sum of the finished exchanges' latencies, in seconds.
+    #[serde(default)]
+    pub latency_seconds_sum: f64,
 }
 
 /// Maps a library error to the gRPC status a client should see.

@@ -5,7 +5,7 @@
 //! speaks Flight: descriptors, schemas, auth, actions and statistics.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,7 +34,8 @@ use crate::error::{Error, Result};
 use crate::explainer::Explainer;
 use crate::features::FeatureColumns;
 use crate::net::auth;
-use crate::net::limits::{Admission, RequestLimits};
+use crate::net::limits::{Admission, LimitNames, RequestLimits, StatusStream};
+use crate::net::metrics::{Exposition, Render};
 use crate::registry::{LoadedModel, ModelRegistry};
 use crate::settings::ComputeSettings;
 
@@ -54,22 +55,22 @@ pub struct WorkerConfig {
     /// A batch computing longer than this makes `health` report the worker stuck, so pools and
     /// orchestrators stop sending it work.
     pub stuck_after: std::time::Duration,
-    /// Exchanges at once, time per exchange, rows and bytes per exchange.
+    /// Exchanges at once, the queue in front of them, time per exchange, rows and bytes per
+    /// exchange.
     pub limits: RequestLimits,
+    /// How refusals name the limits (the command line's flags).
+    pub limit_names: LimitNames,
 }
 
 /// Default of [`WorkerConfig::stuck_after`]: far beyond any healthy batch (a 64k-row batch of a
 /// 1000-tree depth-16 model takes about 15 minutes on 2 cores).
 pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Counters behind the `stats` action.
+/// Counters behind the `stats` action, beside the admission's.
 #[derive(Debug, Default)]
 struct Counters {
     rows: AtomicU64,
     compute_nanos: AtomicU64,
-    requests: AtomicU64,
-    failed: AtomicU64,
-    in_flight: AtomicUsize,
     /// When each batch now computing started, by a running number.
     computing: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
     next_compute: AtomicU64,
@@ -101,29 +102,6 @@ impl Drop for Computing {
     }
 }
 
-/// Counts one exchange as in flight until dropped (when its reply stream ends or is dropped).
-struct InFlight {
-    counters: Arc<Counters>,
-    failed: AtomicBool,
-}
-
-impl InFlight {
-    fn start(counters: Arc<Counters>) -> Self {
-        counters.in_flight.fetch_add(1, Ordering::SeqCst);
-        InFlight { counters, failed: AtomicBool::new(false) }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.counters.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        if self.failed.load(Ordering::Relaxed) {
-            self.counters.failed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// The Flight service of `shapfusion worker`.
 pub struct WorkerService {
     registry: Arc<ModelRegistry>,
@@ -142,7 +120,7 @@ impl WorkerService {
     /// error when its own device cannot be used.
     pub fn new(registry: Arc<ModelRegistry>, config: WorkerConfig) -> Result<Self> {
         let device_description = config.settings.describe()?;
-        let admission = Admission::new(config.limits.clone());
+        let admission = Admission::new(config.limits.clone()).with_names(config.limit_names.clone());
         Ok(WorkerService { registry, config, admission, device_description, counters: Default::default(), started: Instant::now() })
     }
 
@@ -203,19 +181,130 @@ impl WorkerService {
         names
     }
 
-    fn stats(&self) -> WorkerStats {
+    /// What the `stats` action and the metrics endpoint report.
+    pub fn stats(&self) -> WorkerStats {
         let c = &self.counters;
         let rows = c.rows.load(Ordering::Relaxed);
         let secs = c.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
+        let admission = self.admission.stats();
         WorkerStats {
             rows,
             rows_per_second: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
             uptime_seconds: self.started.elapsed().as_secs_f64(),
             device: self.device_description.clone(),
-            in_flight: c.in_flight.load(Ordering::SeqCst),
-            requests: c.requests.load(Ordering::Relaxed),
-            failed_requests: c.failed.load(Ordering::Relaxed),
+            in_flight: admission.running,
+            queued: admission.queued,
+            requests: admission.served,
+            failed_requests: admission.failed,
+            refused_queue_full: admission.refused_queue_full,
+            refused_queue_timeout: admission.refused_queue_timeout,
+            latency_buckets: admission.latency_buckets,
+            latency_seconds_sum: admission.latency_seconds_sum,
         }
+    }
+
+    /// The page of the metrics endpoint (`--metrics-listen`): the admission's counters and
+    /// latency histogram, and the engine's compute time.
+    pub fn metrics(&self) -> Render {
+        let (admission, counters) = (self.admission.clone(), self.counters.clone());
+        Arc::new(move || {
+            let mut page = Exposition::default();
+            page.admission("shapfusion_worker_requests", "DoExchange requests", &admission.stats());
+            page.metric(
+                "shapfusion_worker_compute_seconds_total",
+                "counter",
+                "Time spent inside the engines.",
+                &[("", counters.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9)],
+            );
+            page.finish()
+        })
+    }
+
+    /// Reads an exchange's call, checks it and its first schema, and returns the reply stream:
+    /// every input batch explained, in order.
+    async fn start_exchange(&self, mut input: Streaming<FlightData>) -> std::result::Result<StatusStream<FlightData>, Status> {
+        let first = input
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("DoExchange received no messages: the first must carry the descriptor with the command"))?;
+        let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
+            Status::invalid_argument(r#"the first DoExchange message has no flight descriptor; set one holding {"model": "...", "output": "shap"}"#)
+        })?;
+        let call = call_from_descriptor(descriptor)?;
+        let settings = call.settings_on(&self.config.settings, HERE).map_err(|e| status_from_error(&e))?;
+        let resolved = self.resolve(&call).await?;
+        let model = resolved.model.model.clone();
+        // A schema in the first message lets us refuse missing columns before any data moves.
+        if !first.data_header.is_empty() {
+            if let Ok(schema) = Schema::try_from(&first) {
+                FeatureColumns::resolve(&schema, &model).map_err(|e| status_from_error(&e))?;
+            }
+        }
+        let explainer = self.explainer(resolved, settings).await?;
+        let schema = output_schema(&model, call.output);
+        let (counters, admission, output) = (self.counters.clone(), self.admission.clone(), call.output);
+
+        // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
+        // neither carries IPC data for the decoder.
+        let (max_rows, max_bytes) = (self.config.limits.max_rows, self.config.limits.max_bytes);
+        let mut bytes = 0u64;
+        let data = stream::once(async { Ok(first) })
+            .chain(input)
+            .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
+            .and_then(move |m| {
+                bytes += (m.data_header.len() + m.data_body.len()) as u64;
+                std::future::ready(if bytes > max_bytes {
+                    Err(Status::out_of_range(format!(
+                        "this exchange sent more than {max_bytes} bytes, the most one request may send; split the rows over several requests"
+                    )))
+                } else {
+                    Ok(m)
+                })
+            })
+            .map_err(FlightError::from);
+        let reply_schema = schema.clone();
+        let batches = FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
+            FlightError::Tonic(status) => FlightError::Tonic(status),
+            other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
+        });
+        let mut rows_seen = 0u64;
+        let results = batches.and_then(move |batch| {
+            let (counters, admission, explainer, schema) = (counters.clone(), admission.clone(), explainer.clone(), reply_schema.clone());
+            rows_seen += batch.num_rows() as u64;
+            let too_many = rows_seen > max_rows;
+            async move {
+                if too_many {
+                    return Err(FlightError::Tonic(Box::new(Status::out_of_range(format!(
+                        "this exchange sent more than {max_rows} rows, the most one request may send; split the rows over several requests"
+                    )))));
+                }
+                let rows = batch.num_rows();
+                let timing = counters.clone();
+                let computing = counters.computing();
+                // Off the async threads: the explainer waits for its compute pool.
+                let result = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
+                    let _computing = computing;
+                    let start = Instant::now();
+                    let columns = explainer.output_columns(&batch, output)?;
+                    timing.compute_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the reply batch", e))
+                })
+                .await
+                .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
+                .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
+                if result.is_ok() {
+                    counters.rows.fetch_add(rows as u64, Ordering::Relaxed);
+                    admission.add_rows(rows as u64);
+                }
+                result
+            }
+        });
+        let encoded = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .with_max_flight_data_size(super::protocol::REPLY_MESSAGE_BYTES)
+            .build(results)
+            .map_err(Status::from);
+        Ok(Box::pin(encoded))
     }
 }
 
@@ -284,94 +373,16 @@ impl FlightService for WorkerService {
 
     async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> std::result::Result<Response<Self::DoExchangeStream>, Status> {
         self.authorize(request.metadata())?;
-        let permit = self.admission.admit()?;
-        let mut input = request.into_inner();
-        let first = input
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("DoExchange received no messages: the first must carry the descriptor with the command"))?;
-        let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
-            Status::invalid_argument(r#"the first DoExchange message has no flight descriptor; set one holding {"model": "...", "output": "shap"}"#)
-        })?;
-        let call = call_from_descriptor(descriptor)?;
-        let settings = call.settings_on(&self.config.settings, HERE).map_err(|e| status_from_error(&e))?;
-        let resolved = self.resolve(&call).await?;
-        let model = resolved.model.model.clone();
-        // A schema in the first message lets us refuse missing columns before any data moves.
-        if !first.data_header.is_empty() {
-            if let Ok(schema) = Schema::try_from(&first) {
-                FeatureColumns::resolve(&schema, &model).map_err(|e| status_from_error(&e))?;
+        // Queued before anything is read: a waiting request holds no decoded data.
+        let client = request.remote_addr().map_or_else(|| "unknown-peer".to_string(), |a| a.to_string());
+        let mut permit = self.admission.admit(&client).await?;
+        match self.start_exchange(request.into_inner()).await {
+            Ok(stream) => Ok(Response::new(self.admission.bounded(stream, permit))),
+            Err(status) => {
+                permit.fail();
+                Err(status)
             }
         }
-        let explainer = self.explainer(resolved, settings).await?;
-        let schema = output_schema(&model, call.output);
-        let guard = Arc::new(InFlight::start(self.counters.clone()));
-        let (counters, output) = (self.counters.clone(), call.output);
-
-        // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
-        // neither carries IPC data for the decoder.
-        let (max_rows, max_bytes) = (self.config.limits.max_rows, self.config.limits.max_bytes);
-        let mut bytes = 0u64;
-        let data = stream::once(async { Ok(first) })
-            .chain(input)
-            .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
-            .and_then(move |m| {
-                bytes += (m.data_header.len() + m.data_body.len()) as u64;
-                std::future::ready(if bytes > max_bytes {
-                    Err(Status::out_of_range(format!(
-                        "this exchange sent more than {max_bytes} bytes, the most one request may send; split the rows over several requests"
-                    )))
-                } else {
-                    Ok(m)
-                })
-            })
-            .map_err(FlightError::from);
-        let reply_schema = schema.clone();
-        let batches = FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
-            FlightError::Tonic(status) => FlightError::Tonic(status),
-            other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
-        });
-        let mut rows_seen = 0u64;
-        let results = batches.and_then(move |batch| {
-            let (counters, explainer, schema, guard) = (counters.clone(), explainer.clone(), reply_schema.clone(), guard.clone());
-            rows_seen += batch.num_rows() as u64;
-            let too_many = rows_seen > max_rows;
-            async move {
-                if too_many {
-                    guard.failed.store(true, Ordering::Relaxed);
-                    return Err(FlightError::Tonic(Box::new(Status::out_of_range(format!(
-                        "this exchange sent more than {max_rows} rows, the most one request may send; split the rows over several requests"
-                    )))));
-                }
-                let rows = batch.num_rows();
-                let timing = counters.clone();
-                let computing = counters.computing();
-                // Off the async threads: the explainer waits for its compute pool.
-                let result = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
-                    let _computing = computing;
-                    let start = Instant::now();
-                    let columns = explainer.output_columns(&batch, output)?;
-                    timing.compute_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the reply batch", e))
-                })
-                .await
-                .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
-                .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
-                match &result {
-                    Ok(_) => {
-                        counters.rows.fetch_add(rows as u64, Ordering::Relaxed);
-                    }
-                    Err(_) => guard.failed.store(true, Ordering::Relaxed),
-                }
-                result
-            }
-        });
-        let encoded = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .with_max_flight_data_size(super::protocol::REPLY_MESSAGE_BYTES)
-            .build(results)
-            .map_err(Status::from);
-        Ok(Response::new(self.admission.bounded(Box::pin(encoded), permit)))
     }
 
     async fn do_action(&self, request: Request<Action>) -> std::result::Result<Response<Self::DoActionStream>, Status> {

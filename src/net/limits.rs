@@ -1,22 +1,35 @@
-//! Bounds on the work one server takes on: requests at once, time per request, and rows and
-//! bytes per `DoExchange`. A request over a bound gets a status saying which bound and its
-//! value; the server keeps serving the others.
+//! Bounds on the work one server takes on, and the queue in front of them: up to
+//! [`RequestLimits::max_concurrent`] requests run at once; the next ones wait in a bounded queue,
+//! served in turn across connections (one client's fifty requests do not starve another's one)
+//! and in arrival order within a connection. A request is refused only when the queue is full or
+//! its wait passes the queue's deadline, with a status saying which bound and its value. Queued
+//! requests hold no decoded data: their input stays in the transport's flow-control window until
+//! they run.
+//!
+//! [`Admission`] also keeps what an operator watches: requests running and queued, requests and
+//! rows served, refusals by cause, and the latency of every request (queue wait included).
 
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 use tonic::Status;
 
 /// The bounds of one server. The defaults suit a 2-core, 24 GiB machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestLimits {
-    /// Requests (exchanges, statements) running at once; more are refused with
-    /// `ResourceExhausted` rather than queued without end.
+    /// Requests (exchanges, statements) running at once (default: the machine's cores).
     pub max_concurrent: usize,
-    /// Time one request may take, reply stream included.
+    /// Requests waiting for a slot at once; more are refused with `ResourceExhausted`.
+    pub max_queued: usize,
+    /// How long a request may wait for a slot before it is refused with `ResourceExhausted`.
+    pub queue_timeout: Duration,
+    /// Time one request may take once running, reply stream included.
     pub deadline: Duration,
     /// Rows one `DoExchange` may send.
     pub max_rows: u64,
@@ -26,26 +39,221 @@ pub struct RequestLimits {
 
 impl Default for RequestLimits {
     fn default() -> Self {
-        RequestLimits { max_concurrent: 8, deadline: Duration::from_secs(3600), max_rows: 50_000_000, max_bytes: 16 << 30 }
+        RequestLimits {
+            max_concurrent: std::thread::available_parallelism().map_or(2, |n| n.get()).max(2),
+            max_queued: 256,
+            queue_timeout: Duration::from_secs(300),
+            deadline: Duration::from_secs(3600),
+            max_rows: 50_000_000,
+            max_bytes: 16 << 30,
+        }
     }
 }
 
-/// Admits requests up to [`RequestLimits::max_concurrent`] and ends their streams at the
-/// deadline.
+/// How refusals name the setting that raises a bound: the command line gives its flags
+/// (`--max-queued`); a library user who sets [`RequestLimits`] in code keeps the field names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitNames {
+    /// Names [`RequestLimits::max_queued`].
+    pub max_queued: String,
+    /// Names [`RequestLimits::queue_timeout`].
+    pub queue_timeout: String,
+    /// Names [`RequestLimits::deadline`].
+    pub deadline: String,
+}
+
+impl Default for LimitNames {
+    fn default() -> Self {
+        LimitNames { max_queued: "max_queued".into(), queue_timeout: "queue_timeout".into(), deadline: "deadline".into() }
+    }
+}
+
+/// Upper bounds of the latency histogram's buckets, in seconds.
+pub const LATENCY_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
+
+/// What an [`Admission`] has seen, for `stats` and the metrics endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdmissionStats {
+    /// Requests running now.
+    pub running: usize,
+    /// Requests waiting for a slot now.
+    pub queued: usize,
+    /// Requests admitted since start (queued first or not) and finished.
+    pub served: u64,
+    /// Of those, requests that ended in an error.
+    pub failed: u64,
+    /// Rows served since start.
+    pub rows: u64,
+    /// Requests refused because the queue was full.
+    pub refused_queue_full: u64,
+    /// Requests refused because their wait passed the queue's deadline.
+    pub refused_queue_timeout: u64,
+    /// Per bucket of [`LATENCY_BUCKETS`] (then +Inf), finished requests whose latency (arrival
+    /// to the end of the reply, queue wait included) was at most its bound: cumulative, as
+    /// Prometheus counts them.
+    pub latency_buckets: Vec<u64>,
+    /// Sum of the finished requests' latencies, in seconds.
+    pub latency_seconds_sum: f64,
+}
+
+/// Admits requests up to [`RequestLimits::max_concurrent`], queues the rest fairly within
+/// [`RequestLimits::max_queued`] and [`RequestLimits::queue_timeout`], and ends running
+/// requests' streams at the deadline. Cheap to clone; clones share the slots and the counters.
 #[derive(Debug, Clone)]
 pub struct Admission {
     limits: RequestLimits,
-    slots: Arc<Semaphore>,
+    names: LimitNames,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    state: Mutex<Queue>,
+    served: AtomicU64,
+    failed: AtomicU64,
+    rows: AtomicU64,
+    refused_queue_full: AtomicU64,
+    refused_queue_timeout: AtomicU64,
+    /// Per bucket (not cumulative; the last is +Inf), and the sum in microseconds.
+    latency: Mutex<(Vec<u64>, f64)>,
+}
+
+/// The slots and the waiting requests.
+#[derive(Debug, Default)]
+struct Queue {
+    running: usize,
+    queued: usize,
+    next_id: u64,
+    /// Waiting requests per connection, in arrival order.
+    waiting: HashMap<String, VecDeque<(u64, oneshot::Sender<()>)>>,
+    /// Connections with waiting requests, in turn.
+    turns: VecDeque<String>,
+}
+
+impl Queue {
+    /// Hands a freed slot to the next waiting request, in turn across connections; false when
+    /// nobody waits (the slot is then free).
+    fn hand_over(&mut self) -> bool {
+        while let Some(client) = self.turns.pop_front() {
+            let Some(waiting) = self.waiting.get_mut(&client) else { continue };
+            let next = waiting.pop_front();
+            if waiting.is_empty() {
+                self.waiting.remove(&client);
+            } else {
+                self.turns.push_back(client);
+            }
+            if let Some((_, tx)) = next {
+                self.queued -= 1;
+                // A receiver gone (its request was cancelled) cannot take the slot: try the next.
+                if tx.send(()).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Takes waiting request `id` of `client` out of the queue; false when it is not there (it
+    /// was handed a slot).
+    fn remove(&mut self, client: &str, id: u64) -> bool {
+        let Some(waiting) = self.waiting.get_mut(client) else { return false };
+        let Some(at) = waiting.iter().position(|(i, _)| *i == id) else { return false };
+        waiting.remove(at);
+        if waiting.is_empty() {
+            self.waiting.remove(client);
+            self.turns.retain(|c| c != client);
+        }
+        self.queued -= 1;
+        true
+    }
+}
+
+/// A slot for one request, held until dropped; counts the request as served then, with its
+/// latency from arrival.
+#[derive(Debug)]
+pub struct Permit {
+    inner: Arc<Inner>,
+    arrived: Instant,
+    failed: bool,
+}
+
+impl Permit {
+    /// Marks the request as failed (counted when the permit drops).
+    pub fn fail(&mut self) {
+        self.failed = true;
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        inner.served.fetch_add(1, Ordering::Relaxed);
+        if self.failed {
+            inner.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        let seconds = self.arrived.elapsed().as_secs_f64();
+        {
+            let mut latency = inner.latency.lock().unwrap_or_else(|e| e.into_inner());
+            let bucket = LATENCY_BUCKETS.iter().position(|b| seconds <= *b).unwrap_or(LATENCY_BUCKETS.len());
+            latency.0[bucket] += 1;
+            latency.1 += seconds;
+        }
+        let mut queue = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !queue.hand_over() {
+            queue.running -= 1;
+        }
+    }
+}
+
+/// A request waiting in the queue; leaves it when dropped (its client went away) and passes on
+/// a slot it was handed meanwhile.
+struct Waiting<'a> {
+    admission: &'a Admission,
+    client: String,
+    id: u64,
+    rx: oneshot::Receiver<()>,
+    settled: bool,
+}
+
+impl Waiting<'_> {
+    /// Leaves the queue; true when a slot was handed over first (the request then runs).
+    fn leave(&mut self) -> bool {
+        self.settled = true;
+        let mut queue = self.admission.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if queue.remove(&self.client, self.id) {
+            return false;
+        }
+        // Not queued any more: a slot was handed over (under the lock, so it is here now).
+        self.rx.try_recv().is_ok()
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.settled && self.leave() {
+            // Handed a slot nobody will use: pass it on.
+            let mut queue = self.admission.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !queue.hand_over() {
+                queue.running -= 1;
+            }
+        }
+    }
 }
 
 /// A stream of replies (or statuses), boxed.
 pub type StatusStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 impl Admission {
-    /// Admission under `limits`.
+    /// Admission under `limits`, naming them by their field names in refusals.
     pub fn new(limits: RequestLimits) -> Self {
-        let slots = Arc::new(Semaphore::new(limits.max_concurrent.max(1)));
-        Admission { limits, slots }
+        let inner = Inner { latency: Mutex::new((vec![0; LATENCY_BUCKETS.len() + 1], 0.0)), ..Default::default() };
+        Admission { limits, names: LimitNames::default(), inner: Arc::new(inner) }
+    }
+
+    /// The same admission naming its bounds as `names` in refusals (the command line's flags).
+    pub fn with_names(mut self, names: LimitNames) -> Self {
+        self.names = names;
+        self
     }
 
     /// The bounds.
@@ -53,33 +261,114 @@ impl Admission {
         &self.limits
     }
 
-    /// A slot for one request, held until the returned permit drops; `ResourceExhausted` when
-    /// every slot is taken.
-    pub fn admit(&self) -> Result<OwnedSemaphorePermit, Status> {
-        self.slots.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "busy: {} requests are running, the most this server takes at once; retry shortly",
-                self.limits.max_concurrent
-            ))
-        })
+    /// A slot for one request from `client` (its connection), held until the permit drops:
+    /// at once when one is free, else after waiting its turn. `ResourceExhausted` when the
+    /// queue is full or the wait passes the queue's deadline, naming which.
+    pub async fn admit(&self, client: &str) -> Result<Permit, Status> {
+        let arrived = Instant::now();
+        let permit = || Permit { inner: self.inner.clone(), arrived, failed: false };
+        let (id, rx) = {
+            let mut queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            if queue.running < self.limits.max_concurrent.max(1) {
+                queue.running += 1;
+                return Ok(permit());
+            }
+            if queue.queued >= self.limits.max_queued {
+                self.inner.refused_queue_full.fetch_add(1, Ordering::Relaxed);
+                return Err(Status::resource_exhausted(format!(
+                    "busy: the queue is full ({} requests running, {} waiting, the most this server queues; {} raises it); retry shortly",
+                    queue.running, queue.queued, self.names.max_queued
+                )));
+            }
+            let (tx, rx) = oneshot::channel();
+            let id = queue.next_id;
+            queue.next_id += 1;
+            if !queue.waiting.contains_key(client) {
+                queue.turns.push_back(client.to_string());
+            }
+            queue.waiting.entry(client.to_string()).or_default().push_back((id, tx));
+            queue.queued += 1;
+            (id, rx)
+        };
+        let mut waiting = Waiting { admission: self, client: client.to_string(), id, rx, settled: false };
+        match tokio::time::timeout(self.limits.queue_timeout, &mut waiting.rx).await {
+            Ok(Ok(())) => {
+                waiting.settled = true;
+                Ok(permit())
+            }
+            // The sender is only dropped after a send; treated as the deadline for safety.
+            Ok(Err(_)) | Err(_) => {
+                if waiting.leave() {
+                    return Ok(permit());
+                }
+                self.inner.refused_queue_timeout.fetch_add(1, Ordering::Relaxed);
+                Err(Status::resource_exhausted(format!(
+                    "busy: the request waited {:?} for a slot, this server's queue deadline ({} raises it); retry later",
+                    self.limits.queue_timeout, self.names.queue_timeout
+                )))
+            }
+        }
+    }
+
+    /// Counts `rows` as served.
+    pub fn add_rows(&self, rows: u64) {
+        self.inner.rows.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// What this admission has seen.
+    pub fn stats(&self) -> AdmissionStats {
+        let (running, queued) = {
+            let queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            (queue.running, queue.queued)
+        };
+        let (buckets, sum) = self.inner.latency.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let latency_buckets = buckets
+            .iter()
+            .scan(0u64, |total, n| {
+                *total += n;
+                Some(*total)
+            })
+            .collect();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        AdmissionStats {
+            running,
+            queued,
+            served: load(&self.inner.served),
+            failed: load(&self.inner.failed),
+            rows: load(&self.inner.rows),
+            refused_queue_full: load(&self.inner.refused_queue_full),
+            refused_queue_timeout: load(&self.inner.refused_queue_timeout),
+            latency_buckets,
+            latency_seconds_sum: sum,
+        }
     }
 
     /// `stream`, holding `permit` until it ends, and ended with `DeadlineExceeded` once the
-    /// deadline has passed.
-    pub fn bounded<T: Send + 'static>(&self, stream: StatusStream<T>, permit: OwnedSemaphorePermit) -> StatusStream<T> {
+    /// deadline has passed; an error item marks the request failed.
+    pub fn bounded<T: Send + 'static>(&self, stream: StatusStream<T>, permit: Permit) -> StatusStream<T> {
         let deadline = self.limits.deadline;
+        let name = self.names.deadline.clone();
         let sleep = Box::pin(tokio::time::sleep(deadline));
         let state = (stream, sleep, Some(permit));
-        Box::pin(futures::stream::unfold(state, move |(mut stream, mut sleep, permit)| async move {
-            let permit = permit?;
-            tokio::select! {
-                item = stream.next() => item.map(|item| (item, (stream, sleep, Some(permit)))),
-                _ = &mut sleep => {
-                    let status = Status::deadline_exceeded(format!(
-                        "the request ran longer than this server's limit of {}s; send fewer rows per request",
-                        deadline.as_secs()
-                    ));
-                    Some((Err(status), (stream, sleep, None)))
+        Box::pin(futures::stream::unfold(state, move |(mut stream, mut sleep, permit)| {
+            let name = name.clone();
+            async move {
+                let mut permit = permit?;
+                tokio::select! {
+                    item = stream.next() => item.map(|item| {
+                        if item.is_err() {
+                            permit.fail();
+                        }
+                        (item, (stream, sleep, Some(permit)))
+                    }),
+                    _ = &mut sleep => {
+                        permit.fail();
+                        let status = Status::deadline_exceeded(format!(
+                            "the request ran longer than this server's limit of {}s ({name} raises it); send fewer rows per request",
+                            deadline.as_secs()
+                        ));
+                        Some((Err(status), (stream, sleep, None)))
+                    }
                 }
             }
         }))
@@ -90,16 +379,69 @@ impl Admission {
 mod tests {
     use super::*;
 
+    fn limits(max_concurrent: usize, max_queued: usize, queue_timeout: Duration) -> RequestLimits {
+        RequestLimits { max_concurrent, max_queued, queue_timeout, ..Default::default() }
+    }
+
     #[tokio::test]
-    async fn requests_beyond_the_bounds_are_refused_and_streams_end_at_the_deadline() {
+    async fn streams_end_at_the_deadline_and_free_their_slot() {
         let admission = Admission::new(RequestLimits { max_concurrent: 1, deadline: Duration::from_millis(50), ..Default::default() });
-        let permit = admission.admit().unwrap();
-        assert_eq!(admission.admit().unwrap_err().code(), tonic::Code::ResourceExhausted);
+        let permit = admission.admit("a").await.unwrap();
         let endless: StatusStream<u32> = Box::pin(futures::stream::pending());
         let items: Vec<_> = admission.bounded(endless, permit).collect().await;
         assert_eq!(items.len(), 1);
         assert_eq!(items[0].as_ref().unwrap_err().code(), tonic::Code::DeadlineExceeded);
-        // The slot is free again once the stream ended.
-        assert!(admission.admit().is_ok());
+        let stats = admission.stats();
+        assert_eq!((stats.running, stats.served, stats.failed), (0, 1, 1));
+        assert!(admission.admit("a").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn requests_wait_their_turn_across_connections_and_a_full_queue_refuses_by_name() {
+        let admission =
+            Admission::new(limits(1, 4, Duration::from_secs(10))).with_names(LimitNames { max_queued: "--max-queued".into(), ..Default::default() });
+        let first = admission.admit("busy").await.unwrap();
+        // Connection "busy" queues three more, then "quiet" one: "quiet" runs second, not last.
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for (i, client) in ["busy", "busy", "busy", "quiet"].into_iter().enumerate() {
+            let (admission, order) = (admission.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let permit = admission.admit(client).await.unwrap();
+                order.lock().unwrap().push(format!("{client}{i}"));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(permit);
+            }));
+            // Arrival order is the order of these calls.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(admission.stats().queued, 4);
+        let e = admission.admit("late").await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(e.message().contains("queue is full") && e.message().contains("--max-queued"), "{}", e.message());
+        drop(first);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["busy0", "quiet3", "busy1", "busy2"]);
+        let stats = admission.stats();
+        assert_eq!((stats.running, stats.queued, stats.served, stats.refused_queue_full), (0, 0, 5, 1));
+        assert_eq!(*stats.latency_buckets.last().unwrap(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_wait_past_the_deadline_is_refused_and_a_cancelled_wait_leaves_no_trace() {
+        let admission = Admission::new(limits(1, 8, Duration::from_millis(30)));
+        let held = admission.admit("a").await.unwrap();
+        let e = admission.admit("b").await.unwrap_err();
+        assert!(e.message().contains("waited 30ms") && e.message().contains("queue_timeout"), "{}", e.message());
+        // A waiting request whose client goes away leaves the queue.
+        let cancelled = tokio::time::timeout(Duration::from_millis(5), admission.admit("c")).await;
+        assert!(cancelled.is_err());
+        assert_eq!(admission.stats().queued, 0);
+        drop(held);
+        let stats = admission.stats();
+        assert_eq!((stats.running, stats.refused_queue_timeout), (0, 1));
+        assert!(admission.admit("d").await.is_ok());
     }
 }

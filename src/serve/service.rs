@@ -331,7 +331,7 @@ impl FlightSqlService for SqlService {
         self.authorize(request.metadata())?;
         let client = client_of(&request);
         tracing::debug!(sql = query.query, client, "statement");
-        let _planning = self.admission.admit()?;
+        let _planning = self.admission.admit(&client).await?;
         let frame = self.plan(&client, &query.query).await?;
         Ok(Response::new(self.ticket_for(&client, frame, request.into_inner())?))
     }
@@ -344,7 +344,7 @@ impl FlightSqlService for SqlService {
         self.authorize(request.metadata())?;
         let client = client_of(&request);
         let sql = self.prepared_sql(&client, &query.prepared_statement_handle)?;
-        let _planning = self.admission.admit()?;
+        let _planning = self.admission.admit(&client).await?;
         let frame = self.plan(&client, &sql).await?;
         Ok(Response::new(self.ticket_for(&client, frame, request.into_inner())?))
     }
@@ -363,12 +363,19 @@ impl FlightSqlService for SqlService {
                 )
             })
         })?;
-        let permit = self.admission.admit()?;
+        let mut permit = self.admission.admit(&client).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
-        let batches = frame.execute_stream().await.map_err(df_status)?;
+        let batches = match frame.execute_stream().await {
+            Ok(batches) => batches,
+            Err(e) => {
+                permit.fail();
+                return Err(df_status(e));
+            }
+        };
+        let admission = self.admission.clone();
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(schema)
-            .build(batches.map_err(|e| FlightError::Tonic(Box::new(df_status(e)))))
+            .build(batches.inspect_ok(move |b| admission.add_rows(b.num_rows() as u64)).map_err(|e| FlightError::Tonic(Box::new(df_status(e)))))
             .map_err(Status::from);
         Ok(Response::new(self.admission.bounded(Box::pin(stream), permit)))
     }
@@ -380,7 +387,7 @@ impl FlightSqlService for SqlService {
     ) -> std::result::Result<i64, Status> {
         self.authorize(request.metadata())?;
         let client = client_of(&request);
-        let _running = self.admission.admit()?;
+        let _running = self.admission.admit(&client).await?;
         let frame = self.plan(&client, &command.query).await?;
         let batches = tokio::time::timeout(self.admission.limits().deadline, frame.collect())
             .await

@@ -23,6 +23,12 @@ impl Drop for Server {
 impl Server {
     /// Starts `shapfusion <args> --listen 127.0.0.1:0` and waits for its address line.
     pub fn start(args: &[&str]) -> Server {
+        Server::start_with_lines(args, 1).0
+    }
+
+    /// [`start`](Self::start), returning the first `lines` lines the server prints (its
+    /// address first, then, say, its metrics address).
+    pub fn start_with_lines(args: &[&str], lines: usize) -> (Server, Vec<String>) {
         let mut child = Command::new(BIN)
             .args(args)
             .args(["--listen", "127.0.0.1:0", "--log", "warn"])
@@ -30,12 +36,17 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start shapfusion");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
-        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_string();
-        assert!(url.starts_with("http://127.0.0.1:") || url.starts_with("https://127.0.0.1:"), "unexpected first line {line:?}");
-        Server { child, url }
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let printed: Vec<String> = (0..lines)
+            .map(|_| {
+                let mut line = String::new();
+                stdout.read_line(&mut line).expect("read the server's output");
+                line.trim().to_string()
+            })
+            .collect();
+        let url = printed[0].rsplit(' ').next().unwrap_or_default().to_string();
+        assert!(url.starts_with("http://127.0.0.1:") || url.starts_with("https://127.0.0.1:"), "unexpected first line {:?}", printed[0]);
+        (Server { child, url }, printed)
     }
 
     /// Sends a signal (`-TERM`, `-KILL`) to the process.

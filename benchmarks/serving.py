@@ -1,0 +1,201 @@
+"""Serving benchmark: what a `shapfusion worker` costs online and under load.
+
+    python benchmarks/serving.py --bin target/release/shapfusion [--model PATH] [--write]
+
+1. Latency: one pyarrow.flight client on one connection sends a 1-row and a 100-row request
+   thousands of times in a row to an idle worker; p50/p99 of the round trip (the client's
+   wall time, so an upper bound of the server's).
+2. Load: 64 clients, each on its own connection, send 2 requests of 20,000 rows at the same
+   moment to one worker with default limits (requests beyond the cores queue); per-request
+   latency p50/p99, rows/s over the whole burst, refusals, and the worker's peak RSS (VmHWM).
+
+Every reply is checked against the first one for the same rows (bit for bit), so a fast wrong
+answer does not count. `--write` puts the tables between the SERVING markers of RESULTS.md.
+Needs pyarrow (tests/requirements-clients.txt).
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start_worker(binary, model):
+    proc = subprocess.Popen(
+        [binary, "worker", "--listen", "127.0.0.1:0", "--device", "cpu", "--model", f"m={model}", "--log", "warn"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stdout.readline()
+    match = re.search(r"listening on (http://\S+)", line)
+    if not match:
+        proc.kill()
+        sys.exit(f"the worker did not start: {line!r}")
+    return proc, match.group(1).replace("http://", "grpc://")
+
+
+def rows(names, n, seed):
+    rng = np.random.default_rng(seed)
+    columns = [pa.array(np.where(rng.random(n) < 0.02, np.nan, rng.normal(size=n) * 3)) for _ in names]
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def exchange(client, batch):
+    descriptor = flight.FlightDescriptor.for_command(b'{"model": "m", "output": "shap"}')
+    writer, reader = client.do_exchange(descriptor)
+    writer.begin(batch.schema)
+    writer.write_batch(batch)
+    writer.done_writing()
+    table = reader.read_all()
+    writer.close()
+    return table
+
+
+def percentile(values, q):
+    return float(np.percentile(np.asarray(values), q))
+
+
+def latency(url, names, sizes, count):
+    client = flight.connect(url)
+    table = []
+    for n in sizes:
+        batch = rows(names, n, seed=n)
+        want = exchange(client, batch)
+        for _ in range(50):  # warm-up: connection, engine, caches
+            exchange(client, batch)
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            got = exchange(client, batch)
+            times.append(time.perf_counter() - start)
+            assert got.equals(want), "a reply differs from the first one for the same rows"
+        table.append((n, count, percentile(times, 50) * 1e3, percentile(times, 99) * 1e3))
+    client.close()
+    return table
+
+
+def load(url, names, clients, per_client, n):
+    batch = rows(names, n, seed=7)
+    want = exchange(flight.connect(url), batch)
+    connections = [flight.connect(url) for _ in range(clients)]
+    start_line = threading.Barrier(clients * per_client)
+    latencies, refused, wrong = [], [], []
+    lock = threading.Lock()
+
+    def one(client):
+        start_line.wait()
+        start = time.perf_counter()
+        try:
+            got = exchange(client, batch)
+            ok = got.equals(want)
+        except flight.FlightError as e:  # refusals are counted, not hidden
+            with lock:
+                refused.append(str(e))
+            return
+        with lock:
+            latencies.append(time.perf_counter() - start)
+            if not ok:
+                wrong.append(1)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in connections for _ in range(per_client)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - began
+    answered = len(latencies)
+    return {
+        "requests": clients * per_client,
+        "answered": answered,
+        "refused": len(refused),
+        "wrong": len(wrong),
+        "rows_per_second": answered * n / wall,
+        "p50_s": percentile(latencies, 50) if latencies else float("nan"),
+        "p99_s": percentile(latencies, 99) if latencies else float("nan"),
+        "wall_s": wall,
+    }
+
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bin", required=True, help="the shapfusion binary (a release build)")
+    p.add_argument("--model", default=os.path.join(ROOT, "examples/models/fraud.json"))
+    p.add_argument("--count", type=int, default=3000, help="sequential requests per latency size")
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--requests", type=int, default=2, help="requests per client in the burst")
+    p.add_argument("--rows", type=int, default=20_000, help="rows per request in the burst")
+    p.add_argument("--write", action="store_true", help="write the tables into benchmarks/RESULTS.md")
+    a = p.parse_args()
+
+    proc, url = start_worker(a.bin, a.model)
+    try:
+        client = flight.connect(url)
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(b'{"model": "m"}'))
+        names = json.loads(info.app_metadata)["features"]
+        client.close()
+        lat = latency(url, names, [1, 100], a.count)
+        idle_rss = peak_rss_mib(proc.pid)
+        burst = load(url, names, a.clients, a.requests, a.rows)
+        rss = peak_rss_mib(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+    model = os.path.relpath(a.model, ROOT)
+    cores = os.cpu_count()
+    lines = [
+        f"Model `{model}`; one worker with default limits on {cores} cores; pyarrow {pa.__version__} clients on the same machine.",
+        "",
+        "| request | requests (sequential, one connection) | p50 round trip | p99 round trip |",
+        "|---|---|---|---|",
+    ]
+    for n, count, p50, p99 in lat:
+        lines.append(f"| {n} row{'s' if n > 1 else ''} | {count} | {p50:.3f} ms | {p99:.3f} ms |")
+    lines += [
+        "",
+        "| burst | answered | refused | rows/s | p50 latency | p99 latency | worker peak RSS |",
+        "|---|---|---|---|---|---|---|",
+        f"| {a.clients} clients × {a.requests} requests × {a.rows:,} rows, at once | {burst['answered']}/{burst['requests']} "
+        f"| {burst['refused']} | {burst['rows_per_second']:,.0f} | {burst['p50_s']:.2f} s | {burst['p99_s']:.2f} s "
+        f"| {rss:.0f} MiB (idle after the latency runs: {idle_rss:.0f} MiB) |",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if burst["wrong"] or burst["refused"]:
+        print(f"FAILED: {burst['wrong']} wrong answers, {burst['refused']} refused", file=sys.stderr)
+        sys.exit(1)
+    if a.write:
+        path = os.path.join(ROOT, "benchmarks/RESULTS.md")
+        with open(path) as f:
+            results = f.read()
+        command = f"python benchmarks/serving.py --bin {a.bin} --write"
+        block = f"<!-- SERVING:BEGIN -->\nCommand: `{command}`\n\n{text}\n<!-- SERVING:END -->"
+        if "<!-- SERVING:BEGIN -->" in results:
+            results = re.sub(r"<!-- SERVING:BEGIN -->.*?<!-- SERVING:END -->", lambda _: block, results, flags=re.S)
+        else:
+            results += "\n## Serving: latency and load (`benchmarks/serving.py`)\n\n" + block + "\n"
+        with open(path, "w") as f:
+            f.write(results)
+
+
+if __name__ == "__main__":
+    main()
