@@ -206,3 +206,20 @@ async fn the_pool_retries_a_busy_worker_until_it_has_room_and_loses_nothing() {
     assert!(stats.refused_queue_full > 0, "no busy answer to retry: {stats:?}");
     assert_eq!((stats.requests, stats.rows), (32, 4 * 8000), "{stats:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_shows_its_calls_on_the_metrics_endpoint() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = format!("fraud={}", root.join("examples/models/fraud.json").display());
+    let table = format!("payments={}", root.join("examples/data/payments.parquet").display());
+    let (serve, printed) = Server::start_with_lines(&["serve", "--model", &model, "--table", &table, "--metrics-listen", "127.0.0.1:0"], 2);
+    let metrics = printed[1].rsplit(' ').next().unwrap().to_string();
+    let mut client = common::server::sql_client(&serve.url).await;
+    let result = common::server::sql_result(&mut client, "SELECT COUNT(*) AS n FROM payments").await.unwrap();
+    assert_eq!(result.num_rows(), 1);
+    let page = scrape(&metrics).await;
+    // Planning the statement and fetching its result are one admitted call each.
+    assert_eq!(sample(&page, "shapfusion_serve_requests_served_total{outcome=\"ok\"}"), 2.0);
+    assert_eq!(sample(&page, "shapfusion_serve_requests_rows_total"), 1.0);
+    assert_eq!(sample(&page, "shapfusion_serve_requests_refused_total{cause=\"queue_full\"}"), 0.0);
+}
