@@ -1,6 +1,6 @@
 """Serving benchmark: what a `shapfusion worker` costs online and under load.
 
-    python benchmarks/serving.py --bin target/release/shapfusion [--model PATH] [--write]
+    python benchmarks/serving.py --bin target/release/shapfusion [--spec medium-8f | --model PATH] [--write]
 
 1. Latency: one pyarrow.flight client on one connection sends a 1-row and a 100-row request
    thousands of times in a row to an idle worker; p50/p99 of the round trip (the client's
@@ -138,13 +138,19 @@ def peak_rss_mib(pid):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bin", required=True, help="the shapfusion binary (a release build)")
-    p.add_argument("--model", default=os.path.join(ROOT, "examples/models/fraud.json"))
+    p.add_argument("--spec", default="medium-8f", help="a model of the peer suite (trained on first use, needs benchmarks/requirements.txt)")
+    p.add_argument("--model", help="a model file instead of --spec")
     p.add_argument("--count", type=int, default=3000, help="sequential requests per latency size")
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--requests", type=int, default=2, help="requests per client in the burst")
     p.add_argument("--rows", type=int, default=20_000, help="rows per request in the burst")
     p.add_argument("--write", action="store_true", help="write the tables into benchmarks/RESULTS.md")
     a = p.parse_args()
+    if a.model is None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from suite import SPECS, build_model
+
+        a.model = str(build_model(next(s for s in SPECS if s.name == a.spec))[0])
 
     proc, url = start_worker(a.bin, a.model)
     try:
@@ -160,7 +166,7 @@ def main():
         proc.terminate()
         proc.wait()
 
-    model = os.path.relpath(a.model, ROOT)
+    model = f"suite {a.spec} ({os.path.relpath(a.model, ROOT)})" if a.spec and "benchmarks/out" in a.model else os.path.relpath(a.model, ROOT)
     cores = os.cpu_count()
     lines = [
         f"Model `{model}`; one worker with default limits on {cores} cores; pyarrow {pa.__version__} clients on the same machine.",
@@ -187,7 +193,7 @@ def main():
         path = os.path.join(ROOT, "benchmarks/RESULTS.md")
         with open(path) as f:
             results = f.read()
-        command = f"python benchmarks/serving.py --bin {a.bin} --write"
+        command = f"python benchmarks/serving.py --bin {a.bin} --spec {a.spec} --write"
         block = f"<!-- SERVING:BEGIN -->\nCommand: `{command}`\n\n{text}\n<!-- SERVING:END -->"
         if "<!-- SERVING:BEGIN -->" in results:
             results = re.sub(r"<!-- SERVING:BEGIN -->.*?<!-- SERVING:END -->", lambda _: block, results, flags=re.S)
