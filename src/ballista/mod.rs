@@ -42,7 +42,7 @@ pub struct ClusterModels {
     pub models: Vec<String>,
     /// `NAME=URL` background sets.
     pub backgrounds: Vec<String>,
-    /// Where a model named NAME is looked up as NAME.<ext>, for each model file extension.
+    /// Where a model named NAME is looked up as `NAME.<ext>`, for each model file extension.
     pub model_dir: Option<String>,
 }
 
