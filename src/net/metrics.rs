@@ -88,7 +88,15 @@ pub async fn serve_metrics(listen: &ListenOptions, token: Option<String>, what: 
     let expected = token;
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, say: wait rather than spin, and keep serving.
+                    tracing::warn!("metrics endpoint: cannot accept a connection: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let (render, expected) = (render.clone(), expected.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
