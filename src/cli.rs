@@ -177,6 +177,7 @@ impl AccessArgs {
         shapfusion::net::transport::ListenOptions {
             authenticated: self.token_file.is_some(),
             insecure_no_auth: self.insecure_no_auth,
+            remedy: Some("--token-file FILE, --listen 127.0.0.1:PORT, or --insecure-no-auth".into()),
             ..shapfusion::net::transport::ListenOptions::local(listen)
         }
     }
@@ -363,8 +364,11 @@ impl ServerArgs {
     /// Starts `--metrics-listen`'s endpoint, if given, serving `render`'s page.
     async fn start_metrics(&self, what: &str, render: shapfusion::net::metrics::Render) -> Result<()> {
         let Some(listen) = &self.metrics_listen else { return Ok(()) };
-        let options = self.access.listen(listen);
-        shapfusion::net::metrics::serve_metrics(&options, self.access.token()?, what, render).await.map_err(with_listen_flags)?;
+        let options = shapfusion::net::transport::ListenOptions {
+            remedy: Some("--token-file FILE, --metrics-listen 127.0.0.1:PORT, or --insecure-no-auth".into()),
+            ..self.access.listen(listen)
+        };
+        shapfusion::net::metrics::serve_metrics(&options, self.access.token()?, what, render).await?;
         Ok(())
     }
 }
@@ -720,32 +724,15 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     let listen = a.server.listen(&a.listen);
     async_runtime()?.block_on(async move {
         let service = WorkerService::new(registry, config)?;
-        let (listener, _) = transport::bind(&listen, "shapfusion worker").await.map_err(with_listen_flags)?;
+        let (listener, _) = transport::bind(&listen, "shapfusion worker").await?;
         let metrics = service.metrics();
         a.server.start_metrics("shapfusion worker", metrics).await?;
         transport::serve(service, listener, &listen, transport::shutdown_signal()).await
     })
 }
 
-/// A refusal to listen beyond loopback with the flags that settle it: the library says what is
-/// wrong, the command line which flags fix it.
-#[cfg(feature = "flight")]
-fn with_listen_flags(e: shapfusion::Error) -> shapfusion::Error {
-    match e {
-        shapfusion::Error::Input(m) if m.contains("without authentication") => {
-            shapfusion::Error::Input(format!("{m} (--token-file FILE, --listen 127.0.0.1:PORT, or --insecure-no-auth)"))
-        }
-        e => e,
-    }
-}
-
 #[cfg(feature = "ballista")]
 fn run_ballista(command: BallistaCommand) -> Result<()> {
-    run_ballista_member(command).map_err(with_listen_flags)
-}
-
-#[cfg(feature = "ballista")]
-fn run_ballista_member(command: BallistaCommand) -> Result<()> {
     match command {
         BallistaCommand::Scheduler(a) => {
             let options = shapfusion::ballista::SchedulerOptions {
@@ -823,7 +810,7 @@ fn run_serve(a: ServeArgs) -> Result<()> {
         for t in &a.tables {
             service.register_table(t).await?;
         }
-        let (listener, _) = transport::bind(&listen, "shapfusion serve").await.map_err(with_listen_flags)?;
+        let (listener, _) = transport::bind(&listen, "shapfusion serve").await?;
         a.server.start_metrics("shapfusion serve", render).await?;
         transport::serve(service, listener, &listen, transport::shutdown_signal()).await
     })

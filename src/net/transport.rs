@@ -47,6 +47,9 @@ pub struct ListenOptions {
     pub authenticated: bool,
     /// `--insecure-no-auth`: listen beyond loopback without a token (warned at every start).
     pub insecure_no_auth: bool,
+    /// How the operator allows listening beyond loopback, in the front end's own terms (the
+    /// command line's flags), added to the refusal; `None`: it is said in words.
+    pub remedy: Option<String>,
 }
 
 impl ListenOptions {
@@ -58,6 +61,7 @@ impl ListenOptions {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             authenticated: false,
             insecure_no_auth: false,
+            remedy: None,
         }
     }
 }
@@ -74,7 +78,8 @@ pub fn check_exposure(addr: SocketAddr, options: &ListenOptions, what: &str) -> 
             return Err(Error::Input(format!(
                 "{what}: refusing to listen on {addr} without authentication: anyone who reaches that address could use it. \
                  Configure a token (clients then send 'authorization: Bearer <token>'), listen on 127.0.0.1, \
-                 or allow unauthenticated calls from the network explicitly"
+                 or allow unauthenticated calls from the network explicitly{}",
+                options.remedy.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
             )));
         }
         tracing::warn!("{what}: listening on {addr} without authentication, as configured: anyone who reaches this address can run requests");
