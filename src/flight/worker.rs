@@ -66,10 +66,9 @@ pub struct WorkerConfig {
 /// 1000-tree depth-16 model takes about 15 minutes on 2 cores).
 pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Counters behind the `stats` action, beside the admission's.
+/// Counters behind the `stats` action, beside the admission's (which counts requests and rows).
 #[derive(Debug, Default)]
 struct Counters {
-    rows: AtomicU64,
     compute_nanos: AtomicU64,
     /// When each batch now computing started, by a running number.
     computing: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
@@ -183,10 +182,9 @@ impl WorkerService {
 
     /// What the `stats` action and the metrics endpoint report.
     pub fn stats(&self) -> WorkerStats {
-        let c = &self.counters;
-        let rows = c.rows.load(Ordering::Relaxed);
-        let secs = c.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
         let admission = self.admission.stats();
+        let rows = admission.rows;
+        let secs = self.counters.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
         WorkerStats {
             rows,
             rows_per_second: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
@@ -293,7 +291,6 @@ impl WorkerService {
                 .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
                 .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
                 if result.is_ok() {
-                    counters.rows.fetch_add(rows as u64, Ordering::Relaxed);
                     admission.add_rows(rows as u64);
                 }
                 result
