@@ -525,7 +525,7 @@ fn model_file_help() -> String {
 
 /// Compute settings from the flags every computing command has.
 fn settings(algorithm: Algorithm, device: Device, threads: Option<usize>, v2_memory_mb: usize) -> Result<ComputeSettings> {
-    ComputeSettings::parse(algorithm.name(), device.name(), threads, v2_memory_mb)
+    ComputeSettings::new(algorithm, device, threads, v2_memory_mb)
         .map_err(|e| shapfusion::Error::Input(format!("--v2-memory-mb {v2_memory_mb}: {e}")))
 }
 

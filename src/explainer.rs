@@ -168,7 +168,7 @@ impl ExplainerBuilder {
     /// Compute threads (default: all cores; 0 also means all cores). Pools are shared in the
     /// process and capped at its cores; results never depend on the thread count.
     pub fn threads(mut self, threads: usize) -> Self {
-        self.settings.threads = Some(threads).filter(|&t| t > 0);
+        self.settings.threads = crate::settings::thread_count(Some(threads));
         self
     }
 

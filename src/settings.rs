@@ -54,10 +54,15 @@ impl ComputeSettings {
     /// also means all cores (SQL's `shap.threads = 0`), fast-v2's bound in MiB. Names are
     /// checked here, so a bad one is refused where it was given.
     pub fn parse(algorithm: &str, device: &str, threads: Option<usize>, v2_memory_mib: usize) -> Result<Self> {
+        ComputeSettings::new(algorithm.parse()?, device.parse()?, threads, v2_memory_mib)
+    }
+
+    /// [`parse`](Self::parse) for options already typed (the command line's parsers made them).
+    pub fn new(algorithm: Algorithm, device: Device, threads: Option<usize>, v2_memory_mib: usize) -> Result<Self> {
         Ok(ComputeSettings {
-            algorithm: algorithm.parse()?,
-            device: device.parse()?,
-            threads: threads.filter(|&t| t > 0),
+            algorithm,
+            device,
+            threads: thread_count(threads),
             v2_memory_bytes: mib_to_bytes(v2_memory_mib, "fast-v2's memory bound")?,
             ..Default::default()
         })
@@ -112,6 +117,11 @@ impl fmt::Display for ComputeSettings {
         let threads = self.threads.map_or("all cores".to_string(), |t| format!("{t} threads"));
         write!(f, "algorithm {}, device {}, {threads}", self.algorithm, self.device)
     }
+}
+
+/// A thread count as settings hold it: 0 means all cores, as unset does.
+pub(crate) fn thread_count(threads: Option<usize>) -> Option<usize> {
+    threads.filter(|&t| t > 0)
 }
 
 /// The cores this process may use.
