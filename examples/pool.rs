@@ -16,6 +16,7 @@ use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use shapfusion::flight::{feature_batch, parse_worker_list, PoolOptions, WorkerConfig, WorkerPool, WorkerService, DEFAULT_STUCK_AFTER};
 use shapfusion::net::transport::{self, ListenOptions};
+use shapfusion::net::Admission;
 use shapfusion::registry::ModelRegistry;
 use shapfusion::{ComputeSettings, Device, Explainer, Model, OutputKind};
 
@@ -30,8 +31,7 @@ async fn start_worker() -> shapfusion::Result<String> {
         model_dir: Some("examples/models".into()),
         token: None,
         stuck_after: DEFAULT_STUCK_AFTER,
-        limits: Default::default(),
-        limit_names: Default::default(),
+        admission: Admission::new(Default::default()),
     };
     // A worker serves the models its operator configured, by name: never a path a client sends.
     let service = WorkerService::new(Arc::new(ModelRegistry::names_only(None)), config)?;

@@ -715,8 +715,7 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
         model_dir: a.server.models.model_dir.clone(),
         token: a.server.access.token()?,
         stuck_after: std::time::Duration::from_secs(a.stuck_after_secs),
-        limits: a.server.limits(),
-        limit_names: a.server.limit_names(),
+        admission: a.server.admission(),
     };
     // Workers load the models the operator configured, never a path or URL a client names.
     let registry = std::sync::Arc::new(shapfusion::registry::ModelRegistry::names_only(None));

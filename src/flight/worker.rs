@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::explainer::Explainer;
 use crate::features::FeatureColumns;
 use crate::net::auth;
-use crate::net::limits::{Admission, LimitNames, RequestLimits, StatusStream};
+use crate::net::limits::{Admission, StatusStream};
 use crate::net::metrics::{Exposition, Render};
 use crate::registry::{LoadedModel, ModelRegistry};
 use crate::settings::ComputeSettings;
@@ -56,10 +56,8 @@ pub struct WorkerConfig {
     /// orchestrators stop sending it work.
     pub stuck_after: std::time::Duration,
     /// Exchanges at once, the queue in front of them, time per exchange, rows and bytes per
-    /// exchange.
-    pub limits: RequestLimits,
-    /// How refusals name the limits (the command line's flags).
-    pub limit_names: LimitNames,
+    /// exchange ([`Admission::new`] with the limits, named in refusals as the front end says).
+    pub admission: Admission,
 }
 
 /// Default of [`WorkerConfig::stuck_after`]: far beyond any healthy batch (a 64k-row batch of a
@@ -105,7 +103,6 @@ impl Drop for Computing {
 pub struct WorkerService {
     registry: Arc<ModelRegistry>,
     config: WorkerConfig,
-    admission: Admission,
     /// What computes, as `stats` and `version` report it (`gpu`, `cpu (2 threads)`).
     device_description: String,
     counters: Arc<Counters>,
@@ -119,8 +116,7 @@ impl WorkerService {
     /// error when its own device cannot be used.
     pub fn new(registry: Arc<ModelRegistry>, config: WorkerConfig) -> Result<Self> {
         let device_description = config.settings.describe()?;
-        let admission = Admission::new(config.limits.clone()).with_names(config.limit_names.clone());
-        Ok(WorkerService { registry, config, admission, device_description, counters: Default::default(), started: Instant::now() })
+        Ok(WorkerService { registry, config, device_description, counters: Default::default(), started: Instant::now() })
     }
 
     fn authorize(&self, metadata: &MetadataMap) -> std::result::Result<(), Status> {
@@ -182,7 +178,7 @@ impl WorkerService {
 
     /// What the `stats` action and the metrics endpoint report.
     pub fn stats(&self) -> WorkerStats {
-        let admission = self.admission.stats();
+        let admission = self.config.admission.stats();
         let rows = admission.rows;
         let secs = self.counters.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
         WorkerStats {
@@ -204,7 +200,7 @@ impl WorkerService {
     /// The page of the metrics endpoint (`--metrics-listen`): the admission's counters and
     /// latency histogram, and the engine's compute time.
     pub fn metrics(&self) -> Render {
-        let (admission, counters) = (self.admission.clone(), self.counters.clone());
+        let (admission, counters) = (self.config.admission.clone(), self.counters.clone());
         Arc::new(move || {
             let mut page = Exposition::default();
             page.admission("shapfusion_worker_requests", "DoExchange requests", &admission.stats());
@@ -240,11 +236,11 @@ impl WorkerService {
         }
         let explainer = self.explainer(resolved, settings).await?;
         let schema = output_schema(&model, call.output);
-        let (counters, admission, output) = (self.counters.clone(), self.admission.clone(), call.output);
+        let (counters, admission, output) = (self.counters.clone(), self.config.admission.clone(), call.output);
 
         // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
         // neither carries IPC data for the decoder.
-        let (max_rows, max_bytes) = (self.config.limits.max_rows, self.config.limits.max_bytes);
+        let (max_rows, max_bytes) = (self.config.admission.limits().max_rows, self.config.admission.limits().max_bytes);
         let mut bytes = 0u64;
         let data = stream::once(async { Ok(first) })
             .chain(input)
@@ -372,9 +368,9 @@ impl FlightService for WorkerService {
         self.authorize(request.metadata())?;
         // Queued before anything is read: a waiting request holds no decoded data.
         let client = request.remote_addr().map_or_else(|| "unknown-peer".to_string(), |a| a.to_string());
-        let mut permit = self.admission.admit(&client).await?;
+        let mut permit = self.config.admission.admit(&client).await?;
         match self.start_exchange(request.into_inner()).await {
-            Ok(stream) => Ok(Response::new(self.admission.bounded(stream, permit))),
+            Ok(stream) => Ok(Response::new(self.config.admission.bounded(stream, permit))),
             Err(status) => {
                 permit.fail();
                 Err(status)
