@@ -3,7 +3,7 @@
 #
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s each; all three targets)
 #
-# Targets: xgboost_json, xgboost_ubjson, lightgbm_text. Each starts from the committed models
+# Targets: xgboost_json, xgboost_ubjson, lightgbm_text, catboost_json, shapfusion_json, spark_ml. Each starts from the committed models
 # (tests/fixtures/**, the crafted corpus, and fuzz/regressions/<target>/) plus what earlier
 # runs found, kept in $FUZZ_WORK (default ~/.cache/shapfusion/fuzz). An input that crashes,
 # aborts, allocates more than 2 GiB or runs longer than 10 s is saved under
@@ -14,7 +14,7 @@ cd "$(dirname "$0")"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(xgboost_json xgboost_ubjson lightgbm_text)
+[[ ${#targets[@]} -gt 0 ]] || targets=(xgboost_json xgboost_ubjson lightgbm_text catboost_json shapfusion_json spark_ml)
 work="${FUZZ_WORK:-$HOME/.cache/shapfusion/fuzz}"
 
 # What `cargo fuzz build --sanitizer none` passes: coverage counters, comparison tracing and
@@ -34,12 +34,31 @@ for target in "${targets[@]}"; do
     xgboost_json) pattern='*.json' ;;
     xgboost_ubjson) pattern='*.ubj' ;;
     lightgbm_text) pattern='*.txt' ;;
+    catboost_json) pattern='*/cb_*/model.json' ;;
+    shapfusion_json) pattern='*/skl_*/model.json' ;;
+    spark_ml) pattern='' ;;
     *) echo "unknown target $target" >&2; exit 2 ;;
   esac
   corpus="$work/corpus/$target"
   artifacts="$work/artifacts/$target"
   mkdir -p "$corpus" "$artifacts" "regressions/$target"
-  find ../tests/fixtures -name "$pattern" -size -2M -exec cp -n {} "$corpus/" \; 2>/dev/null
+  if [[ -n "$pattern" ]]; then
+    find ../tests/fixtures -path "$pattern" -size -2M -exec cp -n {} "$corpus/" \; 2>/dev/null
+  else
+    # Spark ML directories, flattened as the target reads them (fuzz_targets/spark_ml.rs).
+    for dir in ../tests/fixtures/spark_*/model; do
+      data=("$dir"/data/*.parquet)
+      trees=("$dir"/treesMetadata/*.parquet)
+      seed="$corpus/$(basename "$(dirname "$dir")")"
+      [[ -e "$seed" ]] && continue
+      {
+        head -n 1 "$dir"/metadata/part-*
+        stat -c %s "${data[0]}"
+        cat "${data[0]}"
+        if [[ -e "${trees[0]}" ]]; then cat "${trees[0]}"; fi
+      } >"$seed"
+    done
+  fi
   cp -n regressions/"$target"/* "$corpus/" 2>/dev/null || true
   echo "== $target: $seconds s from $(ls "$corpus" | wc -l) inputs"
   if ! "$bin_dir/$target" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 \

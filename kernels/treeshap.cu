@@ -45,10 +45,14 @@
 #define RULE_XGB_CATEGORIES 1u
 #define RULE_LGB_LESS_EQUAL 2u
 #define RULE_LGB_CATEGORIES 3u
+#define RULE_CATEGORIES_LEFT 4u
+#define RULE_CATEGORIES_LEFT_EXACT 5u
+#define RULE_BITS 7u
+#define MISSING_SHIFT 3u
 #define MISSING_ZERO 1u
 #define MISSING_NAN 2u
-#define DEFAULT_LEFT (1u << 4)
-#define TAKE_LEFT (1u << 5)
+#define DEFAULT_LEFT (1u << 5)
+#define TAKE_LEFT (1u << 6)
 
 struct Lane {
   int feature, group, start, rank, len, split_begin, split_end;
@@ -83,7 +87,7 @@ __device__ bool follows(const double* thresholds, const unsigned* split_ints, co
   const double threshold = thresholds[s];
   const bool default_left = (flags & DEFAULT_LEFT) != 0u;
   bool left;
-  switch (flags & 3u) {
+  switch (flags & RULE_BITS) {
     case RULE_XGB_LESS:
       left = isnan(x) ? default_left : (x < threshold);
       break;
@@ -94,13 +98,22 @@ __device__ bool follows(const double* thresholds, const unsigned* split_ints, co
       else left = !in_category_set(categories, begin, words, (unsigned)x);
       break;
     case RULE_LGB_LESS_EQUAL: {
-      const unsigned missing = (flags >> 2) & 3u;
+      const unsigned missing = (flags >> MISSING_SHIFT) & 3u;
       double v = (isnan(x) && missing != MISSING_NAN) ? 0.0 : x;
       bool is_missing = (missing == MISSING_ZERO) ? (v >= -1e-35 && v <= 1e-35)
                         : (missing == MISSING_NAN) ? isnan(v) : false;
       left = is_missing ? default_left : (v <= threshold);
       break;
     }
+    case RULE_CATEGORIES_LEFT:
+    case RULE_CATEGORIES_LEFT_EXACT:
+      // A set that goes left (scikit-learn, Spark ML): NaN and negative values take the default
+      // way; the exact rule (Spark) puts fractional values outside the set, the other truncates.
+      if (isnan(x) || x < 0.0) left = default_left;
+      else if (x >= 16777216.0 || ((flags & RULE_BITS) == RULE_CATEGORIES_LEFT_EXACT && x != trunc(x))) left = false;
+      else left = in_category_set(categories, begin, words, (unsigned)x);
+      break;
+    case RULE_LGB_CATEGORIES:
     default: {
       // LightGBM categorical: NaN, out-of-range and negative codes go right.
       double code = trunc(x);

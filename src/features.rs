@@ -20,11 +20,23 @@ impl Model {
     }
 
     /// The engines' input from `rows` rows of values, row-major in the model's feature order
-    /// (NaN: missing), rounded to the model's comparison precision.
+    /// (NaN: missing), rounded to the model's comparison precision. A CatBoost categorical
+    /// feature takes its integer category values here (hashed as CatBoost hashes them).
     pub fn feature_block_from_values(&self, rows: usize, values: Vec<f64>) -> Result<FeatureBlock> {
         let cols = self.num_features();
         if rows.checked_mul(cols) != Some(values.len()) {
             return Err(Error::Input(format!("{} values are not {rows} rows of the model's {cols} features", values.len())));
+        }
+        let mut values = values;
+        // CatBoost categorical features given as numbers are category values (hashed as their
+        // decimal digits), not codes.
+        for (j, categories) in self.categories.iter().enumerate() {
+            if let Some(Categories::CatboostHashes(hashes)) = categories {
+                let column: ArrayRef = std::sync::Arc::new(arrow::array::Float64Array::from_iter_values((0..rows).map(|i| values[i * cols + j])));
+                for (i, code) in catboost_codes(&column, hashes, &self.feature_names[j])?.into_iter().enumerate() {
+                    values[i * cols + j] = code;
+                }
+            }
         }
         Ok(FeatureBlock::new(rows, cols, values, self.precision))
     }
@@ -86,7 +98,7 @@ pub fn check_feature_type(model: &Model, j: usize, t: &DataType) -> Result<()> {
     }
     if is_text(t) && model.feature_kinds[j] == FeatureKind::Categorical {
         return match model.categories.get(j) {
-            Some(Some(Categories::Names(_))) => Ok(()),
+            Some(Some(Categories::Names(_) | Categories::CatboostHashes(_))) => Ok(()),
             Some(Some(Categories::Numbers(_))) => Err(Error::Input(format!(
                 "column {feature:?} holds strings, but the model's categories for it are numbers: pass the category codes (integers) instead"
             ))),
@@ -139,6 +151,32 @@ fn code_or_unseen(code: Option<usize>, unseen: UnseenCategory, feature: &str, va
     }
 }
 
+/// Codes of a CatBoost categorical column: each value is hashed as CatBoost hashes it (strings
+/// as they are, integers as their decimal digits) and found among the hashes its splits test;
+/// nulls and values no split tests are missing, which sends them the way CatBoost sends a value
+/// equal to none of them.
+fn catboost_codes(column: &ArrayRef, hashes: &[u32], feature: &str) -> Result<Vec<f64>> {
+    let code: std::collections::HashMap<u32, usize> = hashes.iter().enumerate().map(|(k, &h)| (h, k)).collect();
+    let of = |value: &str| code.get(&crate::model::cityhash::catboost_category_hash(value)).map_or(f64::NAN, |&k| k as f64);
+    if is_text(column.data_type()) {
+        let strings = cast(column, &DataType::Utf8).map_err(|e| Error::arrow(format!("reading column {feature:?} as strings"), e))?;
+        return Ok(strings.as_string::<i32>().iter().map(|v| v.map_or(f64::NAN, of)).collect());
+    }
+    let numbers = cast(column, &DataType::Float64).map_err(|e| Error::arrow(format!("reading column {feature:?} as numbers"), e))?;
+    numbers
+        .as_primitive::<Float64Type>()
+        .iter()
+        .map(|v| match v {
+            None => Ok(f64::NAN),
+            Some(x) if x.is_nan() => Ok(f64::NAN),
+            Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => Ok(of(&(x as i64).to_string())),
+            Some(x) => {
+                Err(Error::Input(format!("column {feature:?} holds {x}: a CatBoost categorical feature takes strings or integers, as CatBoost does")))
+            }
+        })
+        .collect()
+}
+
 /// Builds a block from one array per model feature (already in the model's order); `names`
 /// label errors. Used by every front end (files, SQL arguments, Flight batches).
 pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model) -> Result<FeatureBlock> {
@@ -156,6 +194,7 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
         check_feature_type(model, j, col.data_type())?;
         let codes = match (col.data_type(), model.categories.get(j)) {
             (t, Some(Some(Categories::Names(names)))) if is_text(t) => Some(category_codes(col, names, model.unseen_category(), name)?),
+            (_, Some(Some(Categories::CatboostHashes(hashes)))) => Some(catboost_codes(col, hashes, name)?),
             // A dictionary of numbers holds category values (a pandas categorical of numbers),
             // not codes: find each value's position among the training categories.
             (DataType::Dictionary(_, _), Some(Some(Categories::Numbers(numbers)))) => {

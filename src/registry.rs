@@ -5,8 +5,11 @@
 //! 2. a URL (`s3://bucket/key`, `gs://…`, `az://…`, `file:///…`, `memory:///…`) or a path
 //!    (`/abs/path`, `./rel/path`, anything ending in a model file extension,
 //!    [`MODEL_EXTENSIONS`]);
-//! 3. `<model_dir>/<name>.<ext>` for each of [`MODEL_EXTENSIONS`] in order, when a model
-//!    directory is set.
+//! 3. `<model_dir>/<name>.<ext>` for each of [`MODEL_EXTENSIONS`] in order, then the Spark ML
+//!    model directory `<model_dir>/<name>/`, when a model directory is set.
+//!
+//! A URL or path that is no object but a prefix holding `metadata/part-*` is read as a Spark ML
+//! model directory: all its files are read, and its version is that of all of them together.
 //!
 //! Each resolution asks the store for the object's version (ETag, or last-modified and size), so
 //! a model changed in place is reloaded by the next query; unchanged models come from the cache.
@@ -34,7 +37,7 @@ use url::Url;
 
 use crate::error::{Error, Result};
 use crate::io_runtime::run_io;
-use crate::model::{Model, MODEL_EXTENSIONS};
+use crate::model::{spark, Model, MODEL_EXTENSIONS};
 
 /// A loaded model: where it came from, its versions, and the model.
 pub struct LoadedModel {
@@ -243,6 +246,15 @@ impl ModelRegistry {
                         Err(_) => searched.push(candidate.to_string()),
                     }
                 }
+                // A Spark ML model directory `<dir>/<name>/`.
+                let plain = !reference.is_empty() && !reference.contains(['/', '\\', '%', '?', '#']) && !reference.starts_with('.');
+                if plain {
+                    let candidate = join_url(&base, reference)?;
+                    if let Some(files) = self.spark_listing(&candidate)? {
+                        return self.load_spark_dir(&candidate, files);
+                    }
+                    searched.push(format!("{candidate}/ (a Spark ML model directory)"));
+                }
             }
             None => searched.push("no model directory set (shap.model_dir)".into()),
         }
@@ -290,8 +302,84 @@ impl ModelRegistry {
     }
 
     fn load_url(&self, url: &Url) -> Result<Arc<LoadedModel>> {
-        let version = self.head(url)?;
-        self.load_versioned(url, version)
+        match self.head(url) {
+            Ok(version) => self.load_versioned(url, version),
+            // Not an object: a Spark ML model is a directory of objects.
+            Err(Error::ModelNotFound(message)) => match self.spark_listing(url)? {
+                Some(files) => self.load_spark_dir(url, files),
+                None => Err(Error::ModelNotFound(message)),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The files of a Spark ML model directory at `url` (relative path and object), when the
+    /// prefix holds one: a `metadata/part-*` object among them.
+    fn spark_listing(&self, url: &Url) -> Result<Option<Vec<(String, object_store::ObjectMeta)>>> {
+        use futures::TryStreamExt;
+        let (store, prefix) = self.store_for(url)?;
+        let listed_prefix = prefix.clone();
+        let objects = run_io(async move { store.list(Some(&listed_prefix)).try_collect::<Vec<_>>().await })
+            .map_err(|e| Error::Input(format!("cannot list model directory {url}: {e}")))?;
+        let base = format!("{}/", prefix.as_ref().trim_end_matches('/'));
+        let mut files: Vec<(String, object_store::ObjectMeta)> = objects
+            .into_iter()
+            .filter_map(|o| {
+                let relative = o.location.as_ref().strip_prefix(base.as_str())?.to_string();
+                let file = relative.rsplit('/').next()?;
+                let wanted = ["metadata/", "data/", "treesMetadata/"].iter().any(|d| relative.starts_with(d)) && spark::is_data_file(file);
+                wanted.then_some((relative, o))
+            })
+            .collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(files.iter().any(|(f, _)| spark::is_metadata(f)).then_some(files))
+    }
+
+    /// Loads a Spark ML model directory; its version is that of all its files together.
+    fn load_spark_dir(&self, url: &Url, files: Vec<(String, object_store::ObjectMeta)>) -> Result<Arc<LoadedModel>> {
+        let listing: Vec<String> = files
+            .iter()
+            .map(|(f, o)| format!("{f}:{}", o.e_tag.clone().unwrap_or_else(|| format!("{}-{}", o.last_modified.timestamp_micros(), o.size))))
+            .collect();
+        let version = content_hash(listing.join("\n").as_bytes());
+        if let Some(m) = self.get_version(url.as_str(), &version) {
+            return Ok(m);
+        }
+        let (store, _) = self.store_for(url)?;
+        let paths: Vec<(String, StorePath)> = files.into_iter().map(|(f, o)| (f, o.location)).collect();
+        let read = run_io(async move {
+            let mut out = Vec::with_capacity(paths.len());
+            for (relative, path) in paths {
+                out.push((relative, store.get(&path).await?.bytes().await?));
+            }
+            Ok::<_, object_store::Error>(out)
+        })
+        .map_err(|e| Error::Input(format!("cannot read model directory {url}: {e}")))?;
+        let model = Arc::new(Model::from_spark_files(&read, url.as_str())?);
+        let mut hasher = blake3::Hasher::new();
+        for (relative, bytes) in &read {
+            hasher.update(relative.as_bytes());
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        }
+        let content_hash = format!("blake3:{}", hasher.finalize().to_hex());
+        self.cache_loaded(LoadedModel { url: url.to_string(), version, content_hash, model })
+    }
+
+    fn cache_loaded(&self, loaded: LoadedModel) -> Result<Arc<LoadedModel>> {
+        tracing::info!(
+            url = loaded.url,
+            version = loaded.version,
+            content_hash = loaded.content_hash,
+            trees = loaded.model.trees.len(),
+            "loaded model"
+        );
+        let loaded = Arc::new(loaded);
+        let mut cache = self.cache.lock().expect("cache");
+        let versions = cache.entry(loaded.url.clone()).or_default();
+        versions.insert(0, loaded.clone());
+        versions.truncate(VERSIONS_KEPT);
+        Ok(loaded)
     }
 
     fn load_versioned(&self, url: &Url, version: String) -> Result<Arc<LoadedModel>> {
@@ -304,13 +392,7 @@ impl ModelRegistry {
             run_io(async move { store.get(&path).await?.bytes().await }).map_err(|e| Error::Input(format!("cannot read model {url}: {e}")))?;
         let model = Arc::new(Model::from_bytes(&bytes, url)?);
         let content_hash = content_hash(&bytes);
-        tracing::info!(url, version, content_hash, trees = model.trees.len(), "loaded model");
-        let loaded = Arc::new(LoadedModel { url: url.to_string(), version, content_hash, model });
-        let mut cache = self.cache.lock().expect("cache");
-        let versions = cache.entry(url.to_string()).or_default();
-        versions.insert(0, loaded.clone());
-        versions.truncate(VERSIONS_KEPT);
-        Ok(loaded)
+        self.cache_loaded(LoadedModel { url: url.to_string(), version, content_hash, model })
     }
 
     /// The object's version: its ETag, else last-modified and size.

@@ -26,7 +26,7 @@ pub(crate) fn fixtures() -> Vec<Fixture> {
     assert!(dirs.len() >= 10, "fixtures missing under {}", root.display());
     dirs.into_iter()
         .map(|dir| {
-            let model_path = ["model.json", "model.ubj", "model.txt"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
+            let model_path = ["model.json", "model.ubj", "model.txt", "model"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
             let model = Arc::new(Model::load(&model_path).unwrap());
             let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(dir.join("input.parquet")).unwrap()).unwrap().build().unwrap();
             let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();

@@ -234,3 +234,42 @@ fn a_leaf_vector_size_of_zero_or_one_means_scalar_leaves() {
     let e = with_size("3").unwrap_err().to_string();
     assert!(e.contains("size_leaf_vector = 3") && e.contains("1 targets"), "{e}");
 }
+
+/// The scikit-learn trees file, CatBoost JSON and Spark ML directories refuse malformed input
+/// with errors that name the file and what is wrong.
+#[test]
+fn new_formats_refuse_malformed_files_by_name() {
+    let skl = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join("skl_gradient_boosting/model.json")).unwrap();
+    let load = |text: &str| Model::from_bytes(text.as_bytes(), "edited.json").unwrap_err().to_string();
+    let e = load(&skl.replacen("\"format_version\":1", "\"format_version\":2", 1));
+    assert!(e.contains("edited.json") && e.contains("format_version 2") && e.contains("newer shapfusion"), "{e}");
+    let e = load(&skl.replacen("\"num_outputs\":1", "\"num_outputs\":1,\"surprise\":true", 1));
+    assert!(e.contains("surprise"), "{e}");
+    let e = load(&skl.replacen("\"left\":[1,", "\"left\":[99999,", 1));
+    assert!(e.contains("tree 0") && e.contains("99999"), "{e}");
+
+    let cb = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join("cb_binary_missing/model.json")).unwrap();
+    let e = load(&cb.replacen("\"FloatFeature\"", "\"OnlineCtr\"", 1));
+    assert!(e.contains("OnlineCtr") && e.contains("CTR"), "{e}");
+    let e = load(&cb.replacen("\"leaf_weights\"", "\"leaf_weightz\"", 1));
+    assert!(e.contains("leaf_weights"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    let e = Model::load(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("not a Spark ML model") && e.contains(&dir.path().display().to_string()), "{e}");
+    // A Spark ML directory read from its files with a node pointing outside its tree.
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join("spark_tree_categorical/model");
+    let mut files = Vec::new();
+    for sub in ["metadata", "data"] {
+        for entry in std::fs::read_dir(model.join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            files.push((format!("{sub}/{}", entry.file_name().to_string_lossy()), bytes::Bytes::from(std::fs::read(entry.path()).unwrap())));
+        }
+    }
+    assert!(Model::from_spark_files(&files, "spark").is_ok());
+    let metadata = files.iter_mut().find(|(f, _)| f.starts_with("metadata/")).unwrap();
+    metadata.1 = bytes::Bytes::from(String::from_utf8(metadata.1.to_vec()).unwrap().replace("DecisionTreeRegressionModel", "LinearRegressionModel"));
+    let e = Model::from_spark_files(&files, "spark").unwrap_err().to_string();
+    assert!(e.contains("LinearRegressionModel") && e.contains("not a tree model"), "{e}");
+}

@@ -140,3 +140,32 @@ fn results_do_not_depend_on_the_thread_count() {
         }
     }
 }
+
+/// The scikit-learn, CatBoost and Spark ML fixtures: every engine within 1e-6 of the largest
+/// |phi| of each row (of the references: shap for scikit-learn and Spark, CatBoost's own
+/// values, brute force where the fixture says so), SHAP and interaction values. The worst
+/// relative error is printed (`--nocapture`) so the figure in the docs can be checked.
+#[test]
+fn new_formats_match_their_references_within_1e_6() {
+    let mut seen = 0;
+    for f in fixtures().into_iter().filter(|f| ["skl_", "cb_", "spark_"].iter().any(|p| f.name.starts_with(p))) {
+        seen += 1;
+        let block = f.block();
+        let w = f.model.num_features() + 1;
+        let expected = f.expected_f64("contribs").unwrap();
+        let interactions = f.expected_f64("interactions");
+        for a in ENGINES {
+            let e = engine(&f, a);
+            let (err, row) = max_row_rel_error(&e.shap(&block).unwrap().values, &expected, w);
+            assert!(err <= 1e-6, "{} {a}: SHAP error {err:.3e} (row/group {row}) vs {}", f.name, f.expected["reference"]);
+            let mut worst = err;
+            if let (Some(inter), true) = (&interactions, matches!(a, Algorithm::TreeShap | Algorithm::Quadrature | Algorithm::Linear)) {
+                let (err, row) = max_row_rel_error(&e.interactions(&block).unwrap().values, inter, w * w);
+                assert!(err <= 1e-6, "{} {a}: interaction error {err:.3e} (row/group {row})", f.name);
+                worst = worst.max(err);
+            }
+            println!("{} {a}: worst error relative to max |phi| {worst:.2e} vs {}", f.name, f.expected["reference"]);
+        }
+    }
+    assert!(seen >= 15, "scikit-learn, CatBoost and Spark ML fixtures missing: {seen} found");
+}

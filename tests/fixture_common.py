@@ -58,3 +58,15 @@ def write_input(path: Path, X: np.ndarray, names: list[str]) -> None:
         mask[nan_rows[::2]] = True
         cols.append(pa.array(col, mask=mask, type=pa.float64()))
     pq.write_table(pa.table(cols, names=names), path)
+
+
+def regression_rows(n: int, f: int, seed: int, nan: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of normal features (f >= 4) and a target with a main effect, a non-linear one and an
+    interaction, with a fraction `nan` of the values missing: the data of the scikit-learn and
+    CatBoost fixtures."""
+    r = np.random.default_rng(seed)
+    X = r.normal(size=(n, f))
+    y = X[:, 0] * 1.5 + np.sin(2 * X[:, 1]) + X[:, 2] * X[:, 3] + 0.3 * r.normal(size=n)
+    if nan:
+        X[r.random(size=X.shape) < nan] = np.nan
+    return X, y

@@ -12,6 +12,12 @@ const EXPLAIN_NODES: usize = 20_000;
 
 pub fn check(bytes: &[u8], format: ModelFormat) {
     let Ok(model) = Model::from_bytes_as(bytes, "fuzz", format) else { return };
+    explain(model);
+}
+
+/// What every front end does with a model that reads: its summary, a prediction, SHAP values.
+#[allow(dead_code)]
+pub fn explain(model: Model) {
     let summary = model.summary();
     assert_eq!(summary.features.len(), model.num_features());
     let nodes: usize = model.trees.iter().map(|t| t.nodes.len()).sum();

@@ -1,4 +1,5 @@
-"""Exact SHAP values and SHAP interaction values for XGBoost and LightGBM tree ensembles.
+"""Exact SHAP values and SHAP interaction values for tree ensembles: XGBoost, LightGBM,
+scikit-learn, CatBoost and Spark ML.
 
 The numbers are the ones ``booster.predict(..., pred_contribs=True)`` (XGBoost) and
 ``booster.predict(..., pred_contrib=True)`` (LightGBM) give, in XGBoost's array layouts, computed
@@ -22,13 +23,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _shapfusion
+from . import _shapfusion, _trees_file
 from ._shapfusion import __version__
+from ._trees_file import save_model
 
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["Explainer", "datafusion_udfs", "__version__"]
+__all__ = ["Explainer", "datafusion_udfs", "save_model", "__version__"]
 
 #: What ``Explainer`` accepts as a model.
 ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
@@ -40,9 +42,12 @@ class Explainer:
     Parameters
     ----------
     model
-        The tree ensemble: a path to an XGBoost JSON/UBJSON or LightGBM text model, the bytes of
-        such a file, an ``xgboost.Booster`` or scikit-learn ``XGBModel`` (read through its raw
-        UBJSON), or a ``lightgbm.Booster`` or ``LGBMModel`` (read through its model string).
+        The tree ensemble: a path to a model file (XGBoost JSON/UBJSON, LightGBM text, CatBoost
+        JSON, a shapfusion trees file from :func:`save_model`) or a Spark ML model directory,
+        the bytes of such a file, an ``xgboost.Booster`` or ``XGBModel`` (read through its raw
+        UBJSON), a ``lightgbm.Booster`` or ``LGBMModel`` (its model string), a fitted
+        scikit-learn tree estimator (its node arrays, as :func:`save_model` writes them) or a
+        ``catboost`` model (its JSON).
     algorithm
         The engine: ``"auto"`` (picked from the model's shape, what the CLI picks), ``"linear"``,
         ``"fast-v2"``, ``"fast-v1"``, ``"quadrature"`` or ``"treeshap"``. All are exact; they
@@ -251,10 +256,26 @@ def _model_source(model: ModelLike) -> Tuple[Optional[str], Optional[bytes], str
     if module.startswith("lightgbm"):
         booster = getattr(model, "booster_", model)
         return None, booster.model_to_string().encode("utf-8"), "<lightgbm.Booster>"
+    if _trees_file.is_sklearn_estimator(model):
+        return None, _trees_file.to_json_bytes(model), f"<sklearn {type(model).__name__}>"
+    if module.startswith("catboost"):
+        return None, _catboost_json(model), f"<catboost {type(model).__name__}>"
     raise TypeError(
-        "model must be a path, the bytes of a model file, an xgboost Booster/XGBModel or a "
-        f"lightgbm Booster/LGBMModel; got {type(model).__module__}.{type(model).__qualname__}"
+        "model must be a path, the bytes of a model file, an xgboost Booster/XGBModel, a "
+        "lightgbm Booster/LGBMModel, a fitted scikit-learn tree estimator or a catboost model; "
+        f"got {type(model).__module__}.{type(model).__qualname__}"
     )
+
+
+def _catboost_json(model: Any) -> bytes:
+    """A CatBoost model's JSON (``save_model(format="json")``), through a temporary file."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="shapfusion-catboost-") as tmp:
+        path = os.path.join(tmp, "model.json")
+        model.save_model(path, format="json")
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def _rows(X: Any) -> Tuple[Any, Optional[Sequence[str]]]:

@@ -29,16 +29,20 @@ pub const IDLE_LANE: i32 = -2;
 /// `feature` of a path's root element.
 pub const ROOT_LANE: i32 = -1;
 
-// Split flags: rule in bits 0-1, missing type in bits 2-3, then two direction bits.
+// Split flags: rule in bits 0-2, missing type in bits 3-4, then two direction bits.
 const RULE_XGB_LESS: u32 = 0;
 const RULE_XGB_CATEGORIES: u32 = 1;
 const RULE_LGB_LESS_EQUAL: u32 = 2;
 const RULE_LGB_CATEGORIES: u32 = 3;
+const RULE_CATEGORIES_LEFT: u32 = 4;
+const RULE_CATEGORIES_LEFT_EXACT: u32 = 5;
+const RULE_BITS: u32 = 7;
+const MISSING_SHIFT: u32 = 3;
 const MISSING_NONE: u32 = 0;
 const MISSING_ZERO: u32 = 1;
 const MISSING_NAN: u32 = 2;
-const DEFAULT_LEFT: u32 = 1 << 4;
-const TAKE_LEFT: u32 = 1 << 5;
+const DEFAULT_LEFT: u32 = 1 << 5;
+const TAKE_LEFT: u32 = 1 << 6;
 
 /// A model's paths as flat arrays for the device (uploaded once per model): the paths that fit
 /// a warp packed into 32-lane bins for the warp kernels, the longer ones in [`LongPaths`] for
@@ -200,8 +204,11 @@ impl PathProgram {
                 (RULE_LGB_LESS_EQUAL, m, threshold)
             }
             SplitRule::LgbCategories => (RULE_LGB_CATEGORIES, MISSING_NONE, 0.0),
+            SplitRule::CategoriesLeft { exact: false } => (RULE_CATEGORIES_LEFT, MISSING_NAN, 0.0),
+            SplitRule::CategoriesLeft { exact: true } => (RULE_CATEGORIES_LEFT_EXACT, MISSING_NAN, 0.0),
         };
-        let mut flags = rule | missing << 2;
+        debug_assert!(rule <= RULE_BITS);
+        let mut flags = rule | missing << MISSING_SHIFT;
         if n.default_left {
             flags |= DEFAULT_LEFT;
         }
@@ -230,7 +237,7 @@ impl PathProgram {
             let word = code / 32;
             word < words && (self.categories[(category_begin + word) as usize] >> (code % 32)) & 1 == 1
         };
-        let left = match flags & 3 {
+        let left = match flags & RULE_BITS {
             RULE_XGB_LESS => {
                 if x.is_nan() {
                     default_left
@@ -248,7 +255,7 @@ impl PathProgram {
                 }
             }
             RULE_LGB_LESS_EQUAL => {
-                let missing = (flags >> 2) & 3;
+                let missing = (flags >> MISSING_SHIFT) & 3;
                 let x = if x.is_nan() && missing != MISSING_NAN { 0.0 } else { x };
                 let is_missing = match missing {
                     MISSING_ZERO => (-1e-35..=1e-35).contains(&x),
@@ -259,6 +266,15 @@ impl PathProgram {
                     default_left
                 } else {
                     x <= threshold
+                }
+            }
+            RULE_CATEGORIES_LEFT | RULE_CATEGORIES_LEFT_EXACT => {
+                if x.is_nan() || x < 0.0 {
+                    default_left
+                } else if x >= 16_777_216.0 || (flags & RULE_BITS == RULE_CATEGORIES_LEFT_EXACT && x.fract() != 0.0) {
+                    false
+                } else {
+                    in_set(x as u32)
                 }
             }
             _ => {

@@ -1,13 +1,22 @@
 //! Tree ensembles as plain arrays, and the readers that produce them.
 //!
-//! [`Model`] is format-neutral: XGBoost and LightGBM files both load into it, and the engines only
-//! ever see it. The split rule of every node ([`SplitRule`]) carries the owning library's exact
-//! semantics (XGBoost `x < t` on float32, LightGBM `x <= t` on float64, missing-value and
-//! category handling), so the engines need not know which library trained the model.
+//! [`Model`] is format-neutral: XGBoost, LightGBM, CatBoost and Spark ML models and the
+//! shapfusion trees file that `shapfusion.save_model` writes for scikit-learn all load into it,
+//! and the engines only ever see it. The split rule of every node ([`SplitRule`]) carries the
+//! owning library's exact semantics (XGBoost `x < t` on float32, LightGBM `x <= t` on float64,
+//! missing-value and category handling), so the engines need not know which library trained
+//! the model.
 
+mod catboost;
+pub mod cityhash;
 mod lightgbm;
+mod neutral;
+pub(crate) mod spark;
 mod ubjson;
 mod xgboost;
+
+pub use neutral::NEUTRAL_FORMAT_VERSION;
+pub use spark::SPARK_METADATA_DIR;
 
 use std::fmt;
 use std::path::Path;
@@ -51,12 +60,26 @@ pub enum ModelFormat {
     XgboostUbjson,
     /// LightGBM `save_model("*.txt")`.
     LightgbmText,
+    /// CatBoost `save_model("*.json", format="json")`.
+    CatboostJson,
+    /// The shapfusion trees file (`shapfusion.save_model`, for scikit-learn estimators), a
+    /// documented, versioned JSON form of plain node arrays: `docs/model-format.md`.
+    ShapfusionJson,
+    /// A Spark ML tree model directory (`model.save(dir)`: metadata JSON and Parquet node data).
+    SparkMl,
 }
 
 impl ModelFormat {
     /// Every format the readers take, in the order a model directory is searched: the one list
     /// behind the readers, the model directory lookup, help texts and docs.
-    pub const ALL: [ModelFormat; 3] = [ModelFormat::XgboostJson, ModelFormat::XgboostUbjson, ModelFormat::LightgbmText];
+    pub const ALL: [ModelFormat; 6] = [
+        ModelFormat::XgboostJson,
+        ModelFormat::XgboostUbjson,
+        ModelFormat::LightgbmText,
+        ModelFormat::CatboostJson,
+        ModelFormat::ShapfusionJson,
+        ModelFormat::SparkMl,
+    ];
 
     /// The format's name: `XGBoost JSON`.
     pub const fn name(&self) -> &'static str {
@@ -64,26 +87,39 @@ impl ModelFormat {
             ModelFormat::XgboostJson => "XGBoost JSON",
             ModelFormat::XgboostUbjson => "XGBoost UBJSON",
             ModelFormat::LightgbmText => "LightGBM text",
+            ModelFormat::CatboostJson => "CatBoost JSON",
+            ModelFormat::ShapfusionJson => "shapfusion trees JSON",
+            ModelFormat::SparkMl => "Spark ML model directory",
         }
     }
 
-    /// The file extension the library saves it with (without the dot).
+    /// The file extension the library saves it with (without the dot); empty for a directory.
     pub const fn extension(&self) -> &'static str {
         match self {
-            ModelFormat::XgboostJson => "json",
+            ModelFormat::XgboostJson | ModelFormat::CatboostJson | ModelFormat::ShapfusionJson => "json",
             ModelFormat::XgboostUbjson => "ubj",
             ModelFormat::LightgbmText => "txt",
+            ModelFormat::SparkMl => "",
         }
     }
 
     /// Every format with its extension, for help texts: `XGBoost JSON (.json), ...`.
     pub fn list() -> String {
-        ModelFormat::ALL.iter().map(|f| format!("{} (.{})", f.name(), f.extension())).collect::<Vec<_>>().join(", ")
+        ModelFormat::ALL
+            .iter()
+            .map(|f| match f.extension() {
+                "" => format!("{} (a directory)", f.name()),
+                ext => format!("{} (.{ext})", f.name()),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
-/// The model files' extensions, in [`ModelFormat::ALL`]'s order.
-pub const MODEL_EXTENSIONS: [&str; 3] = [ModelFormat::ALL[0].extension(), ModelFormat::ALL[1].extension(), ModelFormat::ALL[2].extension()];
+/// The model files' extensions, each once, in [`ModelFormat::ALL`]'s order (Spark ML models are
+/// directories and have none).
+pub const MODEL_EXTENSIONS: [&str; 3] =
+    [ModelFormat::XgboostJson.extension(), ModelFormat::XgboostUbjson.extension(), ModelFormat::LightgbmText.extension()];
 
 impl fmt::Display for ModelFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -118,6 +154,10 @@ pub enum Categories {
     Names(Vec<String>),
     /// Numeric categories (a pandas categorical of numbers).
     Numbers(Vec<f64>),
+    /// CatBoost's hashes of the category values its one-hot splits test (CityHash64 of the
+    /// string, low 32 bits): a value's code is the position of its hash here. CatBoost hashes
+    /// an integer category as its decimal string.
+    CatboostHashes(Vec<u32>),
 }
 
 impl Categories {
@@ -126,6 +166,7 @@ impl Categories {
         match self {
             Categories::Names(n) => n.len(),
             Categories::Numbers(n) => n.len(),
+            Categories::CatboostHashes(h) => h.len(),
         }
     }
 
@@ -174,6 +215,14 @@ pub enum SplitRule {
     },
     /// LightGBM categorical: NaN or negative → right; a code in the set goes left.
     LgbCategories,
+    /// A category set that goes left, any other code right (scikit-learn's HistGradientBoosting,
+    /// Spark ML, the shapfusion trees file): NaN and negative values take the default direction.
+    /// With `exact` (Spark ML) only a value equal to a code in the set goes left; without it the
+    /// value is truncated to its code first, as scikit-learn's cast to an integer does.
+    CategoriesLeft {
+        /// Whether a fractional value is never in the set (Spark), rather than truncated.
+        exact: bool,
+    },
 }
 
 /// One node of a tree. Leaves have `left == right == LEAF`.
@@ -286,6 +335,15 @@ impl Tree {
                 }
                 self.in_category_set(node, code as u32)
             }
+            SplitRule::CategoriesLeft { exact } => {
+                if x.is_nan() || x < 0.0 {
+                    return node.default_left;
+                }
+                if x >= 16_777_216.0 || (exact && x.fract() != 0.0) {
+                    return false;
+                }
+                self.in_category_set(node, x as u32)
+            }
         }
     }
 
@@ -371,11 +429,24 @@ pub struct Model {
 }
 
 impl Model {
-    /// Loads a model file, detecting its format from its content.
+    /// Loads a model file, detecting its format from its content, or a Spark ML model directory.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
         let path = path.as_ref();
+        if path.is_dir() {
+            return spark::from_dir(path);
+        }
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         Model::from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// Reads a Spark ML model directory from its files, given as (path relative to the
+    /// directory, content) pairs: `metadata/part-*`, the Parquet parts under `data/` and,
+    /// for ensembles, `treesMetadata/`. Other files (`_SUCCESS`, `.crc`) are skipped. `name`
+    /// is used in error messages.
+    pub fn from_spark_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<Model> {
+        let model = spark::from_files(files, name)?;
+        model.validate(name)?;
+        Ok(model)
     }
 
     /// Parses a model from bytes, detecting the format from the content; `name` is used in
@@ -403,6 +474,15 @@ impl Model {
             ModelFormat::XgboostJson => xgboost::from_json_bytes(bytes, name)?,
             ModelFormat::XgboostUbjson => xgboost::from_ubjson_bytes(bytes, name)?,
             ModelFormat::LightgbmText => lightgbm::from_text(bytes, name)?,
+            ModelFormat::CatboostJson => catboost::from_json_bytes(bytes, name)?,
+            ModelFormat::ShapfusionJson => neutral::from_json_bytes(bytes, name)?,
+            ModelFormat::SparkMl => {
+                return Err(Error::ModelFormat {
+                    path: name.into(),
+                    format: "Spark ML model directory",
+                    detail: "a Spark ML model is a directory, not one file: give the directory `model.save` wrote".into(),
+                })
+            }
         };
         model.validate(name)?;
         Ok(model)
@@ -419,7 +499,7 @@ impl Model {
         self.feature_names
             .iter()
             .enumerate()
-            .filter(|(j, _)| !matches!(self.categories.get(*j), Some(Some(Categories::Names(_)))))
+            .filter(|(j, _)| !matches!(self.categories.get(*j), Some(Some(Categories::Names(_) | Categories::CatboostHashes(_)))))
             .map(|(_, n)| n.clone())
             .collect()
     }
@@ -428,7 +508,7 @@ impl Model {
     pub fn unseen_category(&self) -> UnseenCategory {
         match self.format {
             ModelFormat::XgboostJson | ModelFormat::XgboostUbjson => UnseenCategory::Error,
-            ModelFormat::LightgbmText => UnseenCategory::Missing,
+            ModelFormat::LightgbmText | ModelFormat::CatboostJson | ModelFormat::ShapfusionJson | ModelFormat::SparkMl => UnseenCategory::Missing,
         }
     }
 
@@ -509,7 +589,7 @@ impl Model {
                             return Err(bad(n, format!("threshold {threshold} is not finite")));
                         }
                     }
-                    SplitRule::XgbCategories | SplitRule::LgbCategories => {
+                    SplitRule::XgbCategories | SplitRule::LgbCategories | SplitRule::CategoriesLeft { .. } => {
                         let (start, len) = node.categories;
                         if start as usize + len as usize > tree.category_words.len() {
                             return Err(bad(n, "category set points outside the tree's category list".into()));
@@ -570,6 +650,7 @@ impl Model {
                     let values = match c.as_ref()? {
                         Categories::Names(names) => names.clone(),
                         Categories::Numbers(numbers) => numbers.iter().map(f64::to_string).collect(),
+                        Categories::CatboostHashes(hashes) => hashes.iter().map(|h| format!("catboost hash {h}")).collect(),
                     };
                     Some((n.clone(), values))
                 })
@@ -613,15 +694,36 @@ pub fn detect_format(bytes: &[u8]) -> Option<ModelFormat> {
     let rest = &bytes[start..];
     if rest[0] == b'{' {
         // JSON continues with whitespace, a quote or '}'; UBJSON with a type/length marker.
-        return match rest.get(1) {
-            Some(b'i' | b'U' | b'I' | b'l' | b'L' | b'$' | b'#') => Some(ModelFormat::XgboostUbjson),
-            _ => Some(ModelFormat::XgboostJson),
-        };
+        if let Some(b'i' | b'U' | b'I' | b'l' | b'L' | b'$' | b'#') = rest.get(1) {
+            return Some(ModelFormat::XgboostUbjson);
+        }
+        // Told apart by their top-level keys: the shapfusion trees file opens with its
+        // `"format"` tag; CatBoost's JSON has `oblivious_trees` and XGBoost's has `learner`.
+        return Some(match first_json_key(rest) {
+            Some(neutral::FORMAT_KEY) => ModelFormat::ShapfusionJson,
+            Some("learner") => ModelFormat::XgboostJson,
+            Some(key) if catboost::TOP_LEVEL_KEYS.contains(&key) => ModelFormat::CatboostJson,
+            _ if contains(rest, b"\"oblivious_trees\"") && !contains(rest, b"\"learner\"") => ModelFormat::CatboostJson,
+            _ => ModelFormat::XgboostJson,
+        });
     }
     if rest.starts_with(b"tree") {
         return Some(ModelFormat::LightgbmText);
     }
     None
+}
+
+/// The first key of a JSON object (`{ "key": ...`), when it has no escapes.
+fn first_json_key(json: &[u8]) -> Option<&str> {
+    let rest = json.strip_prefix(b"{")?;
+    let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = rest[start..].strip_prefix(b"\"")?;
+    let end = rest.iter().take(64).position(|&b| b == b'"' || b == b'\\')?;
+    (rest[end] == b'"').then(|| std::str::from_utf8(&rest[..end]).ok()).flatten()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -631,6 +733,10 @@ mod tests {
     #[test]
     fn detects_formats_from_content() {
         assert_eq!(detect_format(b"  {\"learner\": {}}"), Some(ModelFormat::XgboostJson));
+        assert_eq!(detect_format(b"{\"version\": [3, 2, 0], \"learner\": {}}"), Some(ModelFormat::XgboostJson));
+        assert_eq!(detect_format(b"{\"format\": \"shapfusion.trees\", \"format_version\": 1}"), Some(ModelFormat::ShapfusionJson));
+        assert_eq!(detect_format(b"{\n\"features_info\": {}, \"oblivious_trees\": []}"), Some(ModelFormat::CatboostJson));
+        assert_eq!(detect_format(b"{\"zzz\": 1, \"oblivious_trees\": []}"), Some(ModelFormat::CatboostJson));
         assert_eq!(detect_format(b"{L\x00\x00\x00\x00\x00\x00\x00\x07learner"), Some(ModelFormat::XgboostUbjson));
         assert_eq!(detect_format(b"{i\x07learner"), Some(ModelFormat::XgboostUbjson));
         assert_eq!(detect_format(b"tree\nversion=v4\n"), Some(ModelFormat::LightgbmText));

@@ -72,7 +72,7 @@ pub fn fixtures() -> Vec<Fixture> {
     assert!(dirs.len() >= 10, "fixtures missing: run tests/make_fixtures.py");
     dirs.into_iter()
         .map(|dir| {
-            let model_path = ["model.json", "model.ubj", "model.txt"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
+            let model_path = ["model.json", "model.ubj", "model.txt", "model"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
             let model = Arc::new(Model::load(&model_path).unwrap_or_else(|e| panic!("{}: {e}", dir.display())));
             let batch = read_parquet(&dir.join("input.parquet"));
             let expected = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();

@@ -1,0 +1,114 @@
+"""scikit-learn and CatBoost models: shapfusion against the tools their users run today, on the
+same models, rows and threads.
+
+* scikit-learn (RandomForestClassifier, GradientBoostingRegressor, HistGradientBoostingClassifier):
+  shap's ``TreeExplainer`` (path-dependent; shap computes scikit-learn's values itself, with its
+  C++ extension) against ``shapfusion.Explainer(estimator)``.
+* CatBoost: its own ``get_feature_importance(type="ShapValues", thread_count=T)`` against
+  ``shapfusion.Explainer(catboost_model)``.
+
+Rows/s is the computation only (each explainer built once, before timing; the median of a few
+runs); error is max |ours - theirs| / max |theirs|. Needs the release wheel (``pip install
+./python``) and the pinned libraries of tests/requirements.txt plus catboost:
+
+    python benchmarks/model_formats.py [--threads 2] [--rows 2000]
+
+Writes the MODEL FORMATS section of benchmarks/RESULTS.md.
+"""
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import shapfusion  # noqa: E402
+from python_wheel import median_seconds  # noqa: E402
+from suite import write_results_section  # noqa: E402
+
+
+def data(n: int, f: int, seed: int):
+    r = np.random.default_rng(seed)
+    X = r.normal(size=(n, f))
+    y = X[:, 0] * 1.5 + np.sin(2 * X[:, 1]) + X[:, 2] * X[:, 3] + 0.5 * X[:, 4:].sum(axis=1) + 0.3 * r.normal(size=n)
+    return X, y
+
+
+def shap_layout(values, base, n: int, f: int) -> np.ndarray:
+    sv = np.asarray(values, dtype=np.float64).reshape(n, f, -1)
+    base = np.asarray(base, dtype=np.float64).reshape(-1)
+    out = np.concatenate([sv.transpose(0, 2, 1), np.broadcast_to(base[None, :, None], (n, base.size, 1))], axis=2)
+    return out[:, 0, :] if base.size == 1 else out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=2000, help="rows explained per model")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+
+    import catboost
+    import shap
+    import sklearn
+    from sklearn import ensemble
+
+    X, y = data(20000, 20, 1)
+    test = np.ascontiguousarray(X[: args.rows])
+    n, f = test.shape
+    models = [
+        ("RandomForestClassifier (100 trees, depth 12)", ensemble.RandomForestClassifier(n_estimators=100, max_depth=12, n_jobs=args.threads, random_state=0), y > 0),
+        ("GradientBoostingRegressor (300 trees, depth 5)", ensemble.GradientBoostingRegressor(n_estimators=300, max_depth=5, random_state=0), y),
+        ("HistGradientBoostingClassifier (200 iterations, 31 leaves)", ensemble.HistGradientBoostingClassifier(max_iter=200, random_state=0), y > 0),
+    ]
+    rows = []
+    for name, model, target in models:
+        model.fit(X, target)
+        ours = shapfusion.Explainer(model, threads=args.threads)
+        theirs = shap.TreeExplainer(model, feature_perturbation="tree_path_dependent")
+        # shap's C++ TreeSHAP runs on one thread; it has no thread setting.
+        t_shap = median_seconds(lambda: theirs.shap_values(test, check_additivity=False), 1)
+        t_ours = median_seconds(lambda: ours.shap_values(test), args.repeats)
+        reference = shap_layout(theirs.shap_values(test, check_additivity=False), theirs.expected_value, n, f)
+        got = ours.shap_values(test)
+        err = float(np.abs(got - reference).max() / np.abs(reference).max())
+        rows.append((f"scikit-learn {name}", "shap TreeExplainer (1 thread: its only mode)", n / t_shap, n / t_ours, err))
+        print(rows[-1], flush=True)
+
+    for name, model in [
+        ("CatBoostRegressor (500 trees, depth 6)", catboost.CatBoostRegressor(iterations=500, depth=6, random_seed=0, verbose=0, allow_writing_files=False)),
+        ("CatBoostClassifier (300 trees, depth 8)", catboost.CatBoostClassifier(iterations=300, depth=8, random_seed=0, verbose=0, allow_writing_files=False)),
+    ]:
+        model.fit(X, y if "Regressor" in name else y > 0, verbose=0)
+        pool = catboost.Pool(test)
+        ours = shapfusion.Explainer(model, threads=args.threads)
+        t_cb = median_seconds(lambda: model.get_feature_importance(pool, type="ShapValues", thread_count=args.threads), args.repeats)
+        t_ours = median_seconds(lambda: ours.shap_values(test), args.repeats)
+        reference = np.asarray(model.get_feature_importance(pool, type="ShapValues", thread_count=args.threads))
+        err = float(np.abs(ours.shap_values(test) - reference).max() / np.abs(reference).max())
+        rows.append((name, f"CatBoost ShapValues ({args.threads} threads)", n / t_cb, n / t_ours, err))
+        print(rows[-1], flush=True)
+
+    lines = [
+        "## scikit-learn and CatBoost models (benchmarks/model_formats.py)",
+        "",
+        f"Command: `python benchmarks/model_formats.py --threads {args.threads} --rows {args.rows}` (release wheel, `pip install ./python`). "
+        f"Machine: {platform.machine()}, {platform.platform()}; Python {platform.python_version()}; scikit-learn {sklearn.__version__}, "
+        f"shap {shap.__version__}, catboost {catboost.__version__}, shapfusion {shapfusion.__version__}. Training data 20,000 rows × 20 features; "
+        f"{n} rows explained; shapfusion with {args.threads} threads; computation only, median of {args.repeats} runs (shap's 1 run). "
+        "error = max |shapfusion − peer| / max |peer|.",
+        "",
+        "| model | peer | peer rows/s | shapfusion rows/s | ratio | error |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, peer, r_peer, r_ours, err in rows:
+        lines.append(f"| {model} | {peer} | {r_peer:,.0f} | {r_ours:,.0f} | {r_ours / r_peer:.1f}× | {err:.1e} |")
+    write_results_section("MODEL FORMATS", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

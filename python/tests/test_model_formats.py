@@ -1,0 +1,176 @@
+"""scikit-learn, CatBoost and Spark ML models through the Python package: against shap (which
+computes scikit-learn's values itself), CatBoost's own ShapValues, the committed Spark ML
+fixtures, and bit for bit against the files ``save_model`` writes and the CLI reads."""
+
+import json
+import subprocess
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import shapfusion
+from conftest import REPO, relative_error
+
+sklearn = pytest.importorskip("sklearn")
+shap = pytest.importorskip("shap")
+from sklearn import ensemble, tree  # noqa: E402
+
+
+def rows(n: int, f: int, seed: int, missing: float = 0.0) -> np.ndarray:
+    r = np.random.default_rng(seed)
+    X = r.normal(size=(n, f))
+    if missing:
+        X[r.random(X.shape) < missing] = np.nan
+    return X
+
+
+def target(X: np.ndarray) -> np.ndarray:
+    Z = np.nan_to_num(X)
+    return Z[:, 0] * 1.5 + np.sin(2 * Z[:, 1]) + Z[:, 2] * Z[:, 3]
+
+
+def shap_layout(explainer, X: np.ndarray) -> np.ndarray:
+    """shap's path-dependent values in shapfusion's layout: (n, F+1) or (n, G, F+1)."""
+    n, f = X.shape
+    sv = np.asarray(explainer.shap_values(X, check_additivity=False), dtype=np.float64).reshape(n, f, -1)
+    base = np.asarray(explainer.expected_value, dtype=np.float64).reshape(-1)
+    out = np.concatenate([sv.transpose(0, 2, 1), np.broadcast_to(base[None, :, None], (n, base.size, 1))], axis=2)
+    return out[:, 0, :] if base.size == 1 else out
+
+
+ESTIMATORS = {
+    "decision_tree_regressor": lambda: tree.DecisionTreeRegressor(max_depth=12, random_state=0),
+    "random_forest_classifier": lambda: ensemble.RandomForestClassifier(n_estimators=10, max_depth=6, random_state=0),
+    "extra_trees_multiclass": lambda: ensemble.ExtraTreesClassifier(n_estimators=8, max_depth=6, random_state=0),
+    "random_forest_regressor": lambda: ensemble.RandomForestRegressor(n_estimators=8, max_depth=6, random_state=0),
+    "gradient_boosting_regressor": lambda: ensemble.GradientBoostingRegressor(n_estimators=20, max_depth=3, random_state=0),
+    "gradient_boosting_binary": lambda: ensemble.GradientBoostingClassifier(n_estimators=20, max_depth=3, random_state=0),
+    "hist_gradient_boosting": lambda: ensemble.HistGradientBoostingRegressor(max_iter=15, random_state=0),
+    "hist_multiclass": lambda: ensemble.HistGradientBoostingClassifier(max_iter=8, random_state=0),
+    "isolation_forest": lambda: ensemble.IsolationForest(n_estimators=8, random_state=0),
+}
+
+
+def fitted(name: str):
+    X = rows(500, 5, seed=3, missing=0.05 if "hist" in name or "random_forest" in name or "decision" in name else 0.0)
+    y = target(X)
+    if "multiclass" in name:
+        y = np.digitize(y, [-1.0, 1.0])
+    elif "classifier" in name or "binary" in name:
+        y = y > 0.2
+    m = ESTIMATORS[name]()
+    m.fit(X) if name == "isolation_forest" else m.fit(X, y)
+    return m, X[:40]
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_sklearn_estimators_match_shap(name):
+    m, X = fitted(name)
+    ours = shapfusion.Explainer(m).shap_values(X)
+    theirs = shap_layout(shap.TreeExplainer(m, feature_perturbation="tree_path_dependent"), X)
+    assert ours.shape == theirs.shape
+    assert relative_error(ours, theirs) < 1e-6, name
+
+
+def test_sklearn_classifier_probabilities_add_up_to_predict_proba():
+    m, X = fitted("random_forest_classifier")
+    explainer = shapfusion.Explainer(m)
+    assert explainer.num_groups == 2
+    np.testing.assert_allclose(explainer.shap_values(X).sum(axis=2), m.predict_proba(X), atol=1e-12)
+    np.testing.assert_allclose(explainer.predict_margin(X), m.predict_proba(X), atol=1e-12)
+
+
+def test_sklearn_interactions_match_shap():
+    m, X = fitted("gradient_boosting_regressor")
+    ours = shapfusion.Explainer(m).interactions(X)
+    iv = shap.TreeExplainer(m).shap_interaction_values(X)
+    assert relative_error(ours[:, :5, :5], iv) < 1e-6
+
+
+def test_save_model_file_gives_the_same_bits_in_python_and_the_cli(cli, tmp_path):
+    m, X = fitted("hist_multiclass")
+    path = tmp_path / "hist.json"
+    shapfusion.save_model(m, path)
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "shapfusion.trees" and doc["format_version"] == 1
+    from_estimator = shapfusion.Explainer(m).shap_values(X)
+    from_file = shapfusion.Explainer(path).shap_values(X)
+    np.testing.assert_array_equal(from_estimator, from_file)
+    data = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({f"f{j}": X[:, j] for j in range(X.shape[1])}), data)
+    out = tmp_path / "out.parquet"
+    subprocess.run([cli, "explain", "--model", path, "--input", data, "--output", out, "--no-progress"], check=True, capture_output=True)
+    written = pq.read_table(out)
+    assert pa.Table.from_batches([shapfusion.Explainer(path).shap_values(X, as_arrow=True)]).equals(written)
+
+
+def test_save_model_refuses_what_it_cannot_read(tmp_path):
+    from sklearn.linear_model import LinearRegression
+
+    with pytest.raises(TypeError, match="LinearRegression"):
+        shapfusion.save_model(LinearRegression().fit([[0.0], [1.0]], [0.0, 1.0]), tmp_path / "x.json")
+    with pytest.raises(ValueError, match="not fitted"):
+        shapfusion.save_model(ensemble.RandomForestRegressor(), tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_hist_gradient_boosting_categories_from_a_dataframe():
+    pd = pytest.importorskip("pandas")
+    r = np.random.default_rng(5)
+    df = pd.DataFrame({"a": r.normal(size=600), "c": pd.Categorical(r.choice(["x", "y", "z"], size=600))})
+    y = df["a"] + (df["c"] == "y") * 2.0
+    m = ensemble.HistGradientBoostingRegressor(max_iter=10, categorical_features="from_dtype", random_state=0).fit(df, y)
+    test = df.iloc[:30].copy()
+    explainer = shapfusion.Explainer(m)
+    margin = explainer.predict_margin(test)
+    np.testing.assert_allclose(margin, m.predict(test), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(explainer.shap_values(test).sum(axis=1), m.predict(test), atol=1e-12)
+
+
+def test_catboost_matches_its_own_shap_values():
+    catboost = pytest.importorskip("catboost")
+    X = rows(600, 5, seed=4, missing=0.05)
+    y = target(X)
+    for model, labels in (
+        (catboost.CatBoostRegressor(iterations=15, depth=6, verbose=0, random_seed=0, allow_writing_files=False), y),
+        (catboost.CatBoostClassifier(iterations=10, depth=4, verbose=0, random_seed=0, loss_function="MultiClass", allow_writing_files=False), np.digitize(y, [-1.0, 1.0])),
+    ):
+        model.fit(X, labels)
+        test = X[:40]
+        ours = shapfusion.Explainer(model).shap_values(test)
+        theirs = np.asarray(model.get_feature_importance(catboost.Pool(test), type="ShapValues"), dtype=np.float64)
+        assert ours.shape == theirs.shape
+        assert relative_error(ours, theirs) < 1e-6
+        raw = np.asarray(model.predict(test, prediction_type="RawFormulaVal"), dtype=np.float64)
+        np.testing.assert_allclose(shapfusion.Explainer(model).predict_margin(test), raw, atol=1e-9)
+
+
+def test_catboost_one_hot_categories_by_value_and_ctr_refused_by_name():
+    catboost = pytest.importorskip("catboost")
+    pd = pytest.importorskip("pandas")
+    r = np.random.default_rng(8)
+    df = pd.DataFrame({"a": r.normal(size=400), "colour": r.choice(["red", "blue", "green"], size=400), "grade": r.integers(1, 4, size=400)})
+    y = df["a"] + (df["colour"] == "red") * 2.0 + (df["grade"] == 2) * 1.0
+    kwargs = dict(iterations=8, depth=3, verbose=0, random_seed=0, allow_writing_files=False)
+    m = catboost.CatBoostRegressor(one_hot_max_size=10, **kwargs).fit(df, y, cat_features=["colour", "grade"])
+    test = df.iloc[:25].copy()
+    test.loc[test.index[0], "colour"] = "violet"  # unseen: equal to no split's value, as in CatBoost
+    ours = shapfusion.Explainer(m).shap_values(test)
+    theirs = np.asarray(m.get_feature_importance(catboost.Pool(test, cat_features=["colour", "grade"]), type="ShapValues"))
+    assert relative_error(ours, theirs) < 1e-6
+    # Categories CatBoost turns into CTR statistics are refused, naming the feature.
+    many = pd.DataFrame({"a": np.arange(300.0), "city": [f"c{i % 30}" for i in range(300)]})
+    m = catboost.CatBoostRegressor(one_hot_max_size=2, **kwargs).fit(many, np.arange(300.0) % 7, cat_features=["city"])
+    with pytest.raises(ValueError, match="city"):
+        shapfusion.Explainer(m)
+
+
+@pytest.mark.parametrize("name", ["spark_random_forest", "spark_gbt_classifier", "spark_tree_categorical"])
+def test_spark_ml_model_directories_match_the_fixtures(name):
+    fixture = REPO / "tests" / "fixtures" / name
+    expected = json.loads((fixture / "expected.json").read_text())
+    X = pq.read_table(fixture / "input.parquet")
+    ours = shapfusion.Explainer(fixture / "model").shap_values(X)
+    theirs = np.asarray(expected["contribs"]).reshape(ours.shape)
+    assert relative_error(ours, theirs) < 1e-6

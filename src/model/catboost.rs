@@ -1,0 +1,293 @@
+//! CatBoost model reader: the JSON of `model.save_model(path, format="json")` (CatBoost 1.x).
+//!
+//! A CatBoost tree is oblivious: every level tests one split, and a row's leaf index has bit
+//! `d` set when it goes the "greater" way at the file's split `d` (`x > border` for a float
+//! feature). Each tree becomes a full binary tree whose root tests the file's last split (the
+//! leaf index's highest bit) and whose deepest level tests its first, the order in which
+//! CatBoost's own SHAP values weigh the branches (path-dependent SHAP depends on it); left is
+//! bit 0. Leaves hold `leaf_values` (one per output
+//! dimension, leaf-major) and covers from `leaf_weights`, the training weight in each leaf.
+//! `scale_and_bias` gives the tree weight and the per-dimension base margin.
+//!
+//! Float features compare in float32 (CatBoost's feature type); NaN goes the way the feature's
+//! `nan_value_treatment` says (`AsTrue`: as if larger than every border, else smaller). An empty
+//! leaf (weight 0) gets a cover of [`EMPTY_LEAF_COVER`]: CatBoost skips empty subtrees in its
+//! SHAP values, and a vanishing cover does the same here while keeping every ratio defined.
+//! One-hot categorical splits compare CatBoost's hash of the category value
+//! ([`super::cityhash`]): the feature keeps the hashes its splits test
+//! ([`Categories::CatboostHashes`]), input values are hashed the same way, and a value equal to
+//! the split's goes the "greater" way. CTR features, statistics of the training data that the
+//! file does not carry in a form read here, are refused with the categorical features' names.
+
+use serde_json::Value;
+
+use super::{
+    check_count, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
+};
+use crate::error::{Error, Result};
+
+/// The top-level keys CatBoost writes first (format detection).
+pub(super) const TOP_LEVEL_KEYS: [&str; 4] = ["features_info", "model_info", "oblivious_trees", "scale_and_bias"];
+
+/// Deepest oblivious tree read (CatBoost allows 16).
+const MAX_DEPTH: usize = 20;
+
+/// Cover of a leaf no training row reached.
+pub const EMPTY_LEAF_COVER: f64 = 1e-200;
+
+const FORMAT: &str = "CatBoost JSON";
+
+pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+    let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
+    let root: Value =
+        serde_json::from_slice(bytes).map_err(|e| err(if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() }))?;
+    let info = root.get("features_info").ok_or_else(|| err("missing field features_info".into()))?;
+
+    // Features: float features by their flat (input column) index; categorical ones are named
+    // so the refusal below can say which they are.
+    let float_features = info.get("float_features").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let cat_features = info.get("categorical_features").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let flat_index = |f: &Value, what: &str| -> Result<usize> {
+        let i = f.get("flat_feature_index").and_then(Value::as_u64).ok_or_else(|| err(format!("a {what} feature has no flat_feature_index")))?;
+        check_count(i as usize, MAX_FEATURES - 1, "flat_feature_index").map_err(&err)
+    };
+    let mut nf = 0;
+    for f in float_features {
+        nf = nf.max(flat_index(f, "float")? + 1);
+    }
+    for f in cat_features {
+        nf = nf.max(flat_index(f, "categorical")? + 1);
+    }
+    let mut feature_names: Vec<String> = (0..nf).map(|j| format!("f{j}")).collect();
+    let mut feature_kinds = vec![FeatureKind::Numeric; nf];
+    let mut float_columns = Vec::with_capacity(float_features.len());
+    for f in float_features {
+        let flat = flat_index(f, "float")?;
+        if let Some(id) = f.get("feature_id").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            feature_names[flat] = id.to_string();
+        }
+        let index = f.get("feature_index").and_then(Value::as_u64).ok_or_else(|| err(format!("float feature {flat} has no feature_index")))? as usize;
+        let nan_left = f.get("nan_value_treatment").and_then(Value::as_str) != Some("AsTrue");
+        float_columns.push((index, flat, nan_left));
+    }
+    let mut hashes: Vec<Option<Vec<u32>>> = vec![None; nf];
+    let mut cat_columns = Vec::with_capacity(cat_features.len());
+    for f in cat_features {
+        let flat = flat_index(f, "categorical")?;
+        if let Some(id) = f.get("feature_id").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+            feature_names[flat] = id.to_string();
+        }
+        feature_kinds[flat] = FeatureKind::Categorical;
+        let index = f.get("feature_index").and_then(Value::as_u64).ok_or_else(|| err(format!("categorical feature {flat} has no feature_index")))?;
+        // The file holds the hashes as signed 32-bit numbers.
+        let values = f.get("values").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let list = values
+            .iter()
+            .map(|v| v.as_i64().filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h)).map(|h| h as u32))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| err(format!("categorical feature {flat} has values that are not 32-bit hashes")))?;
+        hashes[flat] = Some(list);
+        cat_columns.push((index, flat));
+    }
+    let float_column = |index: u64| float_columns.iter().find(|(i, _, _)| *i as u64 == index).map(|&(_, flat, nan_left)| (flat, nan_left));
+
+    let trees_json = root.get("oblivious_trees").and_then(Value::as_array).ok_or_else(|| {
+        err("missing field oblivious_trees (only oblivious trees are read; save a model trained with grow_policy SymmetricTree)".into())
+    })?;
+    let (scale, bias) = scale_and_bias(root.get("scale_and_bias"), &err)?;
+    let mut dims = 0usize;
+    let mut trees = Vec::new();
+    for (t, tree_json) in trees_json.iter().enumerate() {
+        let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
+        let splits = tree_json.get("splits").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let depth = splits.len();
+        if depth > MAX_DEPTH {
+            return Err(bad(0, format!("depth {depth} is more than shapfusion reads ({MAX_DEPTH})")));
+        }
+        let leaves = 1usize << depth;
+        let values = numbers(tree_json.get("leaf_values"), "leaf_values").map_err(|d| bad(0, d))?;
+        let weights = match tree_json.get("leaf_weights") {
+            Some(w) => numbers(Some(w), "leaf_weights").map_err(|d| bad(0, d))?,
+            None => {
+                return Err(bad(
+                    0,
+                    "no leaf_weights: path-dependent SHAP weighs branches by them (save the model as trained, not after sum_models or shrinking)"
+                        .into(),
+                ))
+            }
+        };
+        if values.is_empty() || values.len() % leaves != 0 {
+            return Err(bad(0, format!("{} leaf_values for {leaves} leaves", values.len())));
+        }
+        let dim = check_count(values.len() / leaves, MAX_GROUPS, "the output dimension").map_err(|d| bad(0, d))?;
+        if dims == 0 {
+            dims = dim;
+        } else if dim != dims {
+            return Err(bad(0, format!("{dim} outputs per leaf, but earlier trees have {dims}")));
+        }
+        if weights.len() != leaves {
+            return Err(bad(0, format!("{} leaf_weights for {leaves} leaves", weights.len())));
+        }
+        if let Some(w) = weights.iter().find(|w| **w < 0.0) {
+            return Err(bad(0, format!("leaf weight {w} is negative")));
+        }
+        let mut levels = Vec::with_capacity(depth);
+        for (d, split) in splits.iter().enumerate() {
+            let kind = split.get("split_type").and_then(Value::as_str).unwrap_or("");
+            match kind {
+                "FloatFeature" => {
+                    let index =
+                        split.get("float_feature_index").and_then(Value::as_u64).ok_or_else(|| bad(d, "split has no float_feature_index".into()))?;
+                    let border = split
+                        .get("border")
+                        .and_then(Value::as_f64)
+                        .filter(|b| b.is_finite())
+                        .ok_or_else(|| bad(d, "split has no finite border".into()))?;
+                    let (flat, nan_left) =
+                        float_column(index).ok_or_else(|| bad(d, format!("split on float feature {index}, which features_info does not list")))?;
+                    levels.push(Level {
+                        feature: flat as u32,
+                        rule: SplitRule::LgbLessEqual { threshold: border, missing: MissingType::NaN },
+                        default_left: nan_left,
+                        code: None,
+                    });
+                }
+                "OneHotFeature" => {
+                    let c = split.get("cat_feature_index").and_then(Value::as_u64).ok_or_else(|| bad(d, "split has no cat_feature_index".into()))?;
+                    let flat = cat_columns
+                        .iter()
+                        .find(|(i, _)| *i == c)
+                        .map(|&(_, flat)| flat)
+                        .ok_or_else(|| bad(d, format!("split on categorical feature {c}, which features_info does not list")))?;
+                    let hash = split
+                        .get("value")
+                        .and_then(Value::as_i64)
+                        .filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h))
+                        .ok_or_else(|| bad(d, "one-hot split has no 32-bit hash value".into()))? as u32;
+                    let list = hashes[flat].get_or_insert_with(Vec::new);
+                    let code = match list.iter().position(|&h| h == hash) {
+                        Some(k) => k,
+                        None => {
+                            list.push(hash);
+                            list.len() - 1
+                        }
+                    };
+                    // The value equal to the split's goes the "greater" way (right); any other
+                    // value, an unseen one or a missing one goes left.
+                    levels.push(Level { feature: flat as u32, rule: SplitRule::XgbCategories, default_left: true, code: Some(code as u32) });
+                }
+                other => {
+                    let names: Vec<&str> = cat_features.iter().filter_map(|f| f.get("feature_id").and_then(Value::as_str)).collect();
+                    return Err(bad(
+                        d,
+                        format!("split of type {other:?} (CatBoost's CTR statistics of categorical features {names:?}) cannot be explained from the file: float features and one-hot categorical features are read; train with one_hot_max_size above the features' category counts"),
+                    ));
+                }
+            }
+        }
+        for g in 0..dim {
+            trees.push(oblivious_tree(&levels, &values, &weights, dim, g, scale));
+        }
+    }
+    let dims = dims.max(1);
+    let base_margin = match bias.len() {
+        0 => vec![0.0; dims],
+        1 if dims > 1 => vec![bias[0]; dims],
+        n if n == dims => bias,
+        n => return Err(err(format!("scale_and_bias has {n} biases for {dims} outputs"))),
+    };
+    let params = root.get("model_info").and_then(|m| m.get("params"));
+    let objective = params.and_then(|p| p.get("loss_function")).and_then(|l| l.get("type")).and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let version = root
+        .get("model_info")
+        .and_then(|m| m.get("catboost_version_info"))
+        .and_then(Value::as_str)
+        .and_then(|v| v.split("CatBoost release ").nth(1))
+        .and_then(|v| v.split(['.', ' ']).take(3).collect::<Vec<_>>().join(".").into());
+    Ok(Model {
+        format: ModelFormat::CatboostJson,
+        library_version: version.map(|v: String| v.trim_end_matches('.').to_string()),
+        objective,
+        categories: hashes.into_iter().map(|h| h.map(Categories::CatboostHashes)).collect(),
+        feature_names,
+        feature_kinds,
+        num_groups: dims,
+        base_margin,
+        trees,
+        precision: Precision::F32,
+    })
+}
+
+/// `scale_and_bias`: `[scale, [bias per dimension]]` (older files: `[scale, bias]`).
+fn scale_and_bias(v: Option<&Value>, err: &dyn Fn(String) -> Error) -> Result<(f64, Vec<f64>)> {
+    let Some(v) = v else { return Ok((1.0, Vec::new())) };
+    let bad = || err(format!("scale_and_bias {v} is not [scale, [bias, ...]]"));
+    let pair = v.as_array().filter(|a| a.len() == 2).ok_or_else(bad)?;
+    let scale = pair[0].as_f64().filter(|s| s.is_finite()).ok_or_else(bad)?;
+    let bias = match &pair[1] {
+        Value::Array(b) => b.iter().map(|x| x.as_f64().filter(|x| x.is_finite()).ok_or_else(bad)).collect::<Result<Vec<_>>>()?,
+        x => vec![x.as_f64().filter(|x| x.is_finite()).ok_or_else(bad)?],
+    };
+    Ok((scale, bias))
+}
+
+fn numbers(v: Option<&Value>, what: &str) -> std::result::Result<Vec<f64>, String> {
+    let a = v.and_then(Value::as_array).ok_or_else(|| format!("no {what}"))?;
+    a.iter().map(|x| x.as_f64().filter(|x| x.is_finite()).ok_or_else(|| format!("{what} holds {x}, not a finite number"))).collect()
+}
+
+/// One level of an oblivious tree: what each of its nodes tests.
+struct Level {
+    feature: u32,
+    rule: SplitRule,
+    default_left: bool,
+    /// The category code a one-hot split sends right.
+    code: Option<u32>,
+}
+
+/// The full binary tree of one oblivious tree for output `g`, nodes in breadth-first order:
+/// node `2^d - 1 + k` is at level `d`, which tests the file's split `depth - 1 - d`; bit `i` of
+/// `k` is the direction taken at level `i`.
+fn oblivious_tree(splits: &[Level], values: &[f64], weights: &[f64], dim: usize, g: usize, scale: f64) -> Tree {
+    let depth = splits.len();
+    let leaves = 1usize << depth;
+    let mut nodes = Vec::with_capacity(2 * leaves - 1);
+    let mut category_words = Vec::new();
+    for (d, level) in splits.iter().rev().enumerate() {
+        // A one-hot level's set (its one code), shared by the level's nodes.
+        let categories = match level.code {
+            Some(code) => {
+                let start = category_words.len();
+                category_words.resize(start + code as usize / 32 + 1, 0u32);
+                category_words[start + code as usize / 32] |= 1 << (code % 32);
+                (start as u32, code / 32 + 1)
+            }
+            None => (0, 0),
+        };
+        let first = (1usize << d) - 1;
+        let next = (1usize << (d + 1)) - 1;
+        for k in 0..1usize << d {
+            debug_assert_eq!(nodes.len(), first + k);
+            let mut node = Node::leaf(0.0, 0.0);
+            node.left = (next + k) as u32;
+            node.right = (next + (k | 1 << d)) as u32;
+            node.feature = level.feature;
+            node.rule = level.rule;
+            node.default_left = level.default_left;
+            node.categories = categories;
+            nodes.push(node);
+        }
+    }
+    for k in 0..leaves {
+        // Level i decided the file's split depth - 1 - i: bit i of k is that bit of the index.
+        let leaf = (0..depth).fold(0, |index, i| index | ((k >> i) & 1) << (depth - 1 - i));
+        nodes.push(Node::leaf(values[leaf * dim + g], weights[leaf].max(EMPTY_LEAF_COVER)));
+    }
+    // Internal covers: the sum of their children's, from the deepest level up.
+    for i in (0..leaves - 1).rev() {
+        let (l, r) = (nodes[i].left as usize, nodes[i].right as usize);
+        nodes[i].cover = nodes[l].cover + nodes[r].cover;
+    }
+    debug_assert!(nodes.iter().all(|n| n.left == LEAF || (n.left as usize) < nodes.len()));
+    Tree { nodes, category_words, group: g, weight: scale }
+}

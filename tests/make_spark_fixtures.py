@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Regenerate the Spark ML fixtures (tests/fixtures/spark_*), on a local Spark session.
+
+Each fixture holds
+  model/           the model directory Spark writes with ``model.save(dir)`` (metadata JSON,
+                   Parquet node data, tree weights), without Hadoop's .crc side files
+  input.parquet    the rows to explain, one column per vector slot (f0, f1, ...)
+  expected.json    references
+
+References: shap's TreeExplainer for Spark models (which reads the trees through
+``rootNode``); Spark's own ``transform`` for the margins (``probability`` for forests and
+trees, ``rawPrediction[1]`` for a GBT classifier, ``prediction`` for regressors). shap does
+not take categorical splits, so the categorical fixture's reference is brute-force
+path-dependent Shapley values (all coalitions) over the trees as Spark's node API gives them.
+
+Needs Java 17 and pyspark (tests/requirements.txt). Usage:
+  python tests/make_spark_fixtures.py [--out tests/fixtures]
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import shutil
+
+import numpy as np
+import shap
+from fixture_common import f64_list, output_dir, write_input
+from pyspark.ml.classification import GBTClassifier, RandomForestClassifier
+from pyspark.ml.feature import VectorIndexer
+from pyspark.ml.linalg import Vectors
+from pyspark.ml.regression import DecisionTreeRegressor, RandomForestRegressor
+from pyspark.sql import SparkSession
+
+SEED = 20261127
+ROWS = 30
+
+
+def data(n: int, f: int, seed: int):
+    r = np.random.default_rng(SEED + seed)
+    X = np.round(r.normal(size=(n, f)), 3)
+    y = X[:, 0] * 1.5 + np.sin(2 * X[:, 1]) + X[:, 2] * X[:, 3] + 0.3 * r.normal(size=n)
+    return X, y
+
+
+def frame(spark, X, y):
+    return spark.createDataFrame([(Vectors.dense(x.tolist()), float(t)) for x, t in zip(X, y)], ["features", "label"])
+
+
+def shap_reference(model, X: np.ndarray, groups: int):
+    e = shap.TreeExplainer(model)
+    n, f = X.shape
+    sv = np.asarray(e.shap_values(X, check_additivity=False), dtype=np.float64).reshape(n, f, -1)
+    base = np.asarray(e.expected_value, dtype=np.float64).reshape(-1)
+    assert sv.shape[2] == groups, (sv.shape, groups)
+    c = np.zeros((n, groups, f + 1))
+    c[:, :, :f] = sv.transpose(0, 2, 1)
+    c[:, :, f] = base
+    return c
+
+
+def spark_tree(node) -> dict:
+    """A Spark tree (its Java node objects) as nested dicts."""
+    stats = list(node.impurityStats().stats())
+    if node.getClass().getSimpleName() == "LeafNode":
+        return {"leaf": True, "prediction": node.prediction(), "stats": stats}
+    split = node.split()
+    kind = split.getClass().getSimpleName()
+    out = {"leaf": False, "feature": split.featureIndex(), "stats": stats,
+           "left": spark_tree(node.leftChild()), "right": spark_tree(node.rightChild())}
+    if kind == "CategoricalSplit":
+        out["categories"] = set(float(c) for c in split.leftCategories())
+    else:
+        out["threshold"] = split.threshold()
+    return out
+
+
+def brute_force_regression(trees: list[tuple[dict, float]], X: np.ndarray) -> np.ndarray:
+    """Path-dependent Shapley values of a sum of weighted regression trees, by all coalitions."""
+    F = X.shape[1]
+
+    def goes_left(t, x):
+        v = x[t["feature"]]
+        return v in t["categories"] if "categories" in t else v <= t["threshold"]
+
+    def expect(t, x, S):
+        if t["leaf"]:
+            return t["prediction"]
+        if t["feature"] in S:
+            return expect(t["left"] if goes_left(t, x) else t["right"], x, S)
+        cl, cr = t["left"]["stats"][0], t["right"]["stats"][0]
+        return (cl * expect(t["left"], x, S) + cr * expect(t["right"], x, S)) / (cl + cr)
+
+    out = np.zeros((len(X), 1, F + 1))
+    for n, x in enumerate(X):
+        v = {frozenset(S): sum(w * expect(t, x, set(S)) for t, w in trees)
+             for size in range(F + 1) for S in itertools.combinations(range(F), size)}
+        for i in range(F):
+            for size in range(F):
+                for S in itertools.combinations([j for j in range(F) if j != i], size):
+                    w = math.factorial(size) * math.factorial(F - size - 1) / math.factorial(F)
+                    out[n, 0, i] += w * (v[frozenset(S) | {i}] - v[frozenset(S)])
+        out[n, 0, F] = v[frozenset()]
+    return out
+
+
+def write(out, name: str, model, X: np.ndarray, margin: np.ndarray, contribs: np.ndarray, reference: str) -> None:
+    d = out / name
+    d.mkdir(parents=True)
+    model.write().overwrite().save(str(d / "model"))
+    for crc in list((d / "model").rglob("*.crc")) + list((d / "model").rglob("_SUCCESS")):
+        crc.unlink()
+    names = [f"f{j}" for j in range(X.shape[1])]
+    write_input(d / "input.parquet", X, names)
+    n, g = contribs.shape[0], contribs.shape[1]
+    import pyspark
+    expected = {
+        "library": "spark", "version": pyspark.__version__, "shap": shap.__version__, "reference": reference,
+        "rows": n, "groups": g, "features": names, "precision": "float64",
+        "contribs": f64_list(contribs), "interactions": None, "margin": f64_list(np.asarray(margin).reshape(n, g)),
+    }
+    (d / "expected.json").write_text(json.dumps(expected))
+    print(f"{name}: additivity of the reference vs Spark {np.abs(contribs.sum(axis=2) - np.asarray(margin).reshape(n, g)).max():.2e}")
+
+
+def main() -> None:
+    out = output_dir(["spark_random_forest", "spark_gbt_classifier", "spark_forest_regressor", "spark_tree_categorical"])
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        X, y = data(600, 5, 1)
+        Xt = X[:ROWS]
+        test = frame(spark, Xt, np.zeros(len(Xt)))
+
+        m = RandomForestClassifier(numTrees=8, maxDepth=5, seed=0).fit(frame(spark, X, (y > 0).astype(float)))
+        proba = np.array([r.probability.toArray() for r in m.transform(test).select("probability").collect()])
+        write(out, "spark_random_forest", m, Xt, proba, shap_reference(m, Xt, 2), "shap")
+
+        m = GBTClassifier(maxIter=10, maxDepth=3, seed=0).fit(frame(spark, X, (y > 0.3).astype(float)))
+        raw = np.array([r.rawPrediction.toArray()[1] for r in m.transform(test).select("rawPrediction").collect()])
+        write(out, "spark_gbt_classifier", m, Xt, raw, shap_reference(m, Xt, 1), "shap")
+
+        m = RandomForestRegressor(numTrees=6, maxDepth=6, seed=0).fit(frame(spark, X, y))
+        pred = np.array([r.prediction for r in m.transform(test).select("prediction").collect()])
+        write(out, "spark_forest_regressor", m, Xt, pred, shap_reference(m, Xt, 1), "shap")
+
+        # A categorical feature (marked by VectorIndexer: at most 6 distinct values), whose split
+        # lists the categories going left.
+        r = np.random.default_rng(SEED + 9)
+        X, y = data(600, 4, 2)
+        X[:, 3] = r.integers(0, 6, size=len(X)).astype(float)
+        y = y + np.isin(X[:, 3], [1, 4]) * 2.0
+        train = VectorIndexer(inputCol="features", outputCol="indexed", maxCategories=6).fit(frame(spark, X, y))
+        indexed = train.transform(frame(spark, X, y)).select("indexed", "label").withColumnRenamed("indexed", "features")
+        m = DecisionTreeRegressor(maxDepth=5, seed=0).fit(indexed)
+        Xi = np.array([row.features.toArray() for row in indexed.limit(ROWS).collect()])
+        pred = np.array([row.prediction for row in m.transform(indexed.limit(ROWS)).select("prediction").collect()])
+        tree = spark_tree(m._java_obj.rootNode())
+        write(out, "spark_tree_categorical", m, Xi, pred, brute_force_regression([(tree, 1.0)], Xi), "brute force (all coalitions)")
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
