@@ -174,3 +174,30 @@ def test_spark_ml_model_directories_match_the_fixtures(name):
     ours = shapfusion.Explainer(fixture / "model").shap_values(X)
     theirs = np.asarray(expected["contribs"]).reshape(ours.shape)
     assert relative_error(ours, theirs) < 1e-6
+
+
+FORMAT_FIXTURES = sorted(
+    p.name for p in (REPO / "tests" / "fixtures").iterdir() if p.name.startswith(("skl_", "cb_", "spark_")) and (p / "expected.json").exists()
+)
+
+
+@pytest.mark.parametrize("name", FORMAT_FIXTURES)
+def test_every_new_format_fixture_equals_the_cli_bit_for_bit(cli, name, tmp_path):
+    fixture = REPO / "tests" / "fixtures" / name
+    model = fixture / "model" if (fixture / "model").is_dir() else fixture / "model.json"
+    rows = pq.read_table(fixture / "input.parquet")
+    explainer = shapfusion.Explainer(model)
+    for flag, method in (([], "shap_values"), (["--margin"], "predict_margin")):
+        out = tmp_path / f"{method}.parquet"
+        subprocess.run([cli, "explain", "--model", model, "--input", fixture / "input.parquet", "--output", out, "--no-progress", *flag], check=True, capture_output=True)
+        assert pa.Table.from_batches([getattr(explainer, method)(rows, as_arrow=True)]).equals(pq.read_table(out)), (name, method)
+
+
+def test_sklearn_interventional_matches_shap_over_the_whole_background():
+    m, X = fitted("gradient_boosting_regressor")
+    background = rows(150, 5, seed=9)
+    ours = shapfusion.Explainer(m, background=background).shap_values(X)
+    # shap keeps 100 random rows of a larger background unless told to keep them all.
+    theirs_explainer = shap.TreeExplainer(m, data=shap.maskers.Independent(background, max_samples=len(background)), feature_perturbation="interventional")
+    theirs = shap_layout(theirs_explainer, X)
+    assert relative_error(ours, theirs) < 1e-6
