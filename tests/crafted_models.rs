@@ -205,7 +205,7 @@ fn every_reader_survives_every_committed_input_and_fuzz_regression() {
     let mut loaded = 0;
     for path in &inputs {
         let bytes = std::fs::read(path).unwrap();
-        for format in [ModelFormat::XgboostJson, ModelFormat::XgboostUbjson, ModelFormat::LightgbmText] {
+        for format in ModelFormat::ALL {
             match Model::from_bytes_as(&bytes, "replay", format) {
                 Ok(model) => {
                     loaded += 1;
