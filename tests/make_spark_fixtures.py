@@ -140,7 +140,8 @@ def main() -> None:
         raw = np.array([r.rawPrediction.toArray()[1] for r in m.transform(test).select("rawPrediction").collect()])
         write(out, "spark_gbt_classifier", m, Xt, raw, shap_reference(m, Xt, 1), "shap")
 
-        m = RandomForestRegressor(numTrees=6, maxDepth=6, seed=0).fit(frame(spark, X, y))
+        # Depth 12: deep paths through a forest.
+        m = RandomForestRegressor(numTrees=6, maxDepth=12, seed=0).fit(frame(spark, X, y))
         pred = np.array([r.prediction for r in m.transform(test).select("prediction").collect()])
         write(out, "spark_forest_regressor", m, Xt, pred, shap_reference(m, Xt, 1), "shap")
 
