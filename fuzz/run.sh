@@ -43,7 +43,10 @@ for target in "${targets[@]}"; do
   artifacts="$work/artifacts/$target"
   mkdir -p "$corpus" "$artifacts" "regressions/$target"
   if [[ -n "$pattern" ]]; then
-    find ../tests/fixtures -path "$pattern" -size -2M -exec cp -n {} "$corpus/" \; 2>/dev/null
+    # Seeds are named after their path: many fixtures' files share a name (model.json).
+    while IFS= read -r seed; do
+      cp -n "$seed" "$corpus/$(echo "${seed#../tests/fixtures/}" | tr '/' '_')"
+    done < <(find ../tests/fixtures -path "$pattern" -size -2M)
   else
     # Spark ML directories, flattened as the target reads them (fuzz_targets/spark_ml.rs).
     for dir in ../tests/fixtures/spark_*/model; do

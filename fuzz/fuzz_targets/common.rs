@@ -10,6 +10,7 @@ use shapfusion::model::{Model, ModelFormat};
 /// Largest model (in nodes) the targets explain; bigger ones are only read, to keep runs fast.
 const EXPLAIN_NODES: usize = 20_000;
 
+#[allow(dead_code)]
 pub fn check(bytes: &[u8], format: ModelFormat) {
     let Ok(model) = Model::from_bytes_as(bytes, "fuzz", format) else { return };
     explain(model);
@@ -27,8 +28,10 @@ pub fn explain(model: Model) {
     let f = model.num_features();
     let rows = vec![vec![0.0; f], vec![f64::NAN; f]];
     let Ok(block) = model.feature_block_from_values(rows.len(), rows.concat()) else { return };
+    // The prediction of the row as the engines see it (category values already turned into
+    // codes, inputs rounded to the model's precision).
     let mut margin = vec![0.0; model.num_groups];
-    model.predict_row(&rows[0], &mut margin);
+    model.predict_row(block.row(0), &mut margin);
     let model = Arc::new(model);
     let Ok(explainer) = build_engine(model, Algorithm::Auto, None, &EngineOptions::default()) else { return };
     if let Ok(shap) = explainer.shap(&block) {
