@@ -70,3 +70,14 @@ def regression_rows(n: int, f: int, seed: int, nan: float = 0.0) -> tuple[np.nda
     if nan:
         X[r.random(size=X.shape) < nan] = np.nan
     return X, y
+
+
+def background_table(table: pa.Table, rows: int, rng: np.random.Generator) -> pa.Table:
+    """Background rows for interventional SHAP: each column of `table` shuffled on its own, the
+    whole repeated to `rows` rows (the input's marginals in new combinations)."""
+    n = table.num_rows
+    cols = []
+    for col in table.columns:
+        picks = np.concatenate([rng.permutation(n) for _ in range(rows // n + 1)])[:rows]
+        cols.append(col.take(pa.array(picks)))
+    return pa.table(cols, names=table.column_names)

@@ -89,11 +89,24 @@ fn every_fixture_matches_shap_and_the_librarys_margins() {
 }
 
 /// Where shap cannot serve as the reference (categorical splits of either library, LightGBM
-/// multiclass and zero-as-missing; see tests/make_interventional_fixtures.py), the definition
-/// itself does: every coalition of a small model, from its predictions alone.
+/// multiclass and zero-as-missing; see tests/make_interventional_fixtures.py; scikit-learn's
+/// category sets, CatBoost and Spark ML models), the definition itself does: every coalition of
+/// a small model, from its predictions alone.
 #[test]
 fn models_shap_cannot_explain_equal_brute_force() {
-    let names = ["xgb_categorical", "lgb_categorical", "lgb_multiclass", "lgb_zero_missing"];
+    // The libraries' own categorical rules and the other libraries' models, which shap reads
+    // with a background only for scikit-learn (tests/make_sklearn_fixtures.py writes those).
+    let names = [
+        "xgb_categorical",
+        "lgb_categorical",
+        "lgb_multiclass",
+        "lgb_zero_missing",
+        "skl_hist_categorical",
+        "cb_binary_missing",
+        "cb_multiclass",
+        "spark_tree_categorical",
+        "spark_gbt_classifier",
+    ];
     for f in fixtures().into_iter().filter(|f| names.contains(&f.name.as_str())) {
         let block = f.block();
         let values: Vec<f64> = block.values()[..10 * block.cols()].to_vec();

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import shap
 import xgboost as xgb
+from fixture_common import background_table
 
 SEED = 20261123
 
@@ -76,16 +77,6 @@ def load_model(d: Path):
             booster.load_model(str(d / name))
             return booster, "xgboost"
     return lgb.Booster(model_file=str(d / "model.txt")), "lightgbm"
-
-
-def background_table(table: pa.Table, rows: int, rng: np.random.Generator) -> pa.Table:
-    """Each column shuffled on its own, the whole repeated to `rows` rows."""
-    n = table.num_rows
-    cols = []
-    for col in table.columns:
-        picks = np.concatenate([rng.permutation(n) for _ in range(rows // n + 1)])[:rows]
-        cols.append(col.take(pa.array(picks)))
-    return pa.table(cols, names=table.column_names)
 
 
 def main() -> None:

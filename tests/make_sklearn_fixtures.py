@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import shap
 import sklearn
-from fixture_common import f64_list, output_dir, regression_rows, write_input
+import pyarrow.parquet as pq
+from fixture_common import background_table, f64_list, output_dir, regression_rows, write_input
 from sklearn import ensemble, tree
 
 SEED = 20261125
@@ -145,6 +146,30 @@ def write(out: Path, name: str, estimator, X: np.ndarray, margin: np.ndarray, co
     print(f"{name}: {len(model['trees'])} trees, additivity of the reference vs the estimator {err:.2e}")
 
 
+def interventional(out: Path, name: str, estimator, margin_of, size: int, seed: int) -> None:
+    """background_<size>.parquet and interventional_<size>.json beside a fixture, in the layout of
+    tests/make_interventional_fixtures.py: the estimator's mean margin over the background and
+    shap's interventional values over the whole background (Independent masker, max_samples =
+    every row; shap keeps 100 otherwise)."""
+    d = out / name
+    rows = pq.read_table(d / "input.parquet")
+    bg_table = background_table(rows, size, np.random.default_rng(SEED + seed))
+    pq.write_table(bg_table, d / f"background_{size}.parquet")
+    X = rows.to_pandas().to_numpy(dtype=np.float64)
+    bg = bg_table.to_pandas().to_numpy(dtype=np.float64)
+    mean_margin = np.asarray(margin_of(bg), dtype=np.float64).reshape(size, -1).mean(axis=0)
+    masker = shap.maskers.Independent(bg, max_samples=len(bg))
+    e = shap.TreeExplainer(estimator, data=masker, feature_perturbation="interventional", model_output="raw")
+    n, f = X.shape
+    groups = mean_margin.size
+    values = np.asarray(e.shap_values(X, check_additivity=False), dtype=np.float64).reshape(n, f, groups).transpose(0, 2, 1)
+    doc = {"background_rows": size, "library": "scikit-learn", "library_mean_margin": [float(v) for v in mean_margin],
+           "shap": shap.__version__, "rows": n, "groups": groups, "features": f, "values": [float(v) for v in values.ravel()],
+           "shap_expected_value": [float(v) for v in np.atleast_1d(e.expected_value)]}
+    (d / f"interventional_{size}.json").write_text(json.dumps(doc))
+    print(f"{name}: background {size}")
+
+
 def main() -> None:
     names = ["skl_decision_tree_deep", "skl_random_forest", "skl_extra_trees_multiclass", "skl_forest_multioutput",
              "skl_gradient_boosting", "skl_gradient_boosting_binary", "skl_gradient_boosting_multiclass",
@@ -164,6 +189,7 @@ def main() -> None:
     Xt = X[:ROWS]
     c, i = shap_reference(m, Xt, 2)
     write(out, "skl_random_forest", m, Xt, m.predict_proba(Xt), c, i, "shap")
+    interventional(out, "skl_random_forest", m, m.predict_proba, 50, 1)
 
     # Multiclass extra trees.
     X, y = data(600, 5, 3, nan=0.04)
@@ -172,6 +198,7 @@ def main() -> None:
     Xt = X[:ROWS]
     c, i = shap_reference(m, Xt, 3)
     write(out, "skl_extra_trees_multiclass", m, Xt, m.predict_proba(Xt), c, i, "shap")
+    interventional(out, "skl_extra_trees_multiclass", m, m.predict_proba, 30, 2)
 
     # A two-target regression forest.
     X, y = data(500, 4, 4)
@@ -186,6 +213,7 @@ def main() -> None:
     Xt = X[:ROWS]
     c, i = shap_reference(m, Xt, 1)
     write(out, "skl_gradient_boosting", m, Xt, m.predict(Xt), c, i, "shap")
+    interventional(out, "skl_gradient_boosting", m, m.predict, 40, 4)
 
     m = ensemble.GradientBoostingClassifier(n_estimators=25, max_depth=3, random_state=0).fit(X, y > 0.3)
     c, i = shap_reference(m, Xt, 1)
@@ -222,6 +250,7 @@ def main() -> None:
     Xt = X[:ROWS]
     c, i = shap_reference(m, Xt, 1)
     write(out, "skl_hist_gradient_boosting", m, Xt, m.predict(Xt), c, i, "shap")
+    interventional(out, "skl_hist_gradient_boosting", m, m.predict, 100, 3)
 
     cls = np.digitize(y, [-1.0, 1.0])
     m = ensemble.HistGradientBoostingClassifier(max_iter=10, max_depth=4, random_state=0).fit(X, cls)
