@@ -216,13 +216,31 @@ mod reader {
     }
 
     fn read_parquet(bytes: &bytes::Bytes, file: &str, name: &str) -> Result<Vec<RecordBatch>> {
-        let err = |e: parquet::errors::ParquetError| Error::ModelFormat { path: name.into(), format: FORMAT, detail: format!("{file}: {e}") };
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(err)?.build().map_err(err)?;
-        reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| Error::ModelFormat {
-            path: name.into(),
-            format: FORMAT,
-            detail: format!("{file}: {e}"),
-        })
+        let bad = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail: format!("{file}: {detail}") };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(|e| bad(e.to_string()))?;
+        check_column_chunks(builder.metadata(), bytes.len()).map_err(&bad)?;
+        let reader = builder.build().map_err(|e| bad(e.to_string()))?;
+        // The Parquet reader asserts some invariants of a file's metadata instead of returning an
+        // error; a model file must never abort the process, so a panic there becomes an error.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.collect::<std::result::Result<Vec<_>, _>>()))
+            .map_err(|_| bad("the Parquet reader failed on the file's metadata (a corrupt file)".into()))?
+            .map_err(|e| bad(e.to_string()))
+    }
+
+    /// Checks what the Parquet reader asserts rather than reports: every column chunk's byte
+    /// range (dictionary or first data page, compressed size) lies within the file.
+    fn check_column_chunks(metadata: &parquet::file::metadata::ParquetMetaData, file_len: usize) -> std::result::Result<(), String> {
+        for (g, group) in metadata.row_groups().iter().enumerate() {
+            for (c, column) in group.columns().iter().enumerate() {
+                let start = column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset());
+                let len = column.compressed_size();
+                let fits = start >= 0 && len >= 0 && start.checked_add(len).is_some_and(|end| end as u64 <= file_len as u64);
+                if !fits {
+                    return Err(format!("row group {g}, column {c}: byte range {start}+{len} lies outside the file ({file_len} bytes)"));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A column of a struct or batch by name, with a message naming the file when it is missing.
