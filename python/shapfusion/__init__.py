@@ -30,7 +30,7 @@ from ._trees_file import save_model
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["Explainer", "datafusion_udfs", "save_model", "__version__"]
+__all__ = ["Explainer", "TreeExplainer", "datafusion_udfs", "save_model", "__version__"]
 
 #: What ``Explainer`` accepts as a model.
 ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
@@ -314,3 +314,7 @@ def _is_plain_number(dtype: Any) -> bool:
     pandas' nullable numbers); categoricals and strings are not."""
     kind = getattr(dtype, "kind", None)
     return kind in ("b", "i", "u", "f") and type(dtype).__name__ != "CategoricalDtype"
+
+
+# shap's interface, over the Explainer above (imported last: it builds on it).
+from .shap_compat import TreeExplainer  # noqa: E402
