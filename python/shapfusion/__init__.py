@@ -30,7 +30,7 @@ from ._trees_file import save_model
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["Explainer", "TreeExplainer", "datafusion_udfs", "save_model", "__version__"]
+__all__ = ["Explainer", "TreeExplainer", "datafusion_udfs", "patch_shap", "save_model", "unpatch_shap", "__version__"]
 
 #: What ``Explainer`` accepts as a model.
 ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
@@ -317,4 +317,4 @@ def _is_plain_number(dtype: Any) -> bool:
 
 
 # shap's interface, over the Explainer above (imported last: it builds on it).
-from .shap_compat import TreeExplainer  # noqa: E402
+from .shap_compat import TreeExplainer, patch_shap, unpatch_shap  # noqa: E402

@@ -6,6 +6,8 @@ is used; shap keeps a random 100 of a larger one), ``model_output="raw"``, ``exp
 ``shap_values`` and ``shap_interaction_values`` in shap's layouts, and ``explainer(X)``
 returning a ``shap.Explanation``. What is not built yet raises ``NotImplementedError`` naming it:
 ``model_output`` other than ``"raw"``, ``approximate=True`` (Saabas values), ``tree_limit``.
+``patch_shap()`` makes shap itself use it (``shap.TreeExplainer``, ``shap.explainers.Tree`` and
+the tree choice of ``shap.Explainer``); ``unpatch_shap()`` undoes it.
 
 Layouts, as shap gives them: one output (regressors, binary XGBoost/LightGBM/CatBoost models,
 binary GradientBoosting, IsolationForest) gives ``(n, F)`` values and a float
@@ -24,7 +26,7 @@ import numpy as np
 
 from . import Explainer
 
-__all__ = ["TreeExplainer"]
+__all__ = ["TreeExplainer", "patch_shap", "unpatch_shap"]
 
 
 class TreeExplainer:
@@ -131,6 +133,42 @@ class TreeExplainer:
             raise NotImplementedError("shapfusion.TreeExplainer: tree_limit is not built yet")
         if approximate:
             raise NotImplementedError("shapfusion.TreeExplainer: approximate=True (Saabas values) is not built yet")
+
+
+#: shap's own classes while patched, to put back.
+_ORIGINALS: dict = {}
+
+
+def patch_shap() -> None:
+    """Makes shap use shapfusion for tree models: ``shap.TreeExplainer``,
+    ``shap.explainers.TreeExplainer``, ``shap.explainers.Tree`` and ``shap.Explainer(model)``'s
+    tree choice all construct ``shapfusion.TreeExplainer``, so code written for shap runs on
+    shapfusion's engines unchanged. Calling it twice is harmless; ``unpatch_shap()`` undoes it."""
+    import shap
+    from shap import explainers
+
+    if _ORIGINALS:
+        return
+    original = explainers.TreeExplainer
+    _ORIGINALS.update({"shap.TreeExplainer": shap.TreeExplainer, "explainers.TreeExplainer": original, "explainers.Tree": explainers.Tree})
+    # shap.Explainer asks the tree explainer class which models it takes: shap's own answer.
+    TreeExplainer.supports_model_with_masker = staticmethod(original.supports_model_with_masker)
+    shap.TreeExplainer = TreeExplainer
+    explainers.TreeExplainer = TreeExplainer
+    explainers.Tree = TreeExplainer
+
+
+def unpatch_shap() -> None:
+    """Puts shap's own tree explainer back (undoes ``patch_shap()``)."""
+    if not _ORIGINALS:
+        return
+    import shap
+    from shap import explainers
+
+    shap.TreeExplainer = _ORIGINALS["shap.TreeExplainer"]
+    explainers.TreeExplainer = _ORIGINALS["explainers.TreeExplainer"]
+    explainers.Tree = _ORIGINALS["explainers.Tree"]
+    _ORIGINALS.clear()
 
 
 def _background_rows(data: Any) -> Any:

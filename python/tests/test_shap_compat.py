@@ -98,3 +98,21 @@ def test_what_is_not_built_yet_says_so(xgb_binary, data):
     with pytest.warns(UserWarning, match="tree_path_dependent"):
         explainer = shapfusion.TreeExplainer(xgb_binary, feature_perturbation="interventional")
     assert explainer.feature_perturbation == "tree_path_dependent"
+
+
+def test_patch_shap_makes_shaps_own_entry_points_use_shapfusion(xgb_binary, data):
+    X = data.iloc[:30]
+    original = shap.TreeExplainer
+    reference = shapfusion.TreeExplainer(xgb_binary).shap_values(X)
+    shapfusion.patch_shap()
+    try:
+        shapfusion.patch_shap()  # twice is harmless
+        for explainer in (shap.Explainer(xgb_binary), shap.TreeExplainer(xgb_binary), shap.explainers.Tree(xgb_binary)):
+            assert isinstance(explainer, shapfusion.TreeExplainer), type(explainer)
+            np.testing.assert_array_equal(explainer.shap_values(X), reference)
+        explanation = shap.Explainer(xgb_binary)(X)
+        np.testing.assert_array_equal(explanation.values, reference)
+    finally:
+        shapfusion.unpatch_shap()
+    assert shap.TreeExplainer is original
+    assert not isinstance(shap.Explainer(xgb_binary), shapfusion.TreeExplainer)
