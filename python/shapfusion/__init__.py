@@ -281,6 +281,7 @@ def _catboost_json(model: Any) -> bytes:
 def _rows(X: Any) -> Tuple[Any, Optional[Sequence[str]]]:
     """What the native side reads: (float64 C-contiguous matrix, column names or None), or
     (an object with the Arrow PyCapsule interface, None)."""
+    X = _plain_rows(X)
     if _is_pandas_frame(X):
         names = [str(c) for c in X.columns]
         if len(set(names)) != len(names):
@@ -303,6 +304,24 @@ def _rows(X: Any) -> Tuple[Any, Optional[Sequence[str]]]:
         return np.ascontiguousarray(array, dtype=np.float64), None
     except (TypeError, ValueError) as e:
         raise ValueError(f"X must hold numbers (None and NaN are missing values): {e}") from e
+
+
+def _plain_rows(X: Any) -> Any:
+    """A one-row pandas Series as a one-row DataFrame, and an XGBoost DMatrix as a DataFrame of
+    its values (entries it does not store are missing, as in XGBoost); anything else as is."""
+    module = type(X).__module__ or ""
+    if module.startswith("pandas") and type(X).__name__ == "Series":
+        return X.to_frame().T.infer_objects()
+    if module.startswith("xgboost") and type(X).__name__ == "DMatrix":
+        import pandas as pd
+
+        csr = X.get_data()
+        dense = np.full(csr.shape, np.nan)
+        rows = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
+        dense[rows, csr.indices] = csr.data
+        names = X.feature_names or [f"f{j}" for j in range(csr.shape[1])]
+        return pd.DataFrame(dense, columns=names)
+    return X
 
 
 def _is_pandas_frame(X: Any) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import Explainer
+from . import Explainer, _plain_rows
 
 __all__ = ["TreeExplainer", "patch_shap", "unpatch_shap"]
 
@@ -125,7 +125,8 @@ class TreeExplainer:
         n = values.shape[0]
         base = np.asarray(self.expected_value, dtype=np.float64)
         base_values = np.full(n, float(base)) if base.ndim == 0 else np.tile(base, (n, 1))
-        data = X.to_numpy() if hasattr(X, "to_numpy") and not isinstance(X, np.ndarray) else np.asarray(X)
+        rows = _plain_rows(X)  # a Series as one row, a DMatrix as its values
+        data = rows.to_numpy() if hasattr(rows, "to_numpy") and not isinstance(rows, np.ndarray) else np.asarray(rows)
         return shap.Explanation(values, base_values=base_values, data=data, feature_names=self.feature_names)
 
     def _refuse(self, tree_limit: Optional[int], approximate: bool) -> None:

@@ -116,3 +116,16 @@ def test_patch_shap_makes_shaps_own_entry_points_use_shapfusion(xgb_binary, data
         shapfusion.unpatch_shap()
     assert shap.TreeExplainer is original
     assert not isinstance(shap.Explainer(xgb_binary), shapfusion.TreeExplainer)
+
+
+def test_a_series_and_a_dmatrix_are_rows(xgb_binary, data):
+    import xgboost
+
+    X = data.iloc[:20]
+    explainer = shapfusion.TreeExplainer(xgb_binary)
+    rows = explainer.shap_values(X)
+    np.testing.assert_array_equal(explainer.shap_values(X.iloc[3]), rows[3:4])
+    # A DMatrix stores no entry for a missing value; its rows are the frame's, NaN included.
+    np.testing.assert_array_equal(explainer.shap_values(xgboost.DMatrix(X)), rows)
+    explanation = explainer(xgboost.DMatrix(X))
+    np.testing.assert_array_equal(explanation.data, X.to_numpy().astype(np.float32))  # what a DMatrix holds
