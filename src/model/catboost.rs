@@ -22,7 +22,8 @@
 use serde_json::Value;
 
 use super::{
-    check_count, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
+    check_count, push_category_set, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
+    MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
@@ -186,7 +187,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
             }
         }
         for g in 0..dim {
-            trees.push(oblivious_tree(&levels, &values, &weights, dim, g, scale));
+            trees.push(oblivious_tree(&levels, &values, &weights, dim, g, scale).map_err(|d| bad(0, d))?);
         }
     }
     let dims = dims.max(1);
@@ -248,7 +249,7 @@ struct Level {
 /// The full binary tree of one oblivious tree for output `g`, nodes in breadth-first order:
 /// node `2^d - 1 + k` is at level `d`, which tests the file's split `depth - 1 - d`; bit `i` of
 /// `k` is the direction taken at level `i`.
-fn oblivious_tree(splits: &[Level], values: &[f64], weights: &[f64], dim: usize, g: usize, scale: f64) -> Tree {
+fn oblivious_tree(splits: &[Level], values: &[f64], weights: &[f64], dim: usize, g: usize, scale: f64) -> std::result::Result<Tree, String> {
     let depth = splits.len();
     let leaves = 1usize << depth;
     let mut nodes = Vec::with_capacity(2 * leaves - 1);
@@ -256,12 +257,7 @@ fn oblivious_tree(splits: &[Level], values: &[f64], weights: &[f64], dim: usize,
     for (d, level) in splits.iter().rev().enumerate() {
         // A one-hot level's set (its one code), shared by the level's nodes.
         let categories = match level.code {
-            Some(code) => {
-                let start = category_words.len();
-                category_words.resize(start + code as usize / 32 + 1, 0u32);
-                category_words[start + code as usize / 32] |= 1 << (code % 32);
-                (start as u32, code / 32 + 1)
-            }
+            Some(code) => push_category_set(&mut category_words, &[code])?,
             None => (0, 0),
         };
         let first = (1usize << d) - 1;
@@ -289,5 +285,5 @@ fn oblivious_tree(splits: &[Level], values: &[f64], weights: &[f64], dim: usize,
         nodes[i].cover = nodes[l].cover + nodes[r].cover;
     }
     debug_assert!(nodes.iter().all(|n| n.left == LEAF || (n.left as usize) < nodes.len()));
-    Tree { nodes, category_words, group: g, weight: scale }
+    Ok(Tree { nodes, category_words, group: g, weight: scale })
 }

@@ -36,6 +36,25 @@ pub const MAX_GROUPS: usize = 1 << 16;
 /// How far a child's cover may exceed its parent's (float32 rounding of XGBoost's hessian sums).
 const COVER_TOLERANCE: f64 = 1e-3;
 
+/// Most 32-bit words of category bitsets one tree may need (64 MiB).
+pub(crate) const MAX_CATEGORY_WORDS: usize = 1 << 24;
+
+/// Appends the bitset of `codes` to a tree's `category_words` and returns its place in them,
+/// `(start, words)`, as [`Node::categories`] holds it; refused when the tree's sets would pass
+/// [`MAX_CATEGORY_WORDS`].
+pub(crate) fn push_category_set(category_words: &mut Vec<u32>, codes: &[u32]) -> std::result::Result<(u32, u32), String> {
+    let words = codes.iter().max().map_or(0, |&m| m as usize / 32 + 1);
+    let start = category_words.len();
+    if start + words > MAX_CATEGORY_WORDS {
+        return Err(format!("the tree's category sets need more than {MAX_CATEGORY_WORDS} words"));
+    }
+    category_words.resize(start + words, 0);
+    for &c in codes {
+        category_words[start + c as usize / 32] |= 1 << (c % 32);
+    }
+    Ok((start as u32, words as u32))
+}
+
 /// `x` as an index below `len`, when it is an integral value in range. Readers turn floats into
 /// indices only through this, never by a saturating `as` cast (which makes NaN, -1 and 1e300 into
 /// 0 or `usize::MAX`).

@@ -11,7 +11,8 @@
 use serde::Deserialize;
 
 use super::{
-    check_count, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
+    check_count, push_category_set, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
+    MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
@@ -26,9 +27,6 @@ const FORMAT_TAG: &str = "shapfusion.trees";
 
 /// Largest category code a categorical split may list (the bitsets are sized by it).
 const MAX_CATEGORY: u32 = 1 << 24;
-
-/// Most 32-bit words of category bitsets one tree may need (64 MiB).
-const MAX_CATEGORY_WORDS: usize = 1 << 24;
 
 /// What is read first, so that a newer file is refused by its version, not by a field this
 /// build does not know.
@@ -239,17 +237,8 @@ fn tree(a: &TreeArrays, t: usize, nf: usize, groups: usize, name: &str) -> Resul
             }
             _ => (SplitRule::CategoriesLeft { exact: false }, split.left_categories.clone()),
         };
-        let words = set.iter().max().map_or(0, |&m| m as usize / 32 + 1);
-        if category_words.len() + words > MAX_CATEGORY_WORDS {
-            return Err(bad(i, format!("the tree's category sets need more than {MAX_CATEGORY_WORDS} words")));
-        }
-        let start = category_words.len();
-        category_words.resize(start + words, 0u32);
-        for c in set {
-            category_words[start + c as usize / 32] |= 1 << (c % 32);
-        }
         node.rule = rule;
-        node.categories = (start as u32, words as u32);
+        node.categories = push_category_set(&mut category_words, &set).map_err(|d| bad(i, d))?;
     }
     Ok(Tree { nodes, category_words, group: a.output, weight: a.weight })
 }

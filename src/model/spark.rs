@@ -97,7 +97,9 @@ mod reader {
     use serde_json::Value;
 
     use super::*;
-    use crate::model::{as_index, check_count, FeatureKind, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
+    use crate::model::{
+        as_index, check_count, push_category_set, FeatureKind, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
+    };
 
     /// Most nodes one tree may have (Spark's depth limit of 30 allows 2^31; this is far above
     /// what fits in memory usefully).
@@ -419,20 +421,13 @@ mod reader {
                         .split_values
                         .iter()
                         .map(|&c| {
-                            as_index(c, MAX_CATEGORY).ok_or_else(|| bad(i, format!("category {c} is not a category index below {MAX_CATEGORY}")))
+                            as_index(c, MAX_CATEGORY)
+                                .map(|c| c as u32)
+                                .ok_or_else(|| bad(i, format!("category {c} is not a category index below {MAX_CATEGORY}")))
                         })
                         .collect::<Result<Vec<_>>>()?;
-                    let words = codes.iter().max().map_or(0, |&m| m / 32 + 1);
-                    let start = category_words.len();
-                    if start + words > MAX_CATEGORY {
-                        return Err(bad(i, "the tree's category sets are too large".into()));
-                    }
-                    category_words.resize(start + words, 0u32);
-                    for c in codes {
-                        category_words[start + c / 32] |= 1 << (c % 32);
-                    }
                     node.rule = SplitRule::CategoriesLeft { exact: true };
-                    node.categories = (start as u32, words as u32);
+                    node.categories = push_category_set(&mut category_words, &codes).map_err(|d| bad(i, d))?;
                 }
             } else {
                 node.left = LEAF;

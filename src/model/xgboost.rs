@@ -11,11 +11,11 @@
 
 use serde_json::Value;
 
-use super::{as_index, check_count, Categories, FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS};
+use super::{
+    as_index, check_count, Categories, FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_CATEGORY_WORDS, MAX_FEATURES,
+    MAX_GROUPS,
+};
 use crate::error::{Error, Result};
-
-/// Most 32-bit words of category bitsets one tree may need (64 MiB).
-const MAX_CATEGORY_WORDS: usize = 1 << 24;
 
 pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| Error::ModelFormat {
