@@ -6,7 +6,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::engine::{build_engine, build_interventional, Algorithm, Engine, EngineOptions, FeatureBlock};
+use crate::engine::{
+    build_engine, build_interventional, build_rescaled_interventional, Algorithm, Engine, EngineOptions, FeatureBlock, OutputTransform,
+};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -103,19 +105,27 @@ pub fn engine_on(
     build_engine(model, algorithm, rows_hint, options)
 }
 
-/// The interventional engine over `background` (see [`build_interventional`]) for `device`:
-/// it runs on the CPU only, so `gpu` is refused and `auto` stays on the CPU.
+/// The interventional engine over `background` (see [`build_interventional`]) for `device`,
+/// of the margin or of `transform` of it (see [`build_rescaled_interventional`]): it runs on
+/// the CPU only, so `gpu` is refused and `auto` stays on the CPU.
 pub(crate) fn interventional_on(
     device: Device,
     model: Arc<Model>,
     background: &FeatureBlock,
     algorithm: Algorithm,
+    transform: OutputTransform,
     options: &EngineOptions,
 ) -> Result<Arc<dyn Engine>> {
     if device == Device::Gpu {
         return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()));
     }
-    build_interventional(model, background, algorithm, options)
+    match transform {
+        OutputTransform::Identity => build_interventional(model, background, algorithm, options),
+        _ if algorithm != Algorithm::Auto => Err(Error::Input(format!(
+            "interventional SHAP of the {transform} output has one engine, auto (shap's per-reference rescaling); {algorithm} computes the margin's values"
+        ))),
+        _ => build_rescaled_interventional(model, background, transform, options),
+    }
 }
 
 /// The GPU engine when `device` resolves to the GPU and the model fits it; `None` means

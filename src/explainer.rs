@@ -10,14 +10,16 @@
 //! # Ok::<(), shapfusion::Error>(())
 //! ```
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
 
 use crate::batch::{compute_pool, explain_batch, explain_block, output_fields, OutputKind};
 use crate::device::{engine_on, interventional_on, Device};
-use crate::engine::{interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, Predictions};
+use crate::engine::{
+    interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, OutputTransform, Predictions, Saabas,
+};
 use crate::error::{Error, Result};
 #[cfg(feature = "sql")]
 use crate::features::block_from_columns;
@@ -29,6 +31,9 @@ use crate::settings::ComputeSettings;
 #[derive(Clone)]
 pub struct Explainer {
     engine: Arc<dyn Engine>,
+    model: Arc<Model>,
+    /// Saabas values' node expectations, made by the first call that asks.
+    saabas: Arc<OnceLock<Saabas>>,
     pool: Arc<rayon::ThreadPool>,
     output: OutputKind,
     schema: SchemaRef,
@@ -43,6 +48,7 @@ pub struct ExplainerBuilder {
     output: OutputKind,
     rows_hint: Option<usize>,
     background: Option<RecordBatch>,
+    transform: OutputTransform,
 }
 
 impl Explainer {
@@ -54,6 +60,7 @@ impl Explainer {
             output: OutputKind::default(),
             rows_hint: None,
             background: None,
+            transform: OutputTransform::Identity,
         }
     }
 
@@ -101,6 +108,14 @@ impl Explainer {
     /// Margin (raw score) predictions of `block`, `rows × G`.
     pub fn margins(&self, block: &FeatureBlock) -> Result<Predictions> {
         self.pool.install(|| self.engine.predict(block))
+    }
+
+    /// Saabas values of `block` (the approximation of XGBoost's `approx_contribs` and shap's
+    /// `approximate=True`; see [`Saabas`]), in the layout of [`shap_values`](Self::shap_values).
+    /// They follow the model's paths whatever the engine: a background plays no part.
+    pub fn saabas_values(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let saabas = self.saabas.get_or_init(|| Saabas::new(self.model.clone()));
+        self.pool.install(|| saabas.values(block))
     }
 
     /// `output` for `block` as a record batch: the columns `explain` writes for that output,
@@ -201,6 +216,15 @@ impl ExplainerBuilder {
         self
     }
 
+    /// What interventional values attribute (default the margin): `Logistic` gives shap's
+    /// `model_output="probability"` values of a log-odds model, each background row's margin
+    /// values rescaled to the change in probability, the bias the background's mean
+    /// probability. Needs a [`background`](Self::background).
+    pub fn output_transform(mut self, transform: OutputTransform) -> Self {
+        self.transform = transform;
+        self
+    }
+
     /// Most memory the interventional engine's aggregated background may take, in bytes
     /// (default 1 GiB); leaves beyond it keep their background patterns instead of tables.
     pub fn interventional_memory_bytes(mut self, bytes: usize) -> Self {
@@ -213,6 +237,12 @@ impl ExplainerBuilder {
         let pool = compute_pool(self.settings.threads_to_run())?;
         let (device, algorithm, options) = (self.settings.device, self.settings.algorithm, self.settings.engine_options());
         let engine = match &self.background {
+            None if self.transform != OutputTransform::Identity => {
+                return Err(Error::Input(format!(
+                    "the {} output transform is interventional only: give background rows (path-dependent values attribute the margin)",
+                    self.transform
+                )))
+            }
             None => pool.install(|| engine_on(device, self.model.clone(), algorithm, self.rows_hint, &options))?,
             Some(rows) => {
                 // Refused here, before the background is aggregated, rather than at the first batch.
@@ -220,11 +250,11 @@ impl ExplainerBuilder {
                     return Err(interventional_interactions_unavailable());
                 }
                 let background = self.model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
-                pool.install(|| interventional_on(device, self.model.clone(), &background, algorithm, &options))?
+                pool.install(|| interventional_on(device, self.model.clone(), &background, algorithm, self.transform, &options))?
             }
         };
         let schema = Arc::new(Schema::new(output_fields(&self.model, self.output)));
-        Ok(Explainer { engine, pool, output: self.output, schema, settings: self.settings })
+        Ok(Explainer { engine, model: self.model, saabas: Arc::new(OnceLock::new()), pool, output: self.output, schema, settings: self.settings })
     }
 }
 

@@ -52,9 +52,18 @@ impl FeatureColumns {
     /// Matches the model's feature names to `schema` (exact names) and checks the types.
     /// Columns not named by the model are ignored.
     pub fn resolve(schema: &Schema, model: &Model) -> Result<FeatureColumns> {
+        // Names looked up in a map (the first of repeated names, as `Schema::index_of`), so a
+        // model and input of tens of thousands of columns match in linear time.
+        let mut by_name: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(schema.fields().len());
+        for (i, field) in schema.fields().iter().enumerate() {
+            by_name.entry(field.name().as_str()).or_insert(i);
+        }
         let mut indices = Vec::with_capacity(model.num_features());
         for (i, name) in model.feature_names.iter().enumerate() {
-            let idx = column_index(schema, name, i)?;
+            let idx = match by_name.get(name.as_str()) {
+                Some(&idx) => idx,
+                None => return Err(missing_column(schema, name, i)),
+            };
             check_feature_type(model, i, schema.field(idx).data_type())?;
             indices.push(idx);
         }
@@ -71,11 +80,16 @@ impl FeatureColumns {
 /// The input column named `name` (the model's feature `index`), or an error listing the
 /// input's columns.
 pub fn column_index(schema: &Schema, name: &str, index: usize) -> Result<usize> {
-    schema.index_of(name).map_err(|_| Error::MissingColumn {
+    schema.index_of(name).map_err(|_| missing_column(schema, name, index))
+}
+
+/// The error for a feature `name` (the model's feature `index`) that `schema` lacks.
+fn missing_column(schema: &Schema, name: &str, index: usize) -> Error {
+    Error::MissingColumn {
         name: name.to_string(),
         index,
         available: schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(", "),
-    })
+    }
 }
 
 /// Whether a column type can feed a feature (numbers, booleans, all-null).

@@ -102,7 +102,7 @@ mod test_fixtures;
 
 pub use batch::OutputKind;
 pub use device::Device;
-pub use engine::Algorithm;
+pub use engine::{Algorithm, OutputTransform};
 pub use error::{Error, Result};
 pub use explainer::{Explainer, ExplainerBuilder};
 pub use model::Model;

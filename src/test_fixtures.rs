@@ -37,6 +37,12 @@ pub(crate) fn fixtures() -> Vec<Fixture> {
         .collect()
 }
 
+/// Rows `from..to` of a fixture's block (`to` capped at its row count).
+pub(crate) fn block_rows(block: &FeatureBlock, from: usize, to: usize) -> FeatureBlock {
+    let to = to.min(block.rows());
+    FeatureBlock::new(to - from, block.cols(), block.values()[from * block.cols()..to * block.cols()].to_vec(), crate::model::Precision::F64)
+}
+
 /// Largest |a − b| over a row relative to that row's largest |b| (floored at 1e-12), and the row.
 pub(crate) fn max_row_rel_error(a: &[f64], b: &[f64], row_width: usize) -> (f64, usize) {
     assert_eq!(a.len(), b.len(), "lengths differ");

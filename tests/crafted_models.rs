@@ -268,6 +268,13 @@ fn new_formats_refuse_malformed_files_by_name() {
         }
     }
     assert!(Model::from_spark_files(&files, "spark").is_ok());
+    // Hadoop's side files, as Spark writes them next to the data, are not read as Parquet.
+    let mut with_side_files = files.clone();
+    for side in ["data/_SUCCESS", "data/._SUCCESS.crc", "data/.part-00000.snappy.parquet.crc", "metadata/.part-00000.crc"] {
+        with_side_files.push((side.to_string(), bytes::Bytes::from_static(b"not parquet")));
+    }
+    let model = Model::from_spark_files(&with_side_files, "spark");
+    assert!(model.is_ok(), "{:?}", model.err());
     let metadata = files.iter_mut().find(|(f, _)| f.starts_with("metadata/")).unwrap();
     metadata.1 = bytes::Bytes::from(String::from_utf8(metadata.1.to_vec()).unwrap().replace("DecisionTreeRegressionModel", "LinearRegressionModel"));
     let e = Model::from_spark_files(&files, "spark").unwrap_err().to_string();

@@ -60,6 +60,15 @@ class Explainer:
         out of a coalition take the background rows' values, and the bias is the background's
         mean margin. Same forms as ``X``. Without it, values are path-dependent, as XGBoost's
         and LightGBM's own.
+    transform
+        What interventional values attribute: ``"identity"`` (the margin) or ``"logistic"``
+        (the probability of a log-odds model, as ``shap.TreeExplainer(model, data,
+        model_output="probability")`` computes it: each background row's margin values scaled
+        to the change in probability; the bias is the background's mean probability). Needs
+        ``background``; its cost per row grows with the background's size.
+    tree_limit
+        Explain the model's first ``tree_limit`` trees only, in the model file's order (for
+        XGBoost and LightGBM, rounds times trees per round); ``None`` is all of them.
 
     Raises
     ------
@@ -84,17 +93,31 @@ class Explainer:
         algorithm: str = "auto",
         threads: Optional[int] = None,
         background: Any = None,
+        transform: str = "identity",
+        tree_limit: Optional[int] = None,
     ) -> None:
         path, data, name = _model_source(model)
+        self._build(dict(path=path, data=data, name=name), algorithm, threads, background, transform, tree_limit)
+
+    @classmethod
+    def _from_spark_files(cls, files: Sequence[Tuple[str, bytes]], name: str, *, algorithm: str = "auto", threads: Optional[int] = None, background: Any = None, transform: str = "identity") -> "Explainer":
+        """An explainer of a Spark ML model directory given as its files ((path relative to the
+        directory, bytes) pairs), as ``shapfusion.spark`` ships it to executors."""
+        self = cls.__new__(cls)
+        self._build(dict(spark_files=[(str(p), bytes(b)) for p, b in files], name=name), algorithm, threads, background, transform, None)
+        return self
+
+    def _build(self, source: dict, algorithm: str, threads: Optional[int], background: Any, transform: str, tree_limit: Optional[int]) -> None:
+        """The native explainer of the model ``source`` names (path, bytes or Spark files)."""
         background_rows, background_names = (None, None) if background is None else _rows(background)
         self._native = _shapfusion.NativeExplainer(
-            path=path,
-            data=data,
-            name=name,
+            **source,
             algorithm=algorithm,
             threads=_threads(threads),
             background=background_rows,
             background_names=background_names,
+            transform=transform,
+            tree_limit=tree_limit,
         )
         self._interventional = background is not None
 
@@ -129,6 +152,16 @@ class Explainer:
         raise ``NotImplementedError``: interaction values are path-dependent only.
         """
         return self._compute(X, "interactions", as_arrow)
+
+    def saabas_values(self, X: Any) -> np.ndarray:
+        """Saabas values of every row of ``X``, in the layout of :meth:`shap_values`: the
+        approximation ``pred_contribs(approx_contribs=True)`` (XGBoost) and shap's
+        ``approximate=True`` compute. Each split on a row's path credits its feature with the
+        change in the node's expected value (the cover-weighted mean of its leaves) from the node
+        to the child the row takes. They add up to the margin but are not Shapley values: they
+        depend on split order. Fast (one pass down each tree); a background plays no part.
+        """
+        return self._compute(X, "saabas", False)
 
     def predict_margin(self, X: Any, *, as_arrow: bool = False) -> Union[np.ndarray, "pyarrow.RecordBatch"]:
         """Margin (raw score) predictions: ``(n,)``, or ``(n, G)`` for G outputs.
@@ -168,10 +201,36 @@ class Explainer:
         )
 
     def _compute(self, X: Any, output: str, as_arrow: bool):
+        if _is_sparse(X):
+            return self._compute_sparse(X, output, as_arrow)
         rows, names = _rows(X)
         if as_arrow:
             return self._native.compute_arrow(rows, output, names)
         return self._native.compute(rows, output, names)
+
+    def _compute_sparse(self, X: Any, output: str, as_arrow: bool):
+        """A SciPy sparse matrix, densified a block of rows at a time (a wide matrix never
+        whole). Entries it does not store are what the model's library makes of them: missing
+        for XGBoost models (as in a DMatrix), 0 for the others (as LightGBM and scikit-learn
+        read them)."""
+        X = X.tocsr()
+        fill = np.nan if self._native.format.startswith("XGBoost") else 0.0
+        rows = max(1, _SPARSE_BLOCK_VALUES // max(X.shape[1], 1))
+        parts = []
+        for start in range(0, max(X.shape[0], 1), rows):
+            part = X[start : start + rows]
+            if fill == 0.0:
+                dense = part.toarray().astype(np.float64)
+            else:
+                dense = np.full(part.shape, fill)
+                part = part.tocoo()
+                dense[part.row, part.col] = part.data
+            parts.append(self._compute(dense, output, as_arrow))
+        if as_arrow:
+            import pyarrow as pa
+
+            return pa.concat_batches(parts) if hasattr(pa, "concat_batches") else pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+        return np.concatenate(parts, axis=0)
 
 
 def datafusion_udfs(
@@ -322,6 +381,15 @@ def _plain_rows(X: Any) -> Any:
         names = X.feature_names or [f"f{j}" for j in range(csr.shape[1])]
         return pd.DataFrame(dense, columns=names)
     return X
+
+
+#: Values densified at a time from a sparse matrix (128 MiB of float64).
+_SPARSE_BLOCK_VALUES = 1 << 24
+
+
+def _is_sparse(X: Any) -> bool:
+    """A SciPy sparse matrix or array (without importing SciPy)."""
+    return (type(X).__module__ or "").startswith("scipy.sparse") and hasattr(X, "tocsr")
 
 
 def _is_pandas_frame(X: Any) -> bool:

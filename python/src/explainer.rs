@@ -9,7 +9,8 @@ use arrow_pyarrow::ToPyArrow;
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
-use shapfusion::{Algorithm, Error, Explainer, Model, OutputKind, Result};
+use shapfusion::model::{SplitRule, LEAF};
+use shapfusion::{Algorithm, Error, Explainer, Model, OutputKind, OutputTransform, Result};
 
 use crate::chunks::{first_chunk_rows, for_each_chunk};
 use crate::errors::to_py;
@@ -30,6 +31,8 @@ enum Output {
     Shap,
     Interactions,
     Margins,
+    /// Saabas values (`approximate=True`), in the layout of SHAP values.
+    Saabas,
 }
 
 impl Output {
@@ -38,16 +41,18 @@ impl Output {
             "shap" => Ok(Output::Shap),
             "interactions" => Ok(Output::Interactions),
             "margin" => Ok(Output::Margins),
-            other => Err(to_py(Error::Input(format!("unknown output {other:?}; expected shap, interactions or margin")))),
+            "saabas" => Ok(Output::Saabas),
+            other => Err(to_py(Error::Input(format!("unknown output {other:?}; expected shap, interactions, margin or saabas")))),
         }
     }
 
-    fn kind(self) -> OutputKind {
-        match self {
+    fn kind(self) -> PyResult<OutputKind> {
+        Ok(match self {
             Output::Shap => OutputKind::Shap,
             Output::Interactions => OutputKind::Interactions,
             Output::Margins => OutputKind::Margin,
-        }
+            Output::Saabas => return Err(to_py(Error::Unavailable("Saabas values come as a NumPy array only (as_arrow=False)".into()))),
+        })
     }
 
     /// One row's shape in XGBoost's layouts: `[F+1]`, `[F+1, F+1]` or `[]`, after `[G]` for a
@@ -56,7 +61,7 @@ impl Output {
         let w = model.num_features().saturating_add(1);
         let groups = Some(model.num_groups).filter(|&g| g > 1);
         let values: &[usize] = match self {
-            Output::Shap => &[w],
+            Output::Shap | Output::Saabas => &[w],
             Output::Interactions => &[w, w],
             Output::Margins => &[],
         };
@@ -68,7 +73,7 @@ impl Output {
     fn first_chunk(self, explainer: &Explainer, leaves: usize) -> usize {
         let factor = match self {
             Output::Interactions => explainer.model().num_features() + 1,
-            Output::Shap | Output::Margins => 1,
+            Output::Shap | Output::Margins | Output::Saabas => 1,
         };
         first_chunk_rows(leaves, factor, explainer.threads())
     }
@@ -79,17 +84,21 @@ impl Output {
             Output::Shap => explainer.shap_values(block)?.values,
             Output::Interactions => explainer.interaction_values(block)?.values,
             Output::Margins => explainer.margins(block)?.values,
+            Output::Saabas => explainer.saabas_values(block)?.values,
         })
     }
 }
 
 #[pymethods]
 impl NativeExplainer {
-    /// Loads the model (`path`, or `data`: the model file's bytes, named `name` in errors) and
+    /// Loads the model (`path`; `data`, the model file's bytes; or `spark_files`, a Spark ML
+    /// model directory's (relative path, bytes) pairs; named `name` in errors) and
     /// builds the engine. `background`, when given, is rows for interventional SHAP, as a
-    /// float64 matrix (with `background_names`) or an Arrow object.
+    /// float64 matrix (with `background_names`) or an Arrow object; `transform` ("identity" or
+    /// "logistic") is what those values attribute. `tree_limit` keeps the model's first trees
+    /// only (in the file's order).
     #[new]
-    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None))]
+    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -100,16 +109,30 @@ impl NativeExplainer {
         threads: usize,
         background: Option<&Bound<'_, PyAny>>,
         background_names: Option<Vec<String>>,
+        transform: &str,
+        tree_limit: Option<usize>,
+        spark_files: Option<Vec<(String, Vec<u8>)>>,
     ) -> PyResult<Self> {
-        let model = match (path, data) {
-            (Some(path), None) => py.detach(|| Model::load(&path)),
-            (None, Some(bytes)) => py.detach(|| Model::from_bytes(bytes, name)),
-            _ => Err(Error::Input("give the model as exactly one of a path or bytes".into())),
+        let mut model = match (path, data, spark_files) {
+            (Some(path), None, None) => py.detach(|| Model::load(&path)),
+            (None, Some(bytes), None) => py.detach(|| Model::from_bytes(bytes, name)),
+            (None, None, Some(files)) => {
+                let files: Vec<(String, bytes::Bytes)> = files.into_iter().map(|(p, b)| (p, bytes::Bytes::from(b))).collect();
+                py.detach(|| Model::from_spark_files(&files, name))
+            }
+            _ => Err(Error::Input("give the model as exactly one of a path, bytes or a Spark ML model directory's files".into())),
         }
         .map_err(to_py)?;
+        if let Some(limit) = tree_limit {
+            if limit == 0 {
+                return Err(to_py(Error::Input(format!("tree_limit must be at least 1; {name} has {} trees", model.trees.len()))));
+            }
+            model.trees.truncate(limit);
+        }
         let model = Arc::new(model);
         let algorithm: Algorithm = algorithm.parse().map_err(to_py)?;
-        let mut builder = Explainer::builder(model.clone()).algorithm(algorithm).threads(threads);
+        let transform: OutputTransform = transform.parse().map_err(to_py)?;
+        let mut builder = Explainer::builder(model.clone()).algorithm(algorithm).threads(threads).output_transform(transform);
         if let Some(background) = background {
             let rows = with_rows(&model, background, background_names, |rows| rows.into_batch(&model).map_err(to_py))?;
             builder = builder.background(rows);
@@ -161,7 +184,7 @@ impl NativeExplainer {
     #[pyo3(signature = (x, output, names=None))]
     fn compute_arrow<'py>(&self, py: Python<'py>, x: &Bound<'py, PyAny>, output: &str, names: Option<Vec<String>>) -> PyResult<Bound<'py, PyAny>> {
         let output = Output::parse(output)?;
-        let (kind, first_chunk) = (output.kind(), output.first_chunk(&self.explainer, self.leaves));
+        let (kind, first_chunk) = (output.kind()?, output.first_chunk(&self.explainer, self.leaves));
         let model = self.explainer.model();
         with_rows(model, x, names, |rows| {
             let mut batches: Vec<RecordBatch> = Vec::new();
@@ -190,6 +213,83 @@ impl NativeExplainer {
     #[getter]
     fn num_groups(&self) -> usize {
         self.explainer.model().num_groups
+    }
+
+    /// Trees in the model (after `tree_limit`).
+    #[getter]
+    fn num_trees(&self) -> usize {
+        self.explainer.model().trees.len()
+    }
+
+    /// The model's objective as its library wrote it (`binary:logistic`, `binary sigmoid:1`,
+    /// `Logloss`, ...).
+    #[getter]
+    fn objective(&self) -> String {
+        self.explainer.model().objective.clone()
+    }
+
+    /// The model file's format (`xgboost-json`, `lightgbm-text`, ...).
+    #[getter]
+    fn format(&self) -> String {
+        self.explainer.model().format.to_string()
+    }
+
+    /// The margin added to every prediction, per group.
+    #[getter]
+    fn base_margin(&self) -> Vec<f64> {
+        self.explainer.model().base_margin.clone()
+    }
+
+    /// The trees as node arrays, one dict per tree: `children_left`, `children_right`,
+    /// `children_default` (-1 at leaves), `features` (-2 at leaves), `thresholds` (NaN for
+    /// categorical splits and leaves), `rules` (0 leaf, 1 `x < t`, 2 `x <= t`, 3 categorical),
+    /// `values` (leaf values times the tree weight; an internal node holds the cover-weighted
+    /// mean of its leaves), `node_sample_weight` (covers), and `group`.
+    fn trees<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        let model = self.explainer.model();
+        let mut out = Vec::with_capacity(model.trees.len());
+        for tree in &model.trees {
+            let n = tree.nodes.len();
+            let child = |c: u32| if c == LEAF { -1i64 } else { c as i64 };
+            let (mut left, mut right, mut default, mut features) =
+                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            let (mut thresholds, mut rules, mut covers) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            for node in &tree.nodes {
+                let leaf = node.is_leaf();
+                left.push(child(node.left));
+                right.push(child(node.right));
+                default.push(if leaf {
+                    -1
+                } else if node.default_left {
+                    child(node.left)
+                } else {
+                    child(node.right)
+                });
+                features.push(if leaf { -2i64 } else { node.feature as i64 });
+                let (rule, threshold) = match node.rule {
+                    _ if leaf => (0i8, f64::NAN),
+                    SplitRule::XgbLess { threshold } => (1, threshold),
+                    SplitRule::LgbLessEqual { threshold, .. } => (2, threshold),
+                    _ => (3, f64::NAN),
+                };
+                rules.push(rule);
+                thresholds.push(threshold);
+                covers.push(node.cover);
+            }
+            let values = tree.node_means();
+            let dict = pyo3::types::PyDict::new(py);
+            dict.set_item("children_left", PyArray1::from_vec(py, left))?;
+            dict.set_item("children_right", PyArray1::from_vec(py, right))?;
+            dict.set_item("children_default", PyArray1::from_vec(py, default))?;
+            dict.set_item("features", PyArray1::from_vec(py, features))?;
+            dict.set_item("thresholds", PyArray1::from_vec(py, thresholds))?;
+            dict.set_item("rules", PyArray1::from_vec(py, rules))?;
+            dict.set_item("values", PyArray1::from_vec(py, values))?;
+            dict.set_item("node_sample_weight", PyArray1::from_vec(py, covers))?;
+            dict.set_item("group", tree.group)?;
+            out.push(dict);
+        }
+        Ok(out)
     }
 
     /// The engine that runs (what `auto` picked).

@@ -106,11 +106,17 @@ pub fn read_arrow(data: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
 /// For each of the model's features, its position among `names`; a missing one is the error
 /// every front end gives (the feature, and the columns there are).
 fn feature_positions(features: &[String], names: &[String]) -> Result<Vec<usize>> {
+    // A map, so a frame of tens of thousands of columns is matched in linear time; the first
+    // of repeated names wins, as a search from the left would give.
+    let mut by_name: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(names.len());
+    for (i, n) in names.iter().enumerate() {
+        by_name.entry(n.as_str()).or_insert(i);
+    }
     features
         .iter()
         .enumerate()
         .map(|(index, name)| {
-            names.iter().position(|n| n == name).ok_or_else(|| Error::MissingColumn { name: name.clone(), index, available: names.join(", ") })
+            by_name.get(name.as_str()).copied().ok_or_else(|| Error::MissingColumn { name: name.clone(), index, available: summarize(names) })
         })
         .collect()
 }

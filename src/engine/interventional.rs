@@ -52,7 +52,7 @@ const MAX_TABLE_BITS: usize = 12;
 pub const DEFAULT_INTERVENTIONAL_MEMORY_BYTES: usize = 1 << 30;
 
 /// The Shapley weights of one leaf's game, by `a = |F|` and `b = |X_f|`.
-struct Weights {
+pub(super) struct Weights {
     stride: usize,
     /// `1 / (a · C(a+b, a))`, for the features only the background row fails.
     hot: Vec<f64>,
@@ -61,7 +61,7 @@ struct Weights {
 }
 
 impl Weights {
-    fn new(max_bits: usize) -> Weights {
+    pub(super) fn new(max_bits: usize) -> Weights {
         let stride = max_bits + 1;
         let (mut hot, mut cold) = (vec![0.0; stride * stride], vec![0.0; stride * stride]);
         for a in 0..stride {
@@ -80,12 +80,12 @@ impl Weights {
     }
 
     #[inline]
-    fn hot(&self, a: usize, b: usize) -> f64 {
+    pub(super) fn hot(&self, a: usize, b: usize) -> f64 {
         self.hot[a * self.stride + b]
     }
 
     #[inline]
-    fn cold(&self, a: usize, b: usize) -> f64 {
+    pub(super) fn cold(&self, a: usize, b: usize) -> f64 {
         self.cold[a * self.stride + b]
     }
 }
@@ -105,25 +105,25 @@ struct Split {
 /// One reachable leaf: its walk slot, its value (times the tree weight) and its path features
 /// by bit.
 #[derive(Debug, Clone)]
-struct LeafPath {
-    slot: u32,
-    value: f64,
-    features: Vec<u32>,
+pub(super) struct LeafPath {
+    pub(super) slot: u32,
+    pub(super) value: f64,
+    pub(super) features: Vec<u32>,
 }
 
 /// A tree compiled for fail-set walks: every reachable node gets a slot (the root slot 0), and
 /// walking the splits in order sets each child's fail set from its parent's.
 #[derive(Debug)]
-struct FailWalk {
+pub(super) struct FailWalk {
     splits: Vec<Split>,
-    slots: usize,
-    leaves: Vec<LeafPath>,
+    pub(super) slots: usize,
+    pub(super) leaves: Vec<LeafPath>,
 }
 
 impl FailWalk {
     /// Compiles tree `t`; refuses a path with more than [`MAX_INTERVENTIONAL_PATH_FEATURES`]
     /// distinct features.
-    fn new(tree: &Tree, t: usize) -> Result<FailWalk> {
+    pub(super) fn new(tree: &Tree, t: usize) -> Result<FailWalk> {
         let (mut splits, mut leaves) = (Vec::new(), Vec::new());
         let mut path: Vec<u32> = Vec::new();
         let mut stack = vec![(0usize, 0u32, 0usize)];
@@ -158,7 +158,7 @@ impl FailWalk {
 
     /// Sets `fails[slot]` of every reachable node to the path features `x` fails on the way there.
     #[inline]
-    fn fail_sets(&self, tree: &Tree, x: &[f64], fails: &mut [u64]) {
+    pub(super) fn fail_sets(&self, tree: &Tree, x: &[f64], fails: &mut [u64]) {
         fails[0] = 0;
         for s in &self.splits {
             let above = fails[s.slot as usize];
@@ -263,7 +263,7 @@ fn leaf_table(d: usize, counts: &HashMap<u64, u64>, scale: f64, w: &Weights) -> 
 
 /// Calls `f` with the index of every set bit of `mask`, lowest first.
 #[inline]
-fn for_each_bit(mut mask: u64, mut f: impl FnMut(usize)) {
+pub(super) fn for_each_bit(mut mask: u64, mut f: impl FnMut(usize)) {
     while mask != 0 {
         f(mask.trailing_zeros() as usize);
         mask &= mask - 1;
@@ -437,7 +437,7 @@ pub(crate) fn interactions_unavailable() -> Error {
 }
 
 /// Refuses an empty background or one with the wrong number of columns.
-fn check_background(model: &Model, background: &FeatureBlock) -> Result<()> {
+pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Result<()> {
     if background.rows() == 0 {
         return Err(Error::Input("the background has no rows; interventional SHAP needs at least one".into()));
     }
@@ -561,13 +561,7 @@ impl Engine for InterventionalReference {
 mod tests {
     use super::*;
 
-    use crate::test_fixtures::{fixtures, max_row_rel_error};
-
-    /// Rows `from..to` of a fixture's block.
-    fn rows(block: &FeatureBlock, from: usize, to: usize) -> FeatureBlock {
-        let to = to.min(block.rows());
-        FeatureBlock::new(to - from, block.cols(), block.values()[from * block.cols()..to * block.cols()].to_vec(), crate::model::Precision::F64)
-    }
+    use crate::test_fixtures::{block_rows as rows, fixtures, max_row_rel_error};
 
     #[test]
     fn tables_and_patterns_equal_the_reference_on_every_fixture() {

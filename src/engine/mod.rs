@@ -13,7 +13,8 @@
 //! `block`, `output` (inputs and outputs) → `options` → `prepared`, `decision`, `path` (per-model
 //! data and walk helpers) → `drivers` (the parallel loops and size checks every engine shares)
 //! → `explainer` (the trait) → `treeshap`, `quadrature`, `fast_v1`, `fast_v2`, `linear`
-//! (the engines; `interactions` gives the first three interaction values) → `auto`.
+//! (the engines; `interactions` gives the first three interaction values), `interventional`
+//! → `rescaled` (with a background), `saabas` (the approximation) → `auto`.
 
 mod auto;
 mod block;
@@ -30,6 +31,8 @@ mod output;
 pub(crate) mod path;
 pub(crate) mod prepared;
 mod quadrature;
+mod rescaled;
+mod saabas;
 mod treeshap;
 
 use std::sync::Arc;
@@ -41,11 +44,12 @@ pub use drivers::{finish_interaction_row, MAX_OUTPUT_VALUES, MAX_RECURSIVE_DEPTH
 pub use explainer::Engine;
 pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
 pub use interventional::{DEFAULT_INTERVENTIONAL_MEMORY_BYTES, MAX_INTERVENTIONAL_PATH_FEATURES};
-pub use options::{Algorithm, EngineOptions, DEFAULT_V2_MEMORY_BYTES};
+pub use options::{Algorithm, EngineOptions, OutputTransform, DEFAULT_V2_MEMORY_BYTES};
 pub use output::{Attributions, Interactions, Predictions};
 pub(crate) use prepared::PreparedModel;
 #[cfg(feature = "gpu")]
 pub(crate) use quadrature::gauss_legendre;
+pub use saabas::Saabas;
 
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -86,6 +90,21 @@ pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algori
             "interventional SHAP (with a background) has two engines, auto (the background aggregated once) and treeshap (the reference, row by row); {other} is path-dependent only"
         ))),
     }
+}
+
+/// Builds the interventional engine of a transformed output over `background` (shap's
+/// `model_output="probability"` with `OutputTransform::Logistic`): each background row's
+/// margin values scaled by how much `transform` changes between its margin and the explained
+/// row's, as shap computes them (see the `rescaled` module). The identity transform gives
+/// [`build_interventional`]'s values, at a cost per row that grows with the background.
+pub fn build_rescaled_interventional(
+    model: Arc<Model>,
+    background: &FeatureBlock,
+    transform: OutputTransform,
+    options: &EngineOptions,
+) -> Result<Arc<dyn Engine>> {
+    let prepared = Arc::new(PreparedModel::new(model)?);
+    Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
 }
 
 /// What `auto` would pick for `model` and `rows_hint` rows, and why.

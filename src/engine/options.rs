@@ -82,3 +82,51 @@ impl Default for EngineOptions {
         }
     }
 }
+
+/// The function of the margin an interventional explanation attributes (shap's
+/// `model_output`): the margin itself, or the probability of a logistic model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OutputTransform {
+    /// The margin (shap's `model_output="raw"`).
+    #[default]
+    Identity,
+    /// `1 / (1 + e^-margin)`, per output group (shap's `model_output="probability"` for
+    /// log-odds trees).
+    Logistic,
+}
+
+impl OutputTransform {
+    /// The name used in messages and options.
+    pub fn name(&self) -> &'static str {
+        match self {
+            OutputTransform::Identity => "identity",
+            OutputTransform::Logistic => "logistic",
+        }
+    }
+
+    /// The transform of one margin.
+    #[inline]
+    pub fn apply(&self, margin: f64) -> f64 {
+        match self {
+            OutputTransform::Identity => margin,
+            OutputTransform::Logistic => 1.0 / (1.0 + (-margin).exp()),
+        }
+    }
+}
+
+impl fmt::Display for OutputTransform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for OutputTransform {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "identity" => OutputTransform::Identity,
+            "logistic" => OutputTransform::Logistic,
+            other => return Err(Error::Input(format!("unknown output transform {other:?}; expected identity or logistic"))),
+        })
+    }
+}

@@ -419,6 +419,40 @@ impl Tree {
         }
         leaves
     }
+
+    /// Every node's expected value: a leaf's value times the tree weight, an internal node's
+    /// the cover-weighted mean of its children's (their plain mean where both covers are 0),
+    /// as XGBoost's `FillNodeMeanValues` computes them for its Saabas values. Nodes no path
+    /// reaches keep 0. Children are visited before parents (reversed pre-order, no recursion).
+    pub fn node_means(&self) -> Vec<f64> {
+        let n = self.nodes.len();
+        let mut values = vec![0.0; n];
+        let mut order = Vec::with_capacity(n);
+        let mut stack = if n > 0 { vec![0usize] } else { Vec::new() };
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            let node = &self.nodes[i];
+            if !node.is_leaf() {
+                stack.push(node.left as usize);
+                stack.push(node.right as usize);
+            }
+        }
+        for &i in order.iter().rev() {
+            let node = &self.nodes[i];
+            values[i] = if node.is_leaf() {
+                node.value * self.weight
+            } else {
+                let (l, r) = (node.left as usize, node.right as usize);
+                let (cl, cr) = (self.nodes[l].cover, self.nodes[r].cover);
+                if cl + cr > 0.0 {
+                    (cl * values[l] + cr * values[r]) / (cl + cr)
+                } else {
+                    0.5 * (values[l] + values[r])
+                }
+            };
+        }
+        values
+    }
 }
 
 /// A tree ensemble ready to explain: trees, features, output groups and base margin.

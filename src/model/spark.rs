@@ -70,6 +70,11 @@ pub(crate) fn is_metadata(file: &str) -> bool {
     file.strip_prefix(SPARK_METADATA_DIR).and_then(|f| f.strip_prefix('/')).is_some_and(|f| f.starts_with("part-") && !f.contains('/'))
 }
 
+/// The last component of a `/`-separated path.
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 /// Whether a file of a model directory is read: not Hadoop's `_SUCCESS`/`.crc` side files.
 pub(crate) fn is_data_file(file: &str) -> bool {
     !file.starts_with('_') && !file.starts_with('.') && !file.ends_with(".crc")
@@ -174,7 +179,7 @@ mod reader {
         let spark_version = meta.get("sparkVersion").and_then(Value::as_str).map(|v| format!("Spark {v}"));
 
         let mut trees_nodes: BTreeMap<i64, Vec<SparkNode>> = BTreeMap::new();
-        for (file, bytes) in files.iter().filter(|(f, _)| f.starts_with("data/")) {
+        for (file, bytes) in files.iter().filter(|(f, _)| f.starts_with("data/") && is_data_file(file_name(f))) {
             for batch in read_parquet(bytes, file, name)? {
                 read_nodes(&batch, kind != Kind::DecisionTree, file, name, &mut trees_nodes)?;
             }
@@ -341,7 +346,7 @@ mod reader {
     /// Tree weights by tree id from `treesMetadata/` (columns by position: id, metadata, weight).
     fn tree_weights(files: &[(String, bytes::Bytes)], name: &str) -> Result<BTreeMap<i64, f64>> {
         let mut weights = BTreeMap::new();
-        for (file, bytes) in files.iter().filter(|(f, _)| f.starts_with("treesMetadata/")) {
+        for (file, bytes) in files.iter().filter(|(f, _)| f.starts_with("treesMetadata/") && is_data_file(file_name(f))) {
             for batch in read_parquet(bytes, file, name)? {
                 let bad = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail: format!("{file}: {detail}") };
                 if batch.num_columns() < 3 {

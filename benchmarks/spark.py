@@ -1,0 +1,175 @@
+"""Spark: explaining a DataFrame the ways teams do it today, against ``shapfusion.spark.explain``,
+on the same rows, models and local Spark session (2 cores).
+
+    (a) the pandas-UDF recipe: ``mapInPandas`` with shap's ``TreeExplainer`` per partition, on a
+        scikit-learn RandomForestClassifier and on an XGBoost model;
+    (b) XGBoost's ``pred_contribs`` in ``mapInPandas``, and XGBoost's own Spark estimator output
+        (``xgboost.spark``'s ``pred_contrib_col``) on the same model;
+    (c) ``shapfusion.spark.explain`` on both models;
+    (d) ``shapfusion.Explainer`` outside Spark, on the same rows in memory.
+
+Every Spark path writes its result to the ``noop`` sink (everything computed, nothing stored);
+rows/s is rows over the job's wall time, the median of the repeats after a warm-up run on a
+few rows. The shap recipe on the forest runs on fewer rows (``--shap-rows``): it is two orders of
+magnitude slower, and its rows/s is what is compared.
+
+    python benchmarks/spark.py [--rows 200000] [--shap-rows 20000] [--repeats 3]
+
+Needs pyspark (tests/requirements-spark.txt), Java 17, the release wheel and
+tests/requirements.txt. Writes the SPARK section of benchmarks/RESULTS.md.
+"""
+
+import argparse
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from python_wheel import median_seconds as timed  # noqa: E402  (a warm-up, then the median)
+from suite import write_results_section  # noqa: E402
+
+FEATURES = 20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--shap-rows", type=int, default=20_000, help="rows for the shap recipe on the forest")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=8)
+    args = ap.parse_args()
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    import pandas as pd
+    import pyarrow as pa
+    import pyspark
+    import shap
+    import sklearn
+    import xgboost
+    from pyspark.sql import SparkSession
+    from sklearn.ensemble import RandomForestClassifier
+    from xgboost.spark import SparkXGBClassifier
+
+    import shapfusion
+    import shapfusion.spark as sfs
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "6g")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
+        .getOrCreate()
+    )
+    rng = np.random.default_rng(0)
+    names = [f"x{j}" for j in range(FEATURES)]
+    X = rng.normal(size=(args.rows, FEATURES))
+    y = (X[:, 0] + np.sin(2 * X[:, 1]) + X[:, 2] * X[:, 3] + 0.3 * rng.normal(size=args.rows) > 0).astype(int)
+    frame = pd.DataFrame(X, columns=names)
+    frame.insert(0, "id", np.arange(args.rows))
+    df = spark.createDataFrame(frame).repartition(args.partitions).cache()
+    df.count()
+    small = df.limit(args.shap_rows).repartition(args.partitions).cache()
+    small.count()
+
+    # The models: XGBoost trained by its own Spark estimator (its booster is the model the other
+    # paths load), and a scikit-learn forest.
+    train = spark.createDataFrame(frame.assign(label=y).iloc[:50_000]).repartition(2)
+    assembled = train.withColumn("label", train["label"].cast("double"))
+    estimator = SparkXGBClassifier(features_col=names, label_col="label", n_estimators=100, max_depth=6, num_workers=1, pred_contrib_col="contrib")
+    xgb_spark_model = estimator.fit(assembled)
+    booster = xgb_spark_model.get_booster()
+    forest = RandomForestClassifier(n_estimators=100, max_depth=10, n_jobs=2, random_state=0).fit(X[:50_000], y[:50_000])
+
+    def noop(frame_):
+        frame_.write.format("noop").mode("overwrite").save()
+
+    results = []
+
+    def record(method, model, rows, seconds):
+        results.append((method, model, rows, rows / seconds))
+        print(results[-1], flush=True)
+
+    # (a) the pandas-UDF recipe with shap's TreeExplainer.
+    def shap_recipe(model, rows_df):
+        schema = "id long, " + ", ".join(f"{n} double" for n in names)
+
+        def run(pdfs):
+            explainer = shap.TreeExplainer(model)
+            for pdf in pdfs:
+                values = np.asarray(explainer.shap_values(pdf[names], check_additivity=False))
+                if values.ndim == 3:
+                    values = values[..., -1]
+                out = pd.DataFrame(values, columns=names)
+                out.insert(0, "id", pdf["id"].to_numpy())
+                yield out
+
+        return rows_df.mapInPandas(run, schema)
+
+    record("(a) mapInPandas + shap.TreeExplainer", "RandomForestClassifier", args.shap_rows, timed(lambda: noop(shap_recipe(forest, small)), 1))
+    record("(a) mapInPandas + shap.TreeExplainer", "XGBoost", args.rows, timed(lambda: noop(shap_recipe(booster, df)), args.repeats))
+
+    # (b) XGBoost's own: pred_contribs in mapInPandas, and xgboost.spark's pred_contrib_col.
+    raw = booster.save_raw("ubj")
+
+    def contribs(pdfs):
+        model = xgboost.Booster()
+        model.load_model(bytearray(raw))
+        model.set_param({"nthread": 1})
+        for pdf in pdfs:
+            values = model.predict(xgboost.DMatrix(pdf[names]), pred_contribs=True)
+            out = pd.DataFrame(values[:, :-1].astype(np.float64), columns=names)
+            out.insert(0, "id", pdf["id"].to_numpy())
+            yield out
+
+    schema = "id long, " + ", ".join(f"{n} double" for n in names)
+    record("(b) mapInPandas + XGBoost pred_contribs", "XGBoost", args.rows, timed(lambda: noop(df.mapInPandas(contribs, schema)), args.repeats))
+    record("(b) xgboost.spark pred_contrib_col", "XGBoost", args.rows, timed(lambda: noop(xgb_spark_model.transform(df).select("id", "contrib")), args.repeats))
+
+    # (c) shapfusion.spark.explain, and (d) shapfusion.Explainer outside Spark.
+    record("(c) shapfusion.spark.explain", "XGBoost", args.rows, timed(lambda: noop(sfs.explain(df, booster, keep=["id"])), args.repeats))
+    record("(c) shapfusion.spark.explain", "RandomForestClassifier", args.rows, timed(lambda: noop(sfs.explain(df, forest, keep=["id"])), args.repeats))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    for label, model in [("XGBoost", booster), ("RandomForestClassifier", forest)]:
+        explainer = shapfusion.Explainer(model, threads=2)
+        record("(d) shapfusion.Explainer, no Spark", label, args.rows, timed(lambda: explainer.shap_values(table), args.repeats))
+
+    rate = {(m, model): r for m, model, _, r in results}
+
+    def ratio(a, b):
+        return f"{rate[a] / rate[b]:.1f}×"
+
+    lines = [
+        "## Spark: shapfusion.spark.explain against the usual recipes (benchmarks/spark.py)",
+        "",
+        f"Command: `python benchmarks/spark.py --rows {args.rows} --shap-rows {args.shap_rows} --repeats {args.repeats}` "
+        f"(release wheel). Machine: {platform.machine()}, {platform.platform()}, 2 cores; local Spark `local[2]`, "
+        f"{args.partitions} partitions; Python {platform.python_version()}; pyspark {pyspark.__version__}, shap {shap.__version__}, "
+        f"xgboost {xgboost.__version__}, scikit-learn {sklearn.__version__}, shapfusion {shapfusion.__version__}. "
+        f"{FEATURES} features; XGBoost: 100 trees, depth 6, trained by `xgboost.spark.SparkXGBClassifier`; forest: 100 trees, depth 10. "
+        "Each Spark job writes to the `noop` sink; rows/s over its wall time, median of the repeats after a warm-up.",
+        "",
+        "| method | model | rows | rows/s |",
+        "|---|---|---:|---:|",
+    ]
+    lines += [f"| {m} | {model} | {rows:,} | {r:,.0f} |" for m, model, rows, r in results]
+    c = "(c) shapfusion.spark.explain"
+    lines += [
+        "",
+        f"* (c) against (a), same model: RandomForestClassifier {ratio((c, 'RandomForestClassifier'), ('(a) mapInPandas + shap.TreeExplainer', 'RandomForestClassifier'))}, "
+        f"XGBoost {ratio((c, 'XGBoost'), ('(a) mapInPandas + shap.TreeExplainer', 'XGBoost'))} (target: 50×).",
+        f"* (c) against (b): {ratio((c, 'XGBoost'), ('(b) mapInPandas + XGBoost pred_contribs', 'XGBoost'))} pred_contribs in mapInPandas, "
+        f"{ratio((c, 'XGBoost'), ('(b) xgboost.spark pred_contrib_col', 'XGBoost'))} xgboost.spark.",
+        f"* (c) against (d), outside Spark: XGBoost {rate[(c, 'XGBoost')] / rate[('(d) shapfusion.Explainer, no Spark', 'XGBoost')]:.0%}, "
+        f"RandomForestClassifier {rate[(c, 'RandomForestClassifier')] / rate[('(d) shapfusion.Explainer, no Spark', 'RandomForestClassifier')]:.0%} (target: within 10 %).",
+    ]
+    write_results_section("SPARK", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""``shapfusion.spark``: explain a Spark DataFrame where it lives.
+
+    import shapfusion.spark
+    out = shapfusion.spark.explain(payments, "fraud.json", keep=["id"])
+    out.select("id", "shap.amount", "shap.bias").show()
+
+    shapfusion.spark.register(spark, "fraud_shap", "fraud.json")
+    spark.sql("SELECT id, fraud_shap(amount, age, ...).amount FROM payments")
+
+``explain`` runs ``DataFrame.mapInArrow``: Arrow record batches go to the Python workers and come
+back without pandas. The model is read once on the driver and broadcast as bytes; each Python
+worker builds one ``shapfusion.Explainer`` per model and thread count and keeps it for every
+later task. Features are matched to columns by name (categorical features by their category
+names, as everywhere in shapfusion); Spark's nulls are missing values.
+
+Threads: each task computes with ``spark.task.cpus`` threads (the slots the scheduler gave it),
+so an executor running several tasks is not oversubscribed; ``threads=`` overrides it.
+
+Needs pyspark >= 3.5 (tested on 4.x) and pyarrow. ``register`` makes a SQL function: an Arrow UDF
+(``pyspark.sql.functions.arrow_udf``) on Spark 4.1 and later, a pandas UDF on 3.5 and 4.0; both
+return the same struct.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+import warnings
+from collections import OrderedDict
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import Explainer, _model_source
+
+__all__ = ["explain", "register", "model_payload"]
+
+#: Outputs and the default name of the column that holds them.
+_OUTPUTS = {"shap": "shap", "interactions": "interactions", "margin": "margin"}
+
+#: Explainers built in this Python worker, by (content key, threads, transform), most recently
+#: used last. Spark reuses Python workers across tasks (spark.python.worker.reuse), so a model
+#: is prepared once per worker, not per task; the oldest go when more than `_CACHE_SIZE` are held.
+_CACHE: "OrderedDict[Tuple[str, int, str], Explainer]" = OrderedDict()
+_CACHE_SIZE = 8
+_CACHE_LOCK = threading.Lock()
+
+
+def model_payload(model: Any) -> Tuple[str, Any, str]:
+    """The model as what a broadcast carries: ``("bytes", file bytes, name)`` for a model file
+    or object, ``("spark", [(relative path, bytes), ...], name)`` for a Spark ML model directory
+    or a fitted ``pyspark.ml`` model. XGBoost's Spark models (``xgboost.spark``) give their
+    booster."""
+    module = type(model).__module__ or ""
+    if module.startswith("xgboost.spark"):
+        model = model.get_booster()
+    elif module.startswith("pyspark.ml"):
+        with tempfile.TemporaryDirectory(prefix="shapfusion-sparkml-") as tmp:
+            target = os.path.join(tmp, "model")
+            model.write().save("file://" + target)
+            return "spark", _directory_files(target), f"<{type(model).__name__}>"
+    path, data, name = _model_source(model)
+    if path is None:
+        return "bytes", data, name
+    if os.path.isdir(path):
+        return "spark", _directory_files(path), name
+    with open(path, "rb") as f:
+        return "bytes", f.read(), name
+
+
+def _directory_files(root: str) -> List[Tuple[str, bytes]]:
+    files = []
+    for dirpath, _, names in os.walk(root):
+        for n in sorted(names):
+            full = os.path.join(dirpath, n)
+            with open(full, "rb") as f:
+                files.append((os.path.relpath(full, root).replace(os.sep, "/"), f.read()))
+    return files
+
+
+def _content_key(payload: Tuple[str, Any, str], background: Optional[bytes]) -> str:
+    """A digest of the model's and background's bytes: the same model in another call (or
+    another broadcast) finds the explainer a worker already built."""
+    digest = hashlib.sha256()
+    kind, data, _ = payload
+    digest.update(kind.encode())
+    for part in [data] if kind == "bytes" else [p.encode() + b"\0" + b for p, b in data]:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    digest.update(background or b"")
+    return digest.hexdigest()
+
+
+def _explainer(payload: Tuple[str, Any, str], key: str, threads: int, background: Optional[bytes], transform: str = "identity") -> Explainer:
+    """This worker's explainer for a broadcast model, built at its first task."""
+    cache_key = (key, threads, transform)
+    with _CACHE_LOCK:
+        explainer = _CACHE.get(cache_key)
+        if explainer is not None:
+            _CACHE.move_to_end(cache_key)
+        else:
+            kind, data, name = payload
+            rows = None
+            if background is not None:
+                import pyarrow as pa
+
+                rows = pa.ipc.open_stream(background).read_all()
+            if kind == "spark":
+                explainer = Explainer._from_spark_files(data, name, threads=threads, background=rows, transform=transform)
+            else:
+                explainer = Explainer(data, threads=threads, background=rows, transform=transform)
+            _CACHE[cache_key] = explainer
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+        return explainer
+
+
+def _task_threads(threads: Optional[int]) -> int:
+    """``threads``, or the cores Spark gave this task (``spark.task.cpus``, 1 by default)."""
+    if threads is not None:
+        return threads
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    cpus = context.cpus() if context is not None and hasattr(context, "cpus") else 1
+    return max(int(cpus or 1), 1)
+
+
+def _background_ipc(background: Any, features: Sequence[str]) -> Optional[bytes]:
+    """A background (Spark DataFrame, pandas or Arrow) as Arrow IPC bytes for the broadcast."""
+    if background is None:
+        return None
+    import pyarrow as pa
+
+    if hasattr(background, "toArrow"):  # a Spark DataFrame (Spark 4)
+        table = background.select(*[c for c in features if c in background.columns]).toArrow()
+    elif hasattr(background, "toPandas") and hasattr(background, "sparkSession"):
+        table = pa.Table.from_pandas(background.toPandas(), preserve_index=False)
+    elif hasattr(background, "__arrow_c_stream__"):
+        table = pa.table(background)
+    else:
+        import pandas as pd
+
+        table = pa.Table.from_pandas(pd.DataFrame(background, columns=None if hasattr(background, "columns") else list(features)), preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def explain(
+    df: Any,
+    model: Any,
+    features: Optional[Union[Sequence[str], Dict[str, str]]] = None,
+    output: str = "shap",
+    background: Any = None,
+    keep: Optional[Sequence[str]] = None,
+    threads: Optional[int] = None,
+    name: Optional[str] = None,
+):
+    """Attributions of every row of the Spark DataFrame ``df``, as a Spark DataFrame.
+
+    Parameters
+    ----------
+    df
+        The rows. Feature columns are found by the model's feature names; other columns are
+        ignored unless kept.
+    model
+        A model file path (XGBoost, LightGBM, CatBoost JSON, shapfusion trees), a Spark ML model
+        directory, a fitted ``pyspark.ml`` tree model, an ``xgboost.spark`` model, or any model
+        ``shapfusion.Explainer`` takes. Read once here, on the driver.
+    features
+        The columns holding the model's features when their names differ: a list in the model's
+        feature order, or a dict from feature name to column name.
+    output
+        ``"shap"`` (SHAP values and the bias), ``"interactions"`` or ``"margin"``.
+    background
+        Rows for interventional SHAP (a Spark, pandas or Arrow table), collected to the driver
+        and broadcast with the model.
+    keep
+        Columns of ``df`` to carry into the result (ids, labels), before the attributions.
+    threads
+        Engine threads per task; default ``spark.task.cpus``.
+    name
+        The result column's name (default: ``output``).
+
+    Returns
+    -------
+    A DataFrame with the ``keep`` columns and one struct column: a field per feature then
+    ``bias`` (arrays of one value per class for multiclass models); for interactions, the
+    ``interactions`` matrix; for margins, ``margin``.
+
+    Raises
+    ------
+    ValueError
+        ``df`` lacks a feature column (the message names it and lists ``df``'s columns), or an
+        argument is wrong.
+    """
+    import pyarrow as pa
+
+    if output not in _OUTPUTS:
+        raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
+    keep = list(keep or [])
+    payload = model_payload(model)
+    driver = _driver_explainer(payload)
+    model_features = list(driver.feature_names)
+    mapping = _feature_columns(model_features, features)
+    missing = [f"{feature!r} (column {column!r})" if column != feature else repr(feature) for feature, column in mapping.items() if column not in df.columns]
+    if missing:
+        raise ValueError(f"the DataFrame lacks the model's feature column(s) {', '.join(missing)}; it has: {', '.join(df.columns)}")
+    absent = [k for k in keep if k not in df.columns]
+    if absent:
+        raise ValueError(f"keep names column(s) the DataFrame lacks: {', '.join(absent)}; it has: {', '.join(df.columns)}")
+    column = name or _OUTPUTS[output]
+    if column in keep:
+        raise ValueError(f"the result column {column!r} is also a kept column; pass name= to call it something else")
+    renamed = {column: feature for feature, column in mapping.items() if column != feature}
+    inputs = df.select(*keep, *[df[c].alias(renamed.get(c, c)) for c in dict.fromkeys(mapping.values())])
+
+    spark = df.sparkSession
+    background_ipc = _background_ipc(background, model_features)
+    broadcast = spark.sparkContext.broadcast((payload, background_ipc))
+    key = _content_key(payload, background_ipc)
+    empty = driver._compute(pa.table({f: pa.array([], pa.float64()) for f in model_features}), output, True)
+    result_type = _spark_struct(empty).type
+    spark_schema = _spark_schema(df, keep, column, result_type)
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        (model_payload_, background_) = broadcast.value
+        explainer = _explainer(model_payload_, key, _task_threads(threads), background_)
+        for batch in batches:
+            struct = _spark_struct(explainer._compute(batch, output, True))
+            kept = [batch.column(batch.schema.get_field_index(k)) for k in keep]
+            yield pa.RecordBatch.from_arrays(kept + [struct], names=keep + [column])
+
+    return inputs.mapInArrow(run, spark_schema)
+
+
+def spark_arrays(batch: Any) -> List[Any]:
+    """The columns of a shapfusion output batch in types Spark's Arrow reader takes: fixed-size
+    lists (one value per class, interaction matrices) become plain lists of the same values."""
+    return [_as_list(column) for column in batch.columns]
+
+
+def _as_list(array: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(array.type):
+        inner = _as_list(array.flatten())
+        size = array.type.list_size
+        offsets = pa.array(range(0, size * len(array) + 1, size), pa.int32())
+        return pa.ListArray.from_arrays(offsets, inner, mask=array.is_null() if array.null_count else None)
+    return array
+
+
+def _spark_struct(batch: Any) -> Any:
+    """A shapfusion output batch as one struct array Spark takes."""
+    import pyarrow as pa
+
+    columns = spark_arrays(batch)
+    return pa.StructArray.from_arrays(columns, fields=[pa.field(f.name, c.type, f.nullable) for f, c in zip(batch.schema, columns)])
+
+
+def _driver_explainer(payload: Tuple[str, Any, str]) -> Explainer:
+    """An explainer on the driver, for the model's features and output types (no engine set-up
+    to speak of: one thread, the reference engine)."""
+    kind, data, name = payload
+    if kind == "spark":
+        return Explainer._from_spark_files(data, name, algorithm="treeshap", threads=1)
+    return Explainer(data, algorithm="treeshap", threads=1)
+
+
+def _feature_columns(model_features: List[str], features: Any) -> Dict[str, str]:
+    """Feature name → column name."""
+    if features is None:
+        return {f: f for f in model_features}
+    if isinstance(features, dict):
+        unknown = [f for f in features if f not in model_features]
+        if unknown:
+            raise ValueError(f"features names {', '.join(map(repr, unknown))}, which the model does not have; its features: {', '.join(model_features)}")
+        return {f: features.get(f, f) for f in model_features}
+    features = list(features)
+    if len(features) != len(model_features):
+        raise ValueError(f"features lists {len(features)} columns for the model's {len(model_features)} features ({', '.join(model_features)})")
+    return dict(zip(model_features, features))
+
+
+def _spark_schema(df: Any, keep: List[str], column: str, result_type: Any):
+    from pyspark.sql.types import StructField, StructType
+
+    fields = [df.schema[k] for k in keep]
+    return StructType(fields + [StructField(column, _spark_type(result_type), True)])
+
+
+def _spark_type(arrow_type: Any):
+    """Spark's type for the Arrow types shapfusion writes (float64, lists and structs of them)."""
+    import pyarrow as pa
+    from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+
+    if pa.types.is_struct(arrow_type):
+        return StructType([StructField(f.name, _spark_type(f.type), f.nullable) for f in arrow_type])
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return ArrayType(_spark_type(arrow_type.value_type), True)
+    if pa.types.is_floating(arrow_type):
+        return DoubleType()
+    raise TypeError(f"shapfusion.spark: no Spark type for the output type {arrow_type}")
+
+
+def register(spark: Any, name: str, model: Any, output: str = "shap", threads: Optional[int] = None):
+    """Registers the SQL function ``name(feature1, feature2, ...)`` on ``spark``: the model's
+    features in its order, returning the struct ``explain`` writes (SHAP values and bias,
+    interactions or the margin). An Arrow UDF on Spark 4.1+, a pandas UDF before. Returns the
+    UDF, which DataFrame code can call too."""
+    import pyarrow as pa
+    import pyspark.sql.functions as F
+
+    if output not in _OUTPUTS:
+        raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
+    payload = model_payload(model)
+    driver = _driver_explainer(payload)
+    model_features = list(driver.feature_names)
+    empty = driver._compute(pa.table({f: pa.array([], pa.float64()) for f in model_features}), output, True)
+    result_type = _spark_struct(empty).type
+    return_type = _spark_type(result_type)
+    broadcast = spark.sparkContext.broadcast((payload, None))
+    key = _content_key(payload, None)
+
+    def compute(columns: List[pa.Array]) -> pa.StructArray:
+        if len(columns) != len(model_features):
+            raise ValueError(f"{name}() takes the model's {len(model_features)} features in order ({', '.join(model_features)}); got {len(columns)} arguments")
+        explainer = _explainer(broadcast.value[0], key, _task_threads(threads), None)
+        table = pa.table(dict(zip(model_features, columns)))
+        return _spark_struct(explainer._compute(table, output, True))
+
+    if hasattr(F, "arrow_udf"):
+
+        # Spark infers the UDF kind from type hints, which a variadic signature has none of:
+        # the scalar kind is named instead.
+        def arrow_fn(*columns):
+            return compute([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns])
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*type hints for arrow UDF.*")
+            udf = F.arrow_udf(arrow_fn, return_type, F.ArrowUDFType.SCALAR)
+    else:
+        import pandas as pd
+
+        def pandas_fn(*columns):
+            arrays = [pa.Array.from_pandas(c) for c in columns]
+            return pa.Table.from_struct_array(compute(arrays)).to_pandas()
+
+        udf = F.pandas_udf(pandas_fn, return_type, F.PandasUDFType.SCALAR)
+    spark.udf.register(name, udf)
+    return udf

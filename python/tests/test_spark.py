@@ -1,0 +1,204 @@
+"""shapfusion.spark on a local Spark session: every fixture through ``explain`` (mapInArrow) and
+through a registered SQL function equals ``shapfusion.Explainer`` bit for bit; nulls, empty
+partitions, a missing column and a failed-then-retried task.
+
+Needs pyspark (tests/requirements-spark.txt) and Java 17; skipped without them unless
+SHAPFUSION_REQUIRE_SPARK=1 (CI sets it)."""
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import shapfusion
+from conftest import REPO
+
+if os.environ.get("SHAPFUSION_REQUIRE_SPARK") == "1":
+    import pyspark  # noqa: F401
+else:
+    pytest.importorskip("pyspark")
+
+import shapfusion.spark as sfs  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def fixture_names():
+    return sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists() and (p / "input.parquet").exists())
+
+
+def model_path(name: str):
+    d = FIXTURES / name
+    for m in ("model.json", "model.ubj", "model.txt", "model"):
+        if (d / m).exists():
+            return d / m
+    raise FileNotFoundError(d)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    # The Python workers run this interpreter (with shapfusion and pyarrow), as a cluster's
+    # PYSPARK_PYTHON names the executors' environment.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # local[2, 3]: two task slots, and a failed task is tried up to three times.
+    session = (
+        SparkSession.builder.master("local[2, 3]")
+        .appName("shapfusion-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "64")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def with_ids(df):
+    from pyspark.sql import functions as F
+
+    return df.withColumn("_row", F.monotonically_increasing_id())
+
+
+def assert_same(got: pa.Table, want: pa.RecordBatch, what: str) -> None:
+    """Every output column equal, bit for bit (Spark carries lists where shapfusion writes
+    fixed-size lists: the same values)."""
+    assert got.column_names == want.schema.names, what
+    for column, values in zip(want.schema.names, sfs.spark_arrays(want)):
+        assert got.column(column).combine_chunks().equals(values), (what, column)
+
+
+def sorted_struct(out, column: str) -> pa.Table:
+    """The result's struct column as a table of its fields, in row order."""
+    table = out.orderBy("_row").toArrow()
+    return pa.Table.from_struct_array(table.column(column).combine_chunks())
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_every_fixture_equals_the_explainer_bit_for_bit(spark, name):
+    path = model_path(name)
+    table = pq.read_table(FIXTURES / name / "input.parquet")
+    want = shapfusion.Explainer(str(path)).shap_values(table, as_arrow=True)
+    df = with_ids(spark.read.parquet(str(FIXTURES / name / "input.parquet")))
+    assert_same(sorted_struct(sfs.explain(df, str(path), keep=["_row"]), "shap"), want, name)
+    # The SQL function: the model's features in its order, the same struct.
+    features = shapfusion.Explainer(str(path)).feature_names
+    function = "shap_" + name
+    sfs.register(spark, function, str(path))
+    df.createOrReplaceTempView("rows_" + name)
+    arguments = ", ".join(f"`{f}`" for f in features)
+    sql = spark.sql(f"SELECT _row, {function}({arguments}) AS shap FROM rows_{name}")
+    assert_same(sorted_struct(sql, "shap"), want, name + " (SQL)")
+
+
+def test_interactions_margins_and_interventional(spark):
+    path = model_path("xgb_missing")
+    table = pq.read_table(FIXTURES / "xgb_missing" / "input.parquet")
+    df = with_ids(spark.read.parquet(str(FIXTURES / "xgb_missing" / "input.parquet")))
+    explainer = shapfusion.Explainer(str(path))
+    for output in ("interactions", "margin"):
+        want = explainer._compute(table, output, True)
+        assert_same(sorted_struct(sfs.explain(df, str(path), output=output, keep=["_row"]), output), want, output)
+    background = table.slice(0, 20)
+    want = shapfusion.Explainer(str(path), background=background).shap_values(table, as_arrow=True)
+    assert_same(sorted_struct(sfs.explain(df, str(path), background=background, keep=["_row"], name="values"), "values"), want, "interventional")
+
+
+def test_nulls_are_missing_values_and_empty_partitions_give_nothing(spark):
+    import pandas as pd
+
+    path = model_path("xgb_missing")
+    explainer = shapfusion.Explainer(str(path))
+    features = explainer.feature_names
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(40, len(features)))
+    values[rng.random(values.shape) < 0.3] = np.nan
+    frame = pd.DataFrame(values, columns=features)
+    frame.insert(0, "id", np.arange(40))
+    # Spark nulls (validity bits), not NaN: createDataFrame with None.
+    df = spark.createDataFrame(frame.astype(object).where(frame.notna(), None), schema="id long, " + ", ".join(f"`{f}` double" for f in features))
+    df = df.repartition(7, "id")  # more partitions than rows in some: empty ones
+    out = sfs.explain(df, str(path), keep=["id"]).orderBy("id").toArrow()
+    got = pa.Table.from_struct_array(out.column("shap").combine_chunks())
+    want = explainer.shap_values(frame[features], as_arrow=True)
+    assert out.column("id").to_pylist() == list(range(40))
+    assert_same(got, want, "nulls")
+    empty = sfs.explain(df.filter("id < 0"), str(path), keep=["id"]).collect()
+    assert empty == []
+
+
+def test_a_missing_feature_column_is_named(spark):
+    path = model_path("xgb_missing")
+    features = shapfusion.Explainer(str(path)).feature_names
+    df = spark.read.parquet(str(FIXTURES / "xgb_missing" / "input.parquet")).drop(features[1])
+    with pytest.raises(ValueError, match=f"lacks the model's feature column.*{features[1]}.*it has"):
+        sfs.explain(df, str(path))
+    with pytest.raises(ValueError, match="features lists"):
+        sfs.explain(df, str(path), features=["a"])
+
+
+def test_a_task_killed_and_retried_loses_and_repeats_no_row(spark):
+    """The first attempt of one task fails after the explain stage has produced rows; Spark
+    retries it, and every id comes back exactly once."""
+    path = model_path("xgb_missing")
+    df = with_ids(spark.read.parquet(str(FIXTURES / "xgb_missing" / "input.parquet"))).repartition(3)
+    explained = sfs.explain(df, str(path), keep=["_row"])
+
+    def fail_first_attempt(batches):
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        for i, batch in enumerate(batches):
+            if context.partitionId() == 0 and context.attemptNumber() == 0 and i == 0:
+                raise RuntimeError("killed on purpose (first attempt)")
+            yield batch
+
+    rows = explained.mapInArrow(fail_first_attempt, explained.schema).select("_row").toArrow().column("_row").to_pylist()
+    expected = df.select("_row").toArrow().column("_row").to_pylist()
+    assert sorted(rows) == sorted(expected) and len(rows) == len(set(rows))
+
+
+def test_each_task_uses_its_task_cpus(spark):
+    def threads(batches):
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_arrays([pa.array([sfs._task_threads(None)], pa.int32())], names=["threads"])
+
+    got = spark.range(4).repartition(2).mapInArrow(threads, "threads int").toArrow().column("threads").to_pylist()
+    assert set(got) == {int(spark.conf.get("spark.task.cpus", "1"))}
+
+
+def test_fitted_spark_ml_and_xgboost_spark_models(spark, tmp_path):
+    """A fitted pyspark.ml model (saved and read on the driver, its features named by the
+    DataFrame's columns through features=) and an xgboost.spark model (its booster) give what
+    shapfusion.Explainer gives for the same model."""
+    import pandas as pd
+    from pyspark.ml.classification import RandomForestClassifier
+    from pyspark.ml.feature import VectorAssembler
+
+    rng = np.random.default_rng(8)
+    columns = ["amount", "age", "hour"]
+    frame = pd.DataFrame(rng.normal(size=(300, 3)), columns=columns)
+    frame["label"] = ((frame.amount + frame.age * frame.hour) > 0).astype(float)
+    frame.insert(0, "id", np.arange(300))
+    df = spark.createDataFrame(frame)
+    assembled = VectorAssembler(inputCols=columns, outputCol="features").transform(df)
+    forest = RandomForestClassifier(numTrees=5, maxDepth=4, seed=1).fit(assembled)
+    forest.write().save(str(tmp_path / "forest"))
+    want = shapfusion.Explainer(str(tmp_path / "forest")).shap_values(pa.Table.from_pandas(frame[columns].set_axis(["f0", "f1", "f2"], axis=1)), as_arrow=True)
+    got = sfs.explain(df, forest, features=columns, keep=["id"]).orderBy("id").toArrow()
+    assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, "pyspark.ml forest")
+    with pytest.raises(ValueError, match="lacks the model's feature column.*'f0'"):
+        sfs.explain(df, forest)  # a Spark ML model names its features f0, f1, ... : map them
+
+    xgboost_spark = pytest.importorskip("xgboost.spark")
+    regressor = xgboost_spark.SparkXGBRegressor(features_col=columns, label_col="label", n_estimators=10, max_depth=3, num_workers=1).fit(df)
+    booster = regressor.get_booster()
+    want = shapfusion.Explainer(booster).shap_values(pa.Table.from_pandas(frame[columns].set_axis(booster.feature_names or columns, axis=1)), as_arrow=True)
+    names = booster.feature_names or [f"f{j}" for j in range(3)]
+    got = sfs.explain(df, regressor, features=dict(zip(names, columns)), keep=["id"]).orderBy("id").toArrow()
+    assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, "xgboost.spark")
