@@ -62,7 +62,8 @@ impl FeatureColumns {
         for (i, name) in model.feature_names.iter().enumerate() {
             let idx = match by_name.get(name.as_str()) {
                 Some(&idx) => idx,
-                None => return Err(missing_column(schema, name, i)),
+                // Not in the map: the lookup that says which names the input has.
+                None => column_index(schema, name, i)?,
             };
             check_feature_type(model, i, schema.field(idx).data_type())?;
             indices.push(idx);

@@ -71,6 +71,7 @@ pub(crate) fn is_metadata(file: &str) -> bool {
 }
 
 /// The last component of a `/`-separated path.
+#[cfg(feature = "files")]
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
