@@ -293,11 +293,8 @@ class TreeEnsembleView:
     def predict(self, X: Any, y: Any = None, output: Optional[str] = None, tree_limit: Optional[int] = None) -> np.ndarray:
         """The model's output for ``X`` as shap's ``TreeEnsemble.predict`` gives it: the margin,
         or its transform for ``model_output="probability"``; ``(n,)`` for one output."""
-        explainer = self._owner._for_limit(self._owner._native_limit(tree_limit))
-        out = self._owner._transformed(explainer.predict_margin(X))
-        if output == "raw":
-            out = explainer.predict_margin(X)
-        return out
+        margin = self._owner._for_limit(self._owner._native_limit(tree_limit)).predict_margin(X)
+        return margin if output == "raw" else self._owner._transformed(margin)
 
     def __repr__(self) -> str:
         return f"TreeEnsembleView({len(self.trees)} trees, {self.num_outputs} output(s), {self.model_type})"

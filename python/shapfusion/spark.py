@@ -201,9 +201,7 @@ def explain(
     if output not in _OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
     keep = list(keep or [])
-    payload = model_payload(model)
-    driver = _driver_explainer(payload)
-    model_features = list(driver.feature_names)
+    payload, model_features, result_type = _prepare(model, output)
     mapping = _feature_columns(model_features, features)
     missing = [f"{feature!r} (column {column!r})" if column != feature else repr(feature) for feature, column in mapping.items() if column not in df.columns]
     if missing:
@@ -221,8 +219,6 @@ def explain(
     background_ipc = _background_ipc(background, model_features)
     broadcast = spark.sparkContext.broadcast((payload, background_ipc))
     key = _content_key(payload, background_ipc)
-    empty = driver._compute(pa.table({f: pa.array([], pa.float64()) for f in model_features}), output, True)
-    result_type = _spark_struct(empty).type
     spark_schema = _spark_schema(df, keep, column, result_type)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
@@ -259,6 +255,18 @@ def _spark_struct(batch: Any) -> Any:
 
     columns = spark_arrays(batch)
     return pa.StructArray.from_arrays(columns, fields=[pa.field(f.name, c.type, f.nullable) for f, c in zip(batch.schema, columns)])
+
+
+def _prepare(model: Any, output: str) -> Tuple[Tuple[str, Any, str], List[str], Any]:
+    """On the driver: the model's broadcast payload, its feature names, and the Arrow type of
+    the struct ``output`` gives (what the Spark schema is made from)."""
+    import pyarrow as pa
+
+    payload = model_payload(model)
+    driver = _driver_explainer(payload)
+    features = list(driver.feature_names)
+    empty = driver._compute(pa.table({f: pa.array([], pa.float64()) for f in features}), output, True)
+    return payload, features, _spark_struct(empty).type
 
 
 def _driver_explainer(payload: Tuple[str, Any, str]) -> Explainer:
@@ -316,11 +324,7 @@ def register(spark: Any, name: str, model: Any, output: str = "shap", threads: O
 
     if output not in _OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
-    payload = model_payload(model)
-    driver = _driver_explainer(payload)
-    model_features = list(driver.feature_names)
-    empty = driver._compute(pa.table({f: pa.array([], pa.float64()) for f in model_features}), output, True)
-    result_type = _spark_struct(empty).type
+    payload, model_features, result_type = _prepare(model, output)
     return_type = _spark_type(result_type)
     broadcast = spark.sparkContext.broadcast((payload, None))
     key = _content_key(payload, None)
