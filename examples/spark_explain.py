@@ -39,7 +39,7 @@ top.show()
 
 # 2. The same numbers as shapfusion.Explainer on the same rows (bit for bit).
 local = shapfusion.Explainer(MODEL).shap_values(pq.read_table(PAYMENTS), as_arrow=True)
-got = explained.orderBy("id").toArrow()
+got = shapfusion.spark.to_arrow(explained.orderBy("id"))
 values = pa.Table.from_struct_array(got.column("shap").combine_chunks())
 order = pq.read_table(PAYMENTS).column("id").to_pylist()
 assert got.column("id").to_pylist() == sorted(order)
@@ -53,7 +53,7 @@ print(f"{got.num_rows:,} payments explained on Spark, equal to shapfusion.Explai
 shapfusion.spark.register(spark, "fraud_shap", MODEL)
 payments.createOrReplaceTempView("payments")
 features = ", ".join(shapfusion.Explainer(MODEL).feature_names)
-sql = spark.sql(f"SELECT id, fraud_shap({features}) AS shap FROM payments ORDER BY id").toArrow()
+sql = shapfusion.spark.to_arrow(spark.sql(f"SELECT id, fraud_shap({features}) AS shap FROM payments ORDER BY id"))
 assert pa.Table.from_struct_array(sql.column("shap").combine_chunks()).equals(values)
 print("Spark SQL: fraud_shap(...) gives the same values")
 

@@ -33,7 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import Explainer, _model_source
 
-__all__ = ["explain", "register", "model_payload"]
+__all__ = ["explain", "register", "model_payload", "to_arrow"]
 
 #: Outputs and the default name of the column that holds them.
 _OUTPUTS = {"shap": "shap", "interactions": "interactions", "margin": "margin"}
@@ -126,16 +126,26 @@ def _task_threads(threads: Optional[int]) -> int:
     return max(int(cpus or 1), 1)
 
 
+def to_arrow(df: Any) -> Any:
+    """Collects a Spark DataFrame to the driver as a ``pyarrow.Table``: ``DataFrame.toArrow`` on
+    Spark 4, and on Spark 3.5 (which lacks it) the Arrow batches its ``toPandas`` collects."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    batches = df._collect_as_arrow()
+    return pa.Table.from_batches(batches) if batches else to_arrow_schema(df.schema).empty_table()
+
+
 def _background_ipc(background: Any, features: Sequence[str]) -> Optional[bytes]:
     """A background (Spark DataFrame, pandas or Arrow) as Arrow IPC bytes for the broadcast."""
     if background is None:
         return None
     import pyarrow as pa
 
-    if hasattr(background, "toArrow"):  # a Spark DataFrame (Spark 4)
-        table = background.select(*[c for c in features if c in background.columns]).toArrow()
-    elif hasattr(background, "toPandas") and hasattr(background, "sparkSession"):
-        table = pa.Table.from_pandas(background.toPandas(), preserve_index=False)
+    if hasattr(background, "sparkSession"):  # a Spark DataFrame
+        table = to_arrow(background.select(*[c for c in features if c in background.columns]))
     elif hasattr(background, "__arrow_c_stream__"):
         table = pa.table(background)
     else:
@@ -300,15 +310,17 @@ def _spark_schema(df: Any, keep: List[str], column: str, result_type: Any):
     return StructType(fields + [StructField(column, _spark_type(result_type), True)])
 
 
-def _spark_type(arrow_type: Any):
-    """Spark's type for the Arrow types shapfusion writes (float64, lists and structs of them)."""
+def _spark_type(arrow_type: Any, nullable_fields: bool = False):
+    """Spark's type for the Arrow types shapfusion writes (float64, lists and structs of them).
+    ``nullable_fields`` declares every struct field nullable, as a pandas UDF's result is once
+    Spark has converted it from pandas."""
     import pyarrow as pa
     from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
 
     if pa.types.is_struct(arrow_type):
-        return StructType([StructField(f.name, _spark_type(f.type), f.nullable) for f in arrow_type])
+        return StructType([StructField(f.name, _spark_type(f.type, nullable_fields), f.nullable or nullable_fields) for f in arrow_type])
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
-        return ArrayType(_spark_type(arrow_type.value_type), True)
+        return ArrayType(_spark_type(arrow_type.value_type, nullable_fields), True)
     if pa.types.is_floating(arrow_type):
         return DoubleType()
     raise TypeError(f"shapfusion.spark: no Spark type for the output type {arrow_type}")
@@ -347,12 +359,15 @@ def register(spark: Any, name: str, model: Any, output: str = "shap", threads: O
             warnings.filterwarnings("ignore", message=".*type hints for arrow UDF.*")
             udf = F.arrow_udf(arrow_fn, return_type, F.ArrowUDFType.SCALAR)
     else:
-        import pandas as pd
 
         def pandas_fn(*columns):
             arrays = [pa.Array.from_pandas(c) for c in columns]
             return pa.Table.from_struct_array(compute(arrays)).to_pandas()
 
-        udf = F.pandas_udf(pandas_fn, return_type, F.PandasUDFType.SCALAR)
+        with warnings.catch_warnings():
+            # Spark 4 deprecates the explicit kind in favour of type hints, which a variadic
+            # signature cannot give.
+            warnings.filterwarnings("ignore", category=UserWarning, message=".*type hints for pandas UDF.*")
+            udf = F.pandas_udf(pandas_fn, _spark_type(result_type, nullable_fields=True), F.PandasUDFType.SCALAR)
     spark.udf.register(name, udf)
     return udf
