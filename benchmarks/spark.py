@@ -9,11 +9,11 @@ on the same rows, models and local Spark session (2 cores).
     (d) ``shapfusion.Explainer`` outside Spark, on the same rows in memory.
 
 Every Spark path writes its result to the ``noop`` sink (everything computed, nothing stored);
-rows/s is rows over the job's wall time, the median of the repeats after a warm-up run on a
-few rows. The shap recipe on the forest runs on fewer rows (``--shap-rows``): it is two orders of
+rows/s is rows over the job's wall time after one warm-up run of the same job: the median of
+``--repeats`` runs for (c) and (d), ``--peer-repeats`` runs for the peers, which take minutes. The shap recipe on the forest runs on fewer rows (``--shap-rows``): it is two orders of
 magnitude slower, and its rows/s is what is compared.
 
-    python benchmarks/spark.py [--rows 200000] [--shap-rows 20000] [--repeats 3]
+    python benchmarks/spark.py [--rows 200000] [--shap-rows 10000] [--repeats 3] [--peer-repeats 1]
 
 Needs pyspark (tests/requirements-spark.txt), Java 17, the release wheel and
 tests/requirements.txt. Writes the SPARK section of benchmarks/RESULTS.md.
@@ -38,8 +38,9 @@ FEATURES = 20
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--shap-rows", type=int, default=20_000, help="rows for the shap recipe on the forest")
+    ap.add_argument("--shap-rows", type=int, default=10_000, help="rows for the shap recipe on the forest")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--peer-repeats", type=int, default=1, help="timed runs of the peers (a) and (b), minutes each")
     ap.add_argument("--partitions", type=int, default=8)
     args = ap.parse_args()
 
@@ -82,7 +83,9 @@ def main() -> None:
     estimator = SparkXGBClassifier(features_col=names, label_col="label", n_estimators=100, max_depth=6, num_workers=1, pred_contrib_col="contrib")
     xgb_spark_model = estimator.fit(assembled)
     booster = xgb_spark_model.get_booster()
-    forest = RandomForestClassifier(n_estimators=100, max_depth=10, n_jobs=2, random_state=0).fit(X[:50_000], y[:50_000])
+    # Fitted on a DataFrame, so the forest knows its features by name (feature_names_in_), as
+    # explain() matches them.
+    forest = RandomForestClassifier(n_estimators=100, max_depth=10, n_jobs=2, random_state=0).fit(frame[names].iloc[:50_000], y[:50_000])
 
     def noop(frame_):
         frame_.write.format("noop").mode("overwrite").save()
@@ -110,7 +113,7 @@ def main() -> None:
         return rows_df.mapInPandas(run, schema)
 
     record("(a) mapInPandas + shap.TreeExplainer", "RandomForestClassifier", args.shap_rows, timed(lambda: noop(shap_recipe(forest, small)), 1))
-    record("(a) mapInPandas + shap.TreeExplainer", "XGBoost", args.rows, timed(lambda: noop(shap_recipe(booster, df)), args.repeats))
+    record("(a) mapInPandas + shap.TreeExplainer", "XGBoost", args.rows, timed(lambda: noop(shap_recipe(booster, df)), args.peer_repeats))
 
     # (b) XGBoost's own: pred_contribs in mapInPandas, and xgboost.spark's pred_contrib_col.
     raw = booster.save_raw("ubj")
@@ -126,8 +129,8 @@ def main() -> None:
             yield out
 
     schema = "id long, " + ", ".join(f"{n} double" for n in names)
-    record("(b) mapInPandas + XGBoost pred_contribs", "XGBoost", args.rows, timed(lambda: noop(df.mapInPandas(contribs, schema)), args.repeats))
-    record("(b) xgboost.spark pred_contrib_col", "XGBoost", args.rows, timed(lambda: noop(xgb_spark_model.transform(df).select("id", "contrib")), args.repeats))
+    record("(b) mapInPandas + XGBoost pred_contribs", "XGBoost", args.rows, timed(lambda: noop(df.mapInPandas(contribs, schema)), args.peer_repeats))
+    record("(b) xgboost.spark pred_contrib_col", "XGBoost", args.rows, timed(lambda: noop(xgb_spark_model.transform(df).select("id", "contrib")), args.peer_repeats))
 
     # (c) shapfusion.spark.explain, and (d) shapfusion.Explainer outside Spark.
     record("(c) shapfusion.spark.explain", "XGBoost", args.rows, timed(lambda: noop(sfs.explain(df, booster, keep=["id"])), args.repeats))
@@ -145,12 +148,13 @@ def main() -> None:
     lines = [
         "## Spark: shapfusion.spark.explain against the usual recipes (benchmarks/spark.py)",
         "",
-        f"Command: `python benchmarks/spark.py --rows {args.rows} --shap-rows {args.shap_rows} --repeats {args.repeats}` "
+        f"Command: `python benchmarks/spark.py --rows {args.rows} --shap-rows {args.shap_rows} --repeats {args.repeats} --peer-repeats {args.peer_repeats}` "
         f"(release wheel). Machine: {platform.machine()}, {platform.platform()}, 2 cores; local Spark `local[2]`, "
         f"{args.partitions} partitions; Python {platform.python_version()}; pyspark {pyspark.__version__}, shap {shap.__version__}, "
         f"xgboost {xgboost.__version__}, scikit-learn {sklearn.__version__}, shapfusion {shapfusion.__version__}. "
         f"{FEATURES} features; XGBoost: 100 trees, depth 6, trained by `xgboost.spark.SparkXGBClassifier`; forest: 100 trees, depth 10. "
-        "Each Spark job writes to the `noop` sink; rows/s over its wall time, median of the repeats after a warm-up.",
+        "Each Spark job writes to the `noop` sink; rows/s over its wall time, after one warm-up run of the same job: the median of "
+        f"{args.repeats} runs for (c) and (d), {args.peer_repeats} for the peers (a) and (b), which take minutes a run.",
         "",
         "| method | model | rows | rows/s |",
         "|---|---|---:|---:|",
