@@ -337,7 +337,6 @@ def register(spark: Any, name: str, model: Any, output: str = "shap", threads: O
     if output not in _OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
     payload, model_features, result_type = _prepare(model, output)
-    return_type = _spark_type(result_type)
     broadcast = spark.sparkContext.broadcast((payload, None))
     key = _content_key(payload, None)
 
@@ -357,7 +356,7 @@ def register(spark: Any, name: str, model: Any, output: str = "shap", threads: O
 
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*type hints for arrow UDF.*")
-            udf = F.arrow_udf(arrow_fn, return_type, F.ArrowUDFType.SCALAR)
+            udf = F.arrow_udf(arrow_fn, _spark_type(result_type), F.ArrowUDFType.SCALAR)
     else:
 
         def pandas_fn(*columns):
