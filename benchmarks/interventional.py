@@ -117,6 +117,28 @@ def shapfusion(bench: str, model: Path, rows_pq: Path, bg_pq: Path, algorithm: s
     return result
 
 
+def dense_table_mib(model_path: Path, max_bits: int = 12) -> float | None:
+    """What the interventional tables took before they were packed: `2^d · d` f64 values for every
+    leaf of an XGBoost JSON model with `d <= max_bits` distinct features on its path (the
+    packed tables' size is the harness's `engine_bytes`). None for other formats."""
+    if model_path.suffix != ".json":
+        return None
+    trees = json.loads(model_path.read_text())["learner"]["gradient_booster"]["model"]["trees"]
+    total = 0
+    for tree in trees:
+        left, right, feature = tree["left_children"], tree["right_children"], tree["split_indices"]
+        stack = [(0, frozenset())]
+        while stack:
+            node, path = stack.pop()
+            if left[node] == -1:
+                if len(path) <= max_bits:
+                    total += (1 << len(path)) * len(path) * 8
+                continue
+            below = path | {feature[node]}
+            stack += [(left[node], below), (right[node], below)]
+    return total / (1 << 20)
+
+
 def rate(rows_per_second: float) -> str:
     """Rows/s with the digits that matter."""
     if rows_per_second >= 100:
@@ -165,7 +187,8 @@ def main() -> None:
             write_parquet(bg_pq, bg)
             row = {"model": name, "background": size, "threads": args.threads}
             ours = shapfusion(args.bench, model_path, work / "rows.parquet", bg_pq, "auto", args.threads, work / "ours.f64")
-            row.update(ours_rows_per_second=ours["rows_per_second"], ours_setup_seconds=ours["setup_seconds"], ours_rss_mib=ours["rss_mib"])
+            row.update(ours_rows_per_second=ours["rows_per_second"], ours_setup_seconds=ours["setup_seconds"], ours_rss_mib=ours["rss_mib"],
+                       ours_tables_mib=(ours.get("engine_bytes") or 0) / (1 << 20), dense_tables_mib=dense_table_mib(model_path))
             # The oracle on the check rows: the reference engine where affordable.
             oracle_algorithm = "treeshap" if size <= 1000 else "auto"
             shapfusion(args.bench, model_path, work / "check.parquet", bg_pq, oracle_algorithm, args.threads, work / "oracle.f64", repeats=1)
@@ -206,8 +229,8 @@ def write_results(results: list[dict], argv: str) -> None:
         "max|φ − φ_oracle| / max|φ_oracle|, the oracle being shapfusion's reference engine (the definition, "
         "background row by background row) up to 1,000 background rows, and the aggregated engine beyond.",
         "",
-        "| model | background rows | shapfusion rows/s | set-up s | peak MiB | error | shap rows/s | error | WOODELF rows/s | error | vs shap | vs WOODELF |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | background rows | shapfusion rows/s | set-up s | tables MiB (unpacked) | peak MiB | error | shap rows/s | error | WOODELF rows/s | error | vs shap | vs WOODELF |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         def peer(m):
@@ -216,12 +239,15 @@ def write_results(results: list[dict], argv: str) -> None:
             rps = r[f"{m}_rows_per_second"]
             return rate(rps), f"{r[f'{m}_error']:.1e}", f"{r['ours_rows_per_second'] / rps:,.0f}×"
         s, w = peer("shap"), peer("woodelf")
+        dense = f" ({r['dense_tables_mib']:.0f})" if r.get("dense_tables_mib") is not None else ""
         lines.append(
             f"| {r['model']} | {r['background']:,} | {rate(r['ours_rows_per_second'])} | {r['ours_setup_seconds']:.2f} | "
-            f"{r['ours_rss_mib']} | {r['ours_error']:.1e} | {s[0]} | {s[1]} | {w[0]} | {w[1]} | {s[2]} | {w[2]} |"
+            f"{r['ours_tables_mib']:.0f}{dense} | {r['ours_rss_mib']} | {r['ours_error']:.1e} | {s[0]} | {s[1]} | {w[0]} | {w[1]} | {s[2]} | {w[2]} |"
         )
     lines += [
         "",
+        "Tables MiB: what the engine holds for the background (packed tables and patterns); in brackets, what "
+        "the same tables took unpacked (`2^d·d` values per leaf of `d <= 12` path features), before issue 34. "
         "shapfusion's rows/s leave out its set-up (the one pass over the background, in its own column); "
         "shap's and WOODELF's include theirs, as one call of their API does it. shap ran on as many rows as fit "
         "two minutes (20 at 100,000 background rows). WOODELF's values differ from shap's and ours by the error "

@@ -57,6 +57,7 @@ SPECS = [
     Spec("medium-128f", "xgboost", 128, 100, 8, 1000),
     Spec("medium-multiclass", "xgboost", 20, 100, 6, 1000, classes=5, note="5 classes: 500 trees", interaction_rows=500),
     Spec("medium-lightgbm", "lightgbm", 54, 100, 8, 2000, note="num_leaves 255, max_depth 8"),
+    Spec("deep-50f", "xgboost", 50, 300, 12, 500, interaction_rows=100),
     Spec("large-54f", "xgboost", 54, 1000, 16, 50),
 ]
 

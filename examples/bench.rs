@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Prints one JSON line: engine, rows, set-up seconds (tables, or the background's
-//! aggregation), best and median seconds over the repeats, rows/s. With `--background`, the
+//! aggregation), best and median seconds over the repeats, rows/s, and the bytes the engine
+//! holds for its work where it counts them (`engine_bytes`, else null). With `--background`, the
 //! values are interventional SHAP values over the background's rows.
 
 use std::io::Write;
@@ -73,8 +74,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             f.write_all(&v.to_le_bytes())?;
         }
     }
+    // Memory the engine holds for its work (the interventional engine's packed tables and
+    // patterns), where it counts it.
+    let engine_bytes = explainer.memory_bytes().map_or("null".to_string(), |b| b.to_string());
     println!(
-        "{{\"engine\": \"{}\", \"rows\": {}, \"setup_seconds\": {setup_seconds}, \"best_seconds\": {}, \"median_seconds\": {median}, \"rows_per_second\": {}}}",
+        "{{\"engine\": \"{}\", \"rows\": {}, \"setup_seconds\": {setup_seconds}, \"best_seconds\": {}, \"median_seconds\": {median}, \"rows_per_second\": {}, \"engine_bytes\": {engine_bytes}}}",
         explainer.name(),
         block.rows(),
         times[0],

@@ -99,6 +99,8 @@ pub mod shell;
 pub mod sql;
 #[cfg(all(test, feature = "files"))]
 mod test_fixtures;
+#[cfg(test)]
+mod test_support;
 
 pub use batch::OutputKind;
 pub use device::Device;

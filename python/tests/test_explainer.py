@@ -285,13 +285,15 @@ def test_threads_do_not_change_results(xgb_binary, data):
 
 @pytest.fixture(scope="module")
 def slow_call():
-    """A call that takes several seconds on 2 cores: the reference engine on 200 trees."""
+    """A call that takes about ten seconds on 2 cores, unless interrupted: the reference engine
+    on 200 trees (no more rows than that, so an interrupt that does not land fails the test in
+    seconds, not in the minutes the whole call would take on a loaded machine)."""
     import xgboost as xgb
 
     X = frame(2000, 20, seed=11, missing=0.0)
     booster = xgb.train({"max_depth": 8, "eta": 0.1, "nthread": 2}, xgb.DMatrix(X, label=labels(X, 2, 12)), 200)
     explainer = shapfusion.Explainer(booster, algorithm="treeshap")
-    rows = np.tile(X.to_numpy(), (100, 1))  # 200,000 rows
+    rows = np.tile(X.to_numpy(), (20, 1))  # 40,000 rows
     return explainer, rows
 
 

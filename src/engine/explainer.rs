@@ -20,6 +20,12 @@ pub trait Engine: Send + Sync {
     /// SHAP interaction values of every row of `block`.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions>;
 
+    /// Bytes the engine holds for its work beyond the model (tables, an aggregated background),
+    /// where it counts them; `None` where it does not.
+    fn memory_bytes(&self) -> Option<usize> {
+        None
+    }
+
     /// Margin predictions of every row of `block`.
     fn predict(&self, block: &FeatureBlock) -> Result<Predictions> {
         let model = self.model();

@@ -19,7 +19,12 @@
 //!
 //! * **tables** (a leaf with at most [`MAX_TABLE_BITS`] path features): for every possible `X_f`
 //!   the leaf's contribution to each of its `d` features, summed over the background; a row
-//!   then costs one table row per leaf, whatever the background's size;
+//!   then costs one table row per leaf, whatever the background's size. The rows are packed:
+//!   every feature of `X_f` gets the same value (the cold sum), so a row holds it once plus one
+//!   value per feature outside `X_f`, `2^d·(1 + d/2)` values instead of `2^d·d`; and two sibling
+//!   leaves under the first split on their last path feature share one table (the explained
+//!   row fails that feature at exactly one of them, so the left leaf's `X_f` indexes both),
+//!   `2^d·(3/2 + d/2)` values for the two. See [`PackedRows`];
 //! * **patterns** (deeper leaves, or tables over the memory bound): the distinct fail sets and
 //!   their counts; a row costs one pass over them per leaf (at most the background's size, and
 //!   at most `2^d`).
@@ -109,6 +114,10 @@ pub(super) struct LeafPath {
     pub(super) slot: u32,
     pub(super) value: f64,
     pub(super) features: Vec<u32>,
+    /// This leaf is the left child of a split that is the path's first on its feature (the
+    /// last path feature), and the next leaf is the right child: the two share their features,
+    /// and the explained row fails that feature at exactly one of them.
+    pub(super) first_split_pair: bool,
 }
 
 /// A tree compiled for fail-set walks: every reachable node gets a slot (the root slot 0), and
@@ -128,17 +137,25 @@ impl FailWalk {
         let mut path: Vec<u32> = Vec::new();
         let mut stack = vec![(0usize, 0u32, 0usize)];
         let mut slots = 1u32;
+        // Left children that start a first-split pair (see `LeafPath::first_split_pair`).
+        let mut pair_left = Vec::new();
         while let Some((i, slot, len)) = stack.pop() {
             path.truncate(len);
             let node = &tree.nodes[i];
             if node.is_leaf() {
-                leaves.push(LeafPath { slot, value: node.value * tree.weight, features: path.clone() });
+                let first_split_pair = pair_left.last() == Some(&i);
+                leaves.push(LeafPath { slot, value: node.value * tree.weight, features: path.clone(), first_split_pair });
                 continue;
             }
             let bit = match path.iter().position(|&f| f == node.feature) {
                 Some(b) => b,
                 None => {
                     path.push(node.feature);
+                    // Both children leaves: the left is popped next and the right right after it.
+                    let (l, r) = (node.left as usize, node.right as usize);
+                    if tree.nodes[l].is_leaf() && tree.nodes[r].is_leaf() {
+                        pair_left.push(l);
+                    }
                     path.len() - 1
                 }
             };
@@ -173,10 +190,101 @@ impl FailWalk {
 /// How one leaf holds its aggregated background.
 #[derive(Debug)]
 enum LeafData {
-    /// `d` contributions per fail set of the explained row: `table[x_f · d + bit]`.
-    Table(Vec<f64>),
+    /// Packed rows keyed by the leaf's fail set (see [`PackedRows`]); `paired`: they cover the
+    /// next leaf too (its first-split sibling), which then holds [`LeafData::InSibling`].
+    Table { rows: Vec<f64>, paired: bool },
     /// Distinct background fail sets and how many rows have each, and `value / N`.
     Patterns { scale: f64, patterns: Vec<(u64, f64)> },
+    /// In the previous leaf's paired table.
+    InSibling,
+}
+
+/// Where each row of a packed table starts, for tables of `d` path features, single or paired.
+///
+/// A row is keyed by the (left) leaf's fail set `key`. Its shared set `S` is `key` for a single
+/// leaf and `key` without the last bit for a pair; the row is `[shared, own…]`: one value every
+/// feature of `S` gets, then one value for each feature outside `S`, lowest bit first, so
+/// `1 + d − |S|` values. The start of each row depends only on `d` and the kind, so one offset
+/// table per kind and size serves every leaf.
+#[derive(Debug)]
+struct PackedRows {
+    /// `offsets[paired][d][key]`, with one more entry at the end: the table's length.
+    offsets: [Vec<Vec<u32>>; 2],
+}
+
+impl PackedRows {
+    fn new(max_bits: usize) -> PackedRows {
+        let kind = |paired: bool| {
+            (0..=max_bits)
+                .map(|d| {
+                    let mut offsets = Vec::with_capacity((1 << d) + 1);
+                    let mut at = 0u32;
+                    for key in 0..1u64 << d {
+                        offsets.push(at);
+                        at += (1 + d - (key & shared_mask(d, paired)).count_ones() as usize) as u32;
+                    }
+                    offsets.push(at);
+                    offsets
+                })
+                .collect()
+        };
+        PackedRows { offsets: [kind(false), kind(true)] }
+    }
+
+    /// The values a packed table of `d` features holds.
+    fn len(&self, d: usize, paired: bool) -> usize {
+        *self.offsets[paired as usize][d].last().expect("one offset per key and the end") as usize
+    }
+
+    /// The row of `key`.
+    #[inline]
+    fn row<'a>(&self, rows: &'a [f64], d: usize, paired: bool, key: u64) -> &'a [f64] {
+        let offsets = &self.offsets[paired as usize][d];
+        &rows[offsets[key as usize] as usize..offsets[key as usize + 1] as usize]
+    }
+
+    /// Packs the dense tables (`2^d · d` values, `table[x_f · d + bit]`) of one leaf, or of a
+    /// first-split pair (left, right): the right leaf's fail set is the left one's with the last
+    /// bit flipped, and the pair's values are their sums.
+    fn pack(&self, d: usize, left: &[f64], right: Option<&[f64]>) -> Vec<f64> {
+        let paired = right.is_some();
+        let (full, last) = (low_bits(d), if d > 0 { 1u64 << (d - 1) } else { 0 });
+        let mut rows = Vec::with_capacity(self.len(d, paired));
+        for key in 0..1u64 << d {
+            let value = |bit: usize| {
+                let l = left[key as usize * d + bit];
+                match right {
+                    Some(r) => l + r[(key ^ last) as usize * d + bit],
+                    None => l,
+                }
+            };
+            let shared = key & shared_mask(d, paired);
+            // Every feature of the shared set holds the same (cold) value in the dense table.
+            rows.push(if shared == 0 { 0.0 } else { value(shared.trailing_zeros() as usize) });
+            for_each_bit(full ^ shared, |i| rows.push(value(i)));
+        }
+        debug_assert_eq!(rows.len(), self.len(d, paired));
+        rows
+    }
+}
+
+/// The low `d` bits.
+fn low_bits(d: usize) -> u64 {
+    if d >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << d) - 1
+    }
+}
+
+/// The bits of a key that form a packed row's shared set: all `d` for a single leaf, all but
+/// the last (the pair's split feature) for a pair.
+fn shared_mask(d: usize, paired: bool) -> u64 {
+    if paired && d > 0 {
+        low_bits(d - 1)
+    } else {
+        low_bits(d)
+    }
 }
 
 /// One tree's walk and its leaves' aggregated background.
@@ -192,7 +300,18 @@ pub(crate) struct Interventional {
     trees: Vec<AggregatedTree>,
     bias: Vec<f64>,
     weights: Weights,
+    packed: PackedRows,
     max_slots: usize,
+}
+
+/// How a leaf is held, decided before counting (tables have known sizes, patterns do not).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Holding {
+    Patterns,
+    Table,
+    /// A table for this leaf and the next (a first-split pair).
+    PairTable,
+    InSibling,
 }
 
 /// Counts of the background rows' fail sets at each leaf of one tree: dense (`2^d` per leaf)
@@ -219,11 +338,6 @@ fn count_fail_sets(tree: &Tree, walk: &FailWalk, background: &FeatureBlock, dens
         }
     }
     counts
-}
-
-/// Bytes of a leaf's table: `2^d · d` values.
-fn table_bytes(d: usize) -> usize {
-    (1usize << d) * d * 8
 }
 
 /// The table of one leaf: for every fail set `x_f` of the explained row, the contribution to
@@ -283,25 +397,43 @@ impl Interventional {
         check_background(&model, background)?;
         let walks: Vec<FailWalk> = model.trees.iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
 
-        // Tables where they fit, leaf by leaf in model order, within the bound.
+        // Tables where they fit, leaf by leaf in model order, within the bound; a first-split
+        // pair shares one.
+        let packed = PackedRows::new(table_bits.min(MAX_TABLE_BITS));
         let mut budget = memory_bound;
-        let dense: Vec<Vec<bool>> = walks
+        let mut take = |d: usize, paired: bool| {
+            let bytes = packed.len(d, paired) * size_of::<f64>();
+            let fits = bytes <= budget;
+            if fits {
+                budget -= bytes;
+            }
+            fits
+        };
+        let holdings: Vec<Vec<Holding>> = walks
             .iter()
             .map(|walk| {
-                walk.leaves
-                    .iter()
-                    .map(|leaf| {
-                        let d = leaf.features.len();
-                        let fits = d <= table_bits && table_bytes(d) <= budget;
-                        if fits {
-                            budget -= table_bytes(d);
+                let mut holdings = vec![Holding::Patterns; walk.leaves.len()];
+                let mut k = 0;
+                while k < walk.leaves.len() {
+                    let leaf = &walk.leaves[k];
+                    let d = leaf.features.len();
+                    if d <= table_bits.min(MAX_TABLE_BITS) {
+                        if leaf.first_split_pair && k + 1 < walk.leaves.len() && take(d, true) {
+                            holdings[k] = Holding::PairTable;
+                            holdings[k + 1] = Holding::InSibling;
+                            k += 2;
+                            continue;
                         }
-                        fits
-                    })
-                    .collect()
+                        if take(d, false) {
+                            holdings[k] = Holding::Table;
+                        }
+                    }
+                    k += 1;
+                }
+                holdings
             })
             .collect();
-
+        let dense: Vec<Vec<bool>> = holdings.iter().map(|h| h.iter().map(|h| *h != Holding::Patterns).collect()).collect();
         let n = background.rows() as f64;
         let max_bits = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
         let weights = Weights::new(max_bits);
@@ -322,20 +454,25 @@ impl Interventional {
 
         let mut bias = model.base_margin.clone();
         let mut trees = Vec::with_capacity(walks.len());
-        for (((tree, walk), counts), dense) in model.trees.iter().zip(walks).zip(counted).zip(dense) {
-            let data: Vec<LeafData> = walk
-                .leaves
-                .par_iter()
-                .zip(counts.par_iter())
-                .zip(dense.par_iter())
-                .map(|((leaf, counts), &dense)| {
+        for (((tree, walk), counts), holdings) in model.trees.iter().zip(walks).zip(counted).zip(holdings) {
+            let data: Vec<LeafData> = (0..walk.leaves.len())
+                .into_par_iter()
+                .map(|k| {
+                    let leaf = &walk.leaves[k];
+                    let d = leaf.features.len();
                     let scale = leaf.value / n;
-                    if dense {
-                        LeafData::Table(leaf_table(leaf.features.len(), counts, scale, &weights))
-                    } else {
-                        let mut patterns: Vec<(u64, f64)> = counts.iter().map(|(f, c)| (*f, *c as f64)).collect();
-                        patterns.sort_unstable_by_key(|p| p.0);
-                        LeafData::Patterns { scale, patterns }
+                    match holdings[k] {
+                        Holding::Table => LeafData::Table { rows: packed.pack(d, &leaf_table(d, &counts[k], scale, &weights), None), paired: false },
+                        Holding::PairTable => {
+                            let right = leaf_table(d, &counts[k + 1], walk.leaves[k + 1].value / n, &weights);
+                            LeafData::Table { rows: packed.pack(d, &leaf_table(d, &counts[k], scale, &weights), Some(&right)), paired: true }
+                        }
+                        Holding::InSibling => LeafData::InSibling,
+                        Holding::Patterns => {
+                            let mut patterns: Vec<(u64, f64)> = counts[k].iter().map(|(f, c)| (*f, *c as f64)).collect();
+                            patterns.sort_unstable_by_key(|p| p.0);
+                            LeafData::Patterns { scale, patterns }
+                        }
                     }
                 })
                 .collect();
@@ -349,7 +486,7 @@ impl Interventional {
             return Err(Error::Input("interventional: the background's mean margin is not finite".into()));
         }
         let max_slots = trees.iter().map(|t| t.walk.slots).max().unwrap_or(1);
-        Ok(Interventional { model, trees, bias, weights, max_slots })
+        Ok(Interventional { model, trees, bias, weights, packed, max_slots })
     }
 
     /// Adds tree `t`'s attributions for row `x` to `phi` (its group's F + 1 values).
@@ -361,12 +498,18 @@ impl Interventional {
             let xf = fails[leaf.slot as usize];
             let d = leaf.features.len();
             match data {
-                LeafData::Table(table) => {
-                    let row = &table[xf as usize * d..(xf as usize + 1) * d];
-                    for (feature, v) in leaf.features.iter().zip(row) {
-                        phi[*feature as usize] += v;
-                    }
+                LeafData::Table { rows, paired } => {
+                    let row = self.packed.row(rows, d, *paired, xf);
+                    let shared = xf & shared_mask(d, *paired);
+                    let features = &leaf.features;
+                    for_each_bit(shared, |j| phi[features[j] as usize] += row[0]);
+                    let mut own = 1;
+                    for_each_bit(low_bits(d) ^ shared, |i| {
+                        phi[features[i] as usize] += row[own];
+                        own += 1;
+                    });
                 }
+                LeafData::InSibling => {}
                 LeafData::Patterns { scale, patterns } => {
                     let b = xf.count_ones() as usize;
                     let mut cold = 0.0;
@@ -426,6 +569,21 @@ impl Engine for Interventional {
 
     fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
         Err(interactions_unavailable())
+    }
+
+    fn memory_bytes(&self) -> Option<usize> {
+        let data: usize = self
+            .trees
+            .iter()
+            .flat_map(|t| &t.data)
+            .map(|d| match d {
+                LeafData::Table { rows, .. } => rows.len() * size_of::<f64>(),
+                LeafData::Patterns { patterns, .. } => patterns.len() * size_of::<(u64, f64)>(),
+                LeafData::InSibling => 0,
+            })
+            .sum();
+        let offsets: usize = self.packed.offsets.iter().flatten().map(|o| o.len() * size_of::<u32>()).sum();
+        Some(data + offsets)
     }
 }
 
@@ -561,6 +719,7 @@ impl Engine for InterventionalReference {
 mod tests {
     use super::*;
 
+    use crate::model::Precision;
     use crate::test_fixtures::{block_rows as rows, fixtures, max_row_rel_error};
 
     #[test]
@@ -588,6 +747,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A full tree of `depth` splitting on feature `level` at each level (so every path has
+    /// `depth` distinct features and every leaf has a first-split sibling).
+    fn deep_model(depth: usize, seed: u64) -> Model {
+        let tree = crate::test_support::full_tree(&mut { seed }, depth, |level, _| level as u32);
+        crate::test_support::numeric_model(depth, vec![tree], 0.5)
+    }
+
+    #[test]
+    fn packed_tables_take_under_half_the_dense_ones_and_keep_the_values() {
+        let depth = 10;
+        let model = Arc::new(deep_model(depth, 7));
+        let prepared = Arc::new(PreparedModel::new(model.clone()).unwrap());
+        let uniform = |rows: usize, salt: usize| {
+            let values = (0..rows * depth).map(|i| ((i * 7919 + salt * 104729) % 1000) as f64 / 1000.0).collect();
+            FeatureBlock::new(rows, depth, values, Precision::F64)
+        };
+        let (background, explained) = (uniform(40, 1), uniform(12, 2));
+        let engine = Interventional::new(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES).unwrap();
+        // Every leaf is in a first-split pair: one packed table per pair.
+        let tables = engine.trees[0].data.iter().filter(|d| matches!(d, LeafData::Table { paired: true, .. })).count();
+        assert_eq!(tables, 1 << (depth - 1));
+        let dense_bytes = (1usize << depth) * (1 << depth) * depth * 8;
+        let packed_bytes = engine.memory_bytes().unwrap();
+        assert!(packed_bytes * 2 <= dense_bytes, "packed {packed_bytes} bytes against {dense_bytes} dense");
+        // The values: the definition, row pair by row pair.
+        let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+        let got = engine.shap(&explained).unwrap();
+        let (err, row) = max_row_rel_error(&got.values, &reference.values, depth + 1);
+        assert!(err <= 1e-9, "row {row} off the reference by {err:e}");
+        assert!(got.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
     }
 
     #[test]

@@ -34,10 +34,21 @@
 //! directions (see [`Coefficients`]). Every factor is in [0, 1], `1/f'` is at most `1/t₁`,
 //! and no division happens per row.
 //!
+//! **Parts.** The points a tree needs are set by its longest path, but a deep tree's leaves sit
+//! at many depths. A tree's SHAP values are a sum over its leaves, so the leaves can be split
+//! into groups by the points their own paths need, each group walked as a tree of its own: the
+//! same splits with the other leaves' values set to 0, and every subtree left with no leaf of
+//! the group cut to one zero leaf (it adds nothing). A group then takes only the points of its
+//! own longest path, on only the splits above its leaves. Which groups (runs of point counts)
+//! are cheapest is decided per tree at compile time from the splits each would keep
+//! ([`leaf_groups`]); a balanced tree stays whole.
+//!
 //! The walk over a tree is the same for every row; only these per-lane coefficients differ. So
 //! eight rows share the control flow and the tree's data, and the arithmetic is plain lane-wise
-//! `[f64; 8]` loops, compiled for AVX-512 and AVX2 as well and chosen at run time (no fused
-//! multiply-add: the same bits on every path).
+//! `[f64; 8]` loops, compiled for AVX-512 and AVX2 (with FMA) as well and chosen at run time.
+//! Products that feed a sum are fused multiply-adds (`mul_add`), written out: a fused
+//! multiply-add rounds once, the same bits whether the CPU's instruction or the library's
+//! software `fma` computes it, so every compiled copy gives the same bits.
 
 use std::sync::{Arc, OnceLock};
 
@@ -46,7 +57,7 @@ use super::decision::Decision;
 use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_task};
 use super::explainer::Engine;
 use super::output::{Attributions, Interactions};
-use super::prepared::{PreparedModel, PreparedTree};
+use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
@@ -119,10 +130,12 @@ struct Split {
     slot: u8,
 }
 
-/// A tree compiled for the walk: splits in preorder (a split's ancestors come before it), and
-/// the quadrature rule its longest path needs.
+/// A tree, or one part of it (see the module docs), compiled for the walk: splits in preorder
+/// (a split's ancestors come before it), and the quadrature rule its longest path needs.
 #[derive(Debug)]
 struct LinearTree {
+    /// The model's tree this is (a part of).
+    source: usize,
     splits: Vec<Split>,
     /// Quadrature nodes on [0, 1] and weights; ⌈d/2⌉ of them for the tree's longest path.
     t: Vec<f64>,
@@ -135,16 +148,88 @@ struct LinearTree {
     width: usize,
 }
 
+/// Leaves of one tree grouped by the quadrature points their paths need, for the parts of the
+/// tree (see the module docs): each group is a run `lo..=hi` of point counts, chosen to make
+/// `Σ kept splits × (points + 1)` least (the 1 stands for a split's fixed cost: its direction
+/// and coefficients). Returns the runs and, per node, the point counts found under it (bit
+/// `k − 1` for `k` points), from which a part's kept splits follow.
+fn leaf_groups(tree: &Tree, prep: &PreparedTree) -> (Vec<(usize, usize)>, Vec<u64>) {
+    let mut below = vec![0u64; tree.nodes.len()];
+    let order = tree.preorder();
+    for &i in order.iter().rev() {
+        let node = &tree.nodes[i];
+        below[i] = if node.is_leaf() {
+            // At most MAX_POINTS points: LinearTree::compile refuses more before any part is made.
+            1u64 << (exact_points(prep.distinct[i] as usize).min(MAX_POINTS) - 1)
+        } else {
+            below[node.left as usize] | below[node.right as usize]
+        };
+    }
+    // Splits by the point counts under them.
+    let mut splits_by_mask: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
+    for &i in &order {
+        if !tree.nodes[i].is_leaf() {
+            *splits_by_mask.entry(below[i]).or_insert(0) += 1;
+        }
+    }
+    let counts: Vec<usize> = (1..=MAX_POINTS).filter(|k| below[0] & (1u64 << (k - 1)) != 0).collect();
+    if counts.len() <= 1 {
+        return (vec![(counts.first().copied().unwrap_or(1), counts.first().copied().unwrap_or(1))], below);
+    }
+    let run_mask = |lo: usize, hi: usize| (lo..=hi).fold(0u64, |m, k| m | 1u64 << (k - 1));
+    let cost = |lo: usize, hi: usize| {
+        let mask = run_mask(lo, hi);
+        splits_by_mask.iter().filter(|(m, _)| **m & mask != 0).map(|(_, c)| c).sum::<usize>() * (hi + 1)
+    };
+    // best[j]: the cheapest grouping of the first j point counts, and where its last run starts.
+    let mut best = vec![(0usize, 0usize); counts.len() + 1];
+    for j in 1..=counts.len() {
+        best[j] = (0..j).map(|i| (best[i].0 + cost(counts[i], counts[j - 1]), i)).min().expect("j >= 1");
+    }
+    let mut runs = Vec::new();
+    let mut j = counts.len();
+    while j > 0 {
+        let i = best[j].1;
+        runs.push((counts[i], counts[j - 1]));
+        j = i;
+    }
+    runs.reverse();
+    (runs, below)
+}
+
 impl LinearTree {
-    fn new(tree: &Tree, prep: &PreparedTree, index: usize) -> Result<LinearTree> {
+    /// Compiles tree `index` into its parts (see the module docs).
+    fn parts(tree: &Tree, prep: &PreparedTree, index: usize) -> Result<Vec<LinearTree>> {
         let distinct = prep.leaf_path_lengths(tree).max().unwrap_or(0);
-        let points = exact_points(distinct);
-        if points > MAX_POINTS {
+        if exact_points(distinct) > MAX_POINTS {
             return Err(Error::Unavailable(format!(
                 "linear: tree {index} has a path with {distinct} distinct features (limit {}); use fast-v1",
                 2 * MAX_POINTS
             )));
         }
+        let (runs, below) = leaf_groups(tree, prep);
+        Ok(runs
+            .into_iter()
+            .map(|(lo, hi)| {
+                let mask = (lo..=hi).fold(0u64, |m, k| m | 1u64 << (k - 1));
+                LinearTree::compile(tree, prep, index, |node| below[node] & mask != 0)
+            })
+            .collect())
+    }
+
+    /// Compiles the part of tree `index` whose leaves are those `keep` holds, and whose splits
+    /// are those `keep` holds (the splits above a kept leaf); every other child is a zero leaf.
+    fn compile(tree: &Tree, prep: &PreparedTree, index: usize, keep: impl Fn(usize) -> bool) -> LinearTree {
+        let distinct = tree
+            .nodes
+            .iter()
+            .zip(&prep.distinct)
+            .enumerate()
+            .filter(|(i, (n, d))| n.is_leaf() && **d != UNREACHABLE && keep(*i))
+            .map(|(_, (_, d))| *d as usize)
+            .max()
+            .unwrap_or(0);
+        let points = exact_points(distinct);
         let (t, w) = gauss_legendre(points);
         let mut splits = Vec::new();
         let mut split_of = vec![u32::MAX; tree.nodes.len()];
@@ -154,7 +239,7 @@ impl LinearTree {
         let mut stack: Vec<(usize, usize, Vec<PathStep>)> = vec![(0, 1, Vec::new())];
         while let Some((i, d, path)) = stack.pop() {
             let node = &tree.nodes[i];
-            if node.is_leaf() {
+            if node.is_leaf() || !keep(i) {
                 continue;
             }
             let me = splits.len() as u32;
@@ -190,11 +275,15 @@ impl LinearTree {
             let node = &tree.nodes[i];
             for (slot, child) in split.children.iter_mut().zip([node.left, node.right]) {
                 let c = child as usize;
-                *slot = if tree.nodes[c].is_leaf() { Child::Leaf(prep.value[c]) } else { Child::Split(split_of[c]) };
+                *slot = match (tree.nodes[c].is_leaf(), keep(c)) {
+                    (_, false) => Child::Leaf(0.0),
+                    (true, true) => Child::Leaf(prep.value[c]),
+                    (false, true) => Child::Split(split_of[c]),
+                };
             }
         }
         let cold_ratio = t.iter().map(|t| -1.0 / (1.0 - t)).collect();
-        Ok(LinearTree { splits, t, w, cold_ratio, depth, width: distinct })
+        LinearTree { source: index, splits, t, w, cold_ratio, depth, width: distinct }
     }
 
     fn points(&self) -> usize {
@@ -210,14 +299,15 @@ pub(crate) struct Linear {
 
 impl Linear {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Linear> {
-        let trees = prepared
+        let parts = prepared
             .model
             .trees
             .iter()
             .zip(&prepared.trees)
             .enumerate()
-            .map(|(t, (tree, prep))| LinearTree::new(tree, prep, t))
+            .map(|(t, (tree, prep))| LinearTree::parts(tree, prep, t))
             .collect::<Result<Vec<_>>>()?;
+        let trees = parts.into_iter().flatten().collect();
         let linear = Linear { prepared, trees };
         linear.check_scratch(false)?;
         Ok(linear)
@@ -281,7 +371,7 @@ impl Coefficients {
         let (a, c) = (&self.a[side], &self.c[side]);
         let mut g = Lanes::default();
         for r in 0..LANES {
-            g[r] = a[r] + c[r] * t;
+            g[r] = c[r].mul_add(t, a[r]);
         }
         g
     }
@@ -295,8 +385,8 @@ impl Coefficients {
         let mut e = Lanes::default();
         for r in 0..LANES {
             let s = 1.0 + self.sel[r] * (inv - 1.0);
-            g[r] = s * (a[r] + c[r] * t);
-            e[r] = s * (c[r] - self.beta[r] * g[r]);
+            g[r] = s * c[r].mul_add(t, a[r]);
+            e[r] = s * (-self.beta[r]).mul_add(g[r], c[r]);
         }
         (g, e)
     }
@@ -329,11 +419,15 @@ struct WalkStack {
     values: Vec<Lanes>,
     /// Interactions only: the split's terms per quadrature node (K lanes).
     terms: Vec<Lanes>,
-    /// Interactions only, per level: the path's distinct features above the level's split
-    /// (`width` per level), how many, and each one's `(o − z)/f` at every node (`width·K`).
+    /// Interactions only: the path's distinct features in order of first split (`width`), and
+    /// each one's `(o − z)/f` at every node (`width·K`), for the walk's current level. Going
+    /// down changes one entry, so they are kept once, not per level: a level's own entries are
+    /// those below its `path_len`, and the one entry a repeated split overwrites below it is
+    /// saved in `path_saved` (K lanes per level) and put back on the way up.
     path_features: Vec<u32>,
     path_len: Vec<usize>,
     path_ratios: Vec<Lanes>,
+    path_saved: Vec<Lanes>,
 }
 
 /// Slots of K lanes per level of [`WalkStack::values`].
@@ -344,8 +438,7 @@ const G: [usize; 2] = [3, 4];
 const E: [usize; 2] = [5, 6];
 
 impl WalkStack {
-    /// Sizes the stack for a tree; the interaction buffers only when `pairs` (they are `width`
-    /// times larger per level).
+    /// Sizes the stack for a tree; the interaction buffers only when `pairs`.
     fn reserve(&mut self, levels: usize, points: usize, width: usize, pairs: bool) {
         self.split.resize(levels, 0);
         self.stage.resize(levels, 0);
@@ -353,17 +446,20 @@ impl WalkStack {
         self.values.resize(levels * LEVEL_SLOTS * points, Lanes::default());
         self.terms.resize(points, Lanes::default());
         if pairs {
-            self.path_features.resize(levels * width, 0);
+            self.path_features.resize(width, 0);
             self.path_len.resize(levels, 0);
-            self.path_ratios.resize(levels * width * points, Lanes::default());
+            self.path_ratios.resize(width * points, Lanes::default());
+            self.path_saved.resize(levels * points, Lanes::default());
         }
     }
 
     /// Bytes [`reserve`](Self::reserve) takes for a tree.
     fn bytes(levels: usize, points: usize, width: usize, pairs: bool) -> usize {
         let per_level = size_of::<Coefficients>() + 5 + LEVEL_SLOTS * points * size_of::<Lanes>();
-        let pair_level = if pairs { width * (4 + points * size_of::<Lanes>()) + 8 } else { 0 };
-        levels.saturating_mul(per_level + pair_level)
+        let lanes = size_of::<Lanes>();
+        let pair_level = if pairs { 8 + points * lanes } else { 0 };
+        let pair_path = if pairs { width.saturating_mul(4 + points * lanes) } else { 0 };
+        levels.saturating_mul(per_level + pair_level).saturating_add(pair_path)
     }
 }
 
@@ -418,10 +514,9 @@ const ALL_LANES: u32 = (1 << LANES) - 1;
 fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], pairs: &mut [Lanes], s: &mut WalkStack) {
     let k_n = lt.points();
     let (t, w) = (&lt.t[..], &lt.w[..]);
-    let WalkStack { split: at_split, stage, coefficients, values, terms, path_features, path_len, path_ratios } = s;
+    let WalkStack { split: at_split, stage, coefficients, values, terms, path_features, path_len, path_ratios, path_saved } = s;
     let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * k_n;
     let f = phi.len();
-    let width = lt.width;
     // The root's A is the quadrature weights, so the terms come out integrated.
     for k in 0..k_n {
         values[slot(0, A) + k] = Lanes::splat(w[k]);
@@ -433,26 +528,6 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
         path_len[0] = 0;
     }
     let mut d = 0usize;
-    // With PAIRS: a split's terms (in `terms`) times each path feature's ratio, into `pairs`.
-    let add_pairs =
-        |d: usize, feature: u32, terms: &[Lanes], path_features: &[u32], path_len: &[usize], path_ratios: &[Lanes], pairs: &mut [Lanes]| {
-            for (i, &fi) in path_features[d * width..d * width + path_len[d]].iter().enumerate() {
-                if fi == feature {
-                    continue; // the split's own feature, met above
-                }
-                let ratios = &path_ratios[(d * width + i) * k_n..(d * width + i + 1) * k_n];
-                let mut acc = Lanes::default();
-                for k in 0..k_n {
-                    for r in 0..LANES {
-                        acc[r] += ratios[k][r] * terms[k][r];
-                    }
-                }
-                let out = &mut pairs[feature as usize * f + fi as usize];
-                for r in 0..LANES {
-                    out[r] += acc[r];
-                }
-            }
-        };
     loop {
         let p = at_split[d] as usize;
         let split = &lt.splits[p];
@@ -476,8 +551,8 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                 let mut e = Lanes::default();
                 let mut z = Lanes::default();
                 for r in 0..LANES {
-                    e[r] = co.c[0][r] * vl + co.c[1][r] * vr;
-                    z[r] = co.a[0][r] * vl + co.a[1][r] * vr;
+                    e[r] = co.c[0][r].mul_add(vl, co.c[1][r] * vr);
+                    z[r] = co.a[0][r].mul_add(vl, co.a[1][r] * vr);
                 }
                 let mut a_sum = Lanes::default();
                 for k in 0..k_n {
@@ -485,7 +560,7 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                     let mut b = Lanes::default();
                     for r in 0..LANES {
                         a_sum[r] += a[r];
-                        b[r] = z[r] + t[k] * e[r];
+                        b[r] = e[r].mul_add(t[k], z[r]);
                     }
                     if d > 0 {
                         values[slot(d - 1, B[stage[d - 1] as usize - 1]) + k] = b;
@@ -501,12 +576,15 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                     out[r] += a_sum[r] * e[r];
                 }
                 if PAIRS {
-                    add_pairs(d, split.feature, terms, path_features, path_len, path_ratios, pairs);
+                    add_pairs(k_n, f, split.feature, terms, &path_features[..path_len[d]], path_ratios, pairs);
                 }
                 if d == 0 {
                     return;
                 }
                 d -= 1;
+                if PAIRS {
+                    restore_path(lt, at_split[d], d, path_len, path_ratios, path_saved);
+                }
                 continue;
             }
         }
@@ -532,7 +610,7 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                         values[slot(d + 1, A) + k] = child;
                     }
                     if PAIRS {
-                        descend_path(lt, split, side, masks[p], d, path_features, path_len, path_ratios);
+                        descend_path(lt, split, side, masks[p], d, path_features, path_len, path_ratios, path_saved);
                     }
                     at_split[d + 1] = c;
                     stage[d + 1] = 0;
@@ -558,8 +636,8 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
             let mut b = Lanes::default();
             let mut term = Lanes::default();
             for r in 0..LANES {
-                b[r] = gl[r] * bl[r] + gr[r] * br[r];
-                term[r] = a[r] * (el[r] * bl[r] + er[r] * br[r]);
+                b[r] = gl[r].mul_add(bl[r], gr[r] * br[r]);
+                term[r] = a[r] * el[r].mul_add(bl[r], er[r] * br[r]);
                 acc[r] += term[r];
             }
             if PAIRS {
@@ -574,18 +652,45 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
             out[r] += acc[r];
         }
         if PAIRS {
-            add_pairs(d, split.feature, terms, path_features, path_len, path_ratios, pairs);
+            add_pairs(k_n, f, split.feature, terms, &path_features[..path_len[d]], path_ratios, pairs);
         }
         if d == 0 {
             return;
         }
         d -= 1;
+        if PAIRS {
+            restore_path(lt, at_split[d], d, path_len, path_ratios, path_saved);
+        }
+    }
+}
+
+/// Interactions: a split's terms (`terms`, one per quadrature node) times the ratio of each
+/// other feature on the path above it (`path_features`), into `pairs` (`f × f`). A function,
+/// not a closure, so that it is inlined into each compiled copy of the walk with its FMA.
+#[inline(always)]
+fn add_pairs(k_n: usize, f: usize, feature: u32, terms: &[Lanes], path_features: &[u32], path_ratios: &[Lanes], pairs: &mut [Lanes]) {
+    for (i, &fi) in path_features.iter().enumerate() {
+        if fi == feature {
+            continue; // the split's own feature, met above
+        }
+        let ratios = &path_ratios[i * k_n..(i + 1) * k_n];
+        let mut acc = Lanes::default();
+        for k in 0..k_n {
+            for r in 0..LANES {
+                acc[r] = ratios[k][r].mul_add(terms[k][r], acc[r]);
+            }
+        }
+        let out = &mut pairs[feature as usize * f + fi as usize];
+        for r in 0..LANES {
+            out[r] += acc[r];
+        }
     }
 }
 
 /// Interactions: the path features below `split` (level `d`) toward child `side`, at level
 /// `d + 1`: the parent's, with the split's feature set to its new ratio `(o − z)/f`, which is
 /// `(1 − z)/(z + (1 − z)·t)` in lanes that follow every split on it and `−1/(1 − t)` elsewhere.
+/// A repeated feature's ratio at level `d` is saved first, for [`restore_path`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn descend_path(
@@ -597,23 +702,35 @@ fn descend_path(
     path_features: &mut [u32],
     path_len: &mut [usize],
     path_ratios: &mut [Lanes],
+    path_saved: &mut [Lanes],
 ) {
-    let (k_n, width) = (lt.points(), lt.width);
+    let k_n = lt.points();
     let n = path_len[d];
-    path_features.copy_within(d * width..d * width + n, (d + 1) * width);
-    path_ratios.copy_within(d * width * k_n..(d * width + n) * k_n, (d + 1) * width * k_n);
     let at = split.slot as usize;
-    path_features[(d + 1) * width + at] = split.feature;
+    let ratios = &mut path_ratios[at * k_n..(at + 1) * k_n];
+    if at < n {
+        path_saved[d * k_n..(d + 1) * k_n].copy_from_slice(ratios);
+    }
+    path_features[at] = split.feature;
     path_len[d + 1] = n.max(at + 1);
     let follows = hot & if side == 0 { left } else { !left };
     let z = split.z_prev * split.z[side];
-    for k in 0..k_n {
+    for (k, out) in ratios.iter_mut().enumerate() {
         let (hot_ratio, cold_ratio) = ((1.0 - z) / (z + (1.0 - z) * lt.t[k]), lt.cold_ratio[k]);
-        let mut ratio = Lanes::default();
         for r in 0..LANES {
-            ratio[r] = if (follows >> r) & 1 == 1 { hot_ratio } else { cold_ratio };
+            out[r] = if (follows >> r) & 1 == 1 { hot_ratio } else { cold_ratio };
         }
-        path_ratios[((d + 1) * width + at) * k_n + k] = ratio;
+    }
+}
+
+/// Interactions, back at level `d` from a child of its split (model split `split`): puts back
+/// the ratio of the split's feature if the split repeats it (see [`descend_path`]).
+#[inline(always)]
+fn restore_path(lt: &LinearTree, split: u32, d: usize, path_len: &[usize], path_ratios: &mut [Lanes], path_saved: &[Lanes]) {
+    let k_n = lt.points();
+    let at = lt.splits[split as usize].slot as usize;
+    if at < path_len[d] {
+        path_ratios[at * k_n..(at + 1) * k_n].copy_from_slice(&path_saved[d * k_n..(d + 1) * k_n]);
     }
 }
 
@@ -621,7 +738,8 @@ fn descend_path(
 #[inline(always)]
 fn explain_task<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
     let (f, g) = (p.model.num_features(), p.model.num_groups);
-    for (tree, lt) in p.model.trees.iter().zip(trees) {
+    for lt in trees {
+        let tree = &p.model.trees[lt.source];
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
         }
@@ -637,13 +755,13 @@ fn explain_task<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], grou
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,fma")]
 unsafe fn explain_task_avx512<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
     explain_task::<PAIRS>(p, trees, groups, s)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn explain_task_avx2<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
     explain_task::<PAIRS>(p, trees, groups, s)
 }
@@ -654,16 +772,17 @@ fn dispatch<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: 
     {
         static LEVEL: OnceLock<u8> = OnceLock::new();
         let level = *LEVEL.get_or_init(|| {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            let fma = std::arch::is_x86_feature_detected!("fma");
+            if fma && std::arch::is_x86_feature_detected!("avx512f") {
                 2
-            } else if std::arch::is_x86_feature_detected!("avx2") {
+            } else if fma && std::arch::is_x86_feature_detected!("avx2") {
                 1
             } else {
                 0
             }
         });
         match level {
-            // SAFETY: the CPU has the feature, detected just above.
+            // SAFETY: the CPU has the features, detected just above.
             2 => return unsafe { explain_task_avx512::<PAIRS>(p, trees, groups, s) },
             // SAFETY: as above.
             1 => return unsafe { explain_task_avx2::<PAIRS>(p, trees, groups, s) },
@@ -765,52 +884,83 @@ impl Engine for Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{FeatureKind, ModelFormat, Node, Precision, SplitRule};
+    use crate::model::{Node, Precision, SplitRule};
+    use crate::test_support::{full_tree, numeric_model, uniform};
 
     /// A full tree of `depth` over few features (so paths repeat them), with uneven covers.
     fn tree(seed: &mut u64, features: u32, depth: usize) -> Tree {
-        let mut next = move || {
-            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (*seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        full_tree(seed, depth, |_, u| (u * features as f64) as u32)
+    }
+
+    /// A lopsided tree over `features` features (at least 8): under the root's left child a full
+    /// subtree of depth 4 (short paths); under its right child a chain down the remaining
+    /// features with a leaf beside every split, ending in a full subtree of depth 3 on features
+    /// met above (paths of up to `features` distinct features).
+    fn lopsided(features: usize, seed: &mut u64) -> Tree {
+        let mut next = move || uniform(seed);
         let mut nodes = vec![Node::leaf(0.0, 1000.0)];
-        let mut stack = vec![(0usize, 0usize)];
-        while let Some((i, d)) = stack.pop() {
-            if d == depth {
-                nodes[i].value = next() - 0.5;
-                continue;
-            }
-            let cover = nodes[i].cover;
-            let frac = 0.1 + 0.8 * next();
+        let split = |nodes: &mut Vec<Node>, at: usize, feature: usize, next: &mut dyn FnMut() -> f64| {
+            let cover = nodes[at].cover;
+            let frac = 0.2 + 0.6 * next();
             let (l, r) = (nodes.len() as u32, nodes.len() as u32 + 1);
-            nodes.push(Node::leaf(0.0, cover * frac));
-            nodes.push(Node::leaf(0.0, cover * (1.0 - frac)));
-            let n = &mut nodes[i];
-            (n.left, n.right) = (l, r);
-            n.feature = (next() * features as f64) as u32;
+            nodes.push(Node::leaf(next() - 0.5, cover * frac));
+            nodes.push(Node::leaf(next() - 0.5, cover * (1.0 - frac)));
+            let n = &mut nodes[at];
+            (n.left, n.right, n.feature) = (l, r, feature as u32);
             n.rule = SplitRule::XgbLess { threshold: next() };
             n.default_left = next() < 0.5;
-            stack.push((l as usize, d + 1));
-            stack.push((r as usize, d + 1));
+            (l as usize, r as usize)
+        };
+        let (left, right) = split(&mut nodes, 0, 0, &mut next);
+        // Full subtrees: (node, depth left, features to take from, in order of depth).
+        let mut full = vec![(left, 4usize, 1usize)];
+        // The chain on the right.
+        let mut at = right;
+        for feature in 5..features {
+            let (l, r) = split(&mut nodes, at, feature, &mut next);
+            at = if next() < 0.5 { l } else { r };
+        }
+        full.push((at, 3, 0));
+        while let Some((i, left_depth, feature)) = full.pop() {
+            if left_depth == 0 {
+                continue;
+            }
+            let (l, r) = split(&mut nodes, i, feature, &mut next);
+            full.push((l, left_depth - 1, feature + 1));
+            full.push((r, left_depth - 1, feature + 1));
         }
         Tree { nodes, category_words: vec![], group: 0, weight: 1.0 }
     }
 
     #[test]
+    fn an_uneven_tree_is_walked_in_parts_with_the_same_values() {
+        let (features, mut seed) = (14usize, 7u64);
+        let mut trees: Vec<Tree> = (0..3).map(|_| lopsided(features, &mut seed)).collect();
+        trees.push(tree(&mut seed, features as u32, 8));
+        let model = numeric_model(features, trees, 0.0);
+        let prepared = Arc::new(PreparedModel::new(Arc::new(model)).unwrap());
+        let engine = Linear::new(prepared.clone()).unwrap();
+        // The lopsided trees split into parts, some with fewer points than the whole needs.
+        let parts = |t: usize| engine.trees.iter().filter(|lt| lt.source == t).count();
+        assert!((0..3).all(|t| parts(t) > 1), "parts per lopsided tree: {:?}", (0..3).map(parts).collect::<Vec<_>>());
+        assert!(engine.trees.iter().filter(|lt| lt.source == 0).any(|lt| lt.points() < exact_points(features + 1)));
+        let rows = 40;
+        let values = (0..rows * features).map(|i| if i % 11 == 0 { f64::NAN } else { ((i * 7919) % 1000) as f64 / 1000.0 }).collect();
+        let block = FeatureBlock::new(rows, features, values, Precision::F64);
+        let reference = super::super::treeshap::TreeShap::new(prepared.clone()).unwrap();
+        let (got, want) = (engine.shap(&block).unwrap(), reference.shap(&block).unwrap());
+        let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst <= 1e-12, "SHAP values off the reference by {worst:e}");
+        assert!(want.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+        let (got, want) = (engine.interactions(&block).unwrap(), reference.interactions(&block).unwrap());
+        let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst <= 1e-12, "interaction values off the reference by {worst:e}");
+    }
+
+    #[test]
     fn every_compiled_copy_gives_the_same_bits() {
         let (features, mut seed) = (5usize, 42u64);
-        let model = Model {
-            format: ModelFormat::XgboostJson,
-            library_version: None,
-            objective: "reg:squarederror".into(),
-            feature_names: (0..features).map(|i| format!("f{i}")).collect(),
-            feature_kinds: vec![FeatureKind::Numeric; features],
-            num_groups: 1,
-            base_margin: vec![0.0],
-            trees: (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect(),
-            precision: Precision::F64,
-            categories: Vec::new(),
-        };
+        let model = numeric_model(features, (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect(), 0.0);
         let prepared = Arc::new(PreparedModel::new(Arc::new(model)).unwrap());
         let engine = Linear::new(prepared.clone()).unwrap();
         let groups = 3;
@@ -834,12 +984,13 @@ mod tests {
         assert_eq!(baseline.0, run(&|s| explain_task::<false>(&prepared, &engine.trees, groups, s)).0, "SHAP values without pairs");
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2.
+            let fma = std::arch::is_x86_feature_detected!("fma");
+            if fma && std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 and FMA.
                 assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true>(&prepared, &engine.trees, groups, s) }), "AVX2");
             }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU has AVX-512F.
+            if fma && std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F and FMA.
                 assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true>(&prepared, &engine.trees, groups, s) }), "AVX-512");
             }
         }

@@ -420,24 +420,29 @@ impl Tree {
         leaves
     }
 
+    /// The nodes a path from the root reaches, each before its children (no recursion);
+    /// reversed, children come before parents.
+    pub fn preorder(&self) -> Vec<usize> {
+        let mut order = Vec::with_capacity(self.nodes.len());
+        let mut stack = if self.nodes.is_empty() { Vec::new() } else { vec![0usize] };
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            let node = &self.nodes[i];
+            if !node.is_leaf() {
+                stack.push(node.right as usize);
+                stack.push(node.left as usize);
+            }
+        }
+        order
+    }
+
     /// Every node's expected value: a leaf's value times the tree weight, an internal node's
     /// the cover-weighted mean of its children's (their plain mean where both covers are 0),
     /// as XGBoost's `FillNodeMeanValues` computes them for its Saabas values. Nodes no path
     /// reaches keep 0. Children are visited before parents (reversed pre-order, no recursion).
     pub fn node_means(&self) -> Vec<f64> {
-        let n = self.nodes.len();
-        let mut values = vec![0.0; n];
-        let mut order = Vec::with_capacity(n);
-        let mut stack = if n > 0 { vec![0usize] } else { Vec::new() };
-        while let Some(i) = stack.pop() {
-            order.push(i);
-            let node = &self.nodes[i];
-            if !node.is_leaf() {
-                stack.push(node.left as usize);
-                stack.push(node.right as usize);
-            }
-        }
-        for &i in order.iter().rev() {
+        let mut values = vec![0.0; self.nodes.len()];
+        for &i in self.preorder().iter().rev() {
             let node = &self.nodes[i];
             values[i] = if node.is_leaf() {
                 node.value * self.weight
