@@ -42,11 +42,14 @@ TIME_BUDGET_S = 120.0  # per peer measurement: fewer rows for slow methods at la
 
 
 def run_measured(cmd: list[str], timeout: float = 1800) -> tuple[str, float, int]:
-    """Runs `cmd`, returning stdout, wall seconds and the process's peak RSS in MiB (wait4)."""
+    """Runs `cmd`, returning stdout, wall seconds and the process's peak RSS in MiB. The RSS is
+    what `/usr/bin/time` reports for it: wait4 on a child forked from this Python process would
+    count the pages it shares with this process before its exec (this process's own hundreds of
+    MiB), which inflated earlier runs' figures."""
     import tempfile
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        proc = subprocess.Popen(["/usr/bin/time", "-f", "maxrss_kib %M", *cmd], stdout=out, stderr=err)
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -62,10 +65,13 @@ def run_measured(cmd: list[str], timeout: float = 1800) -> tuple[str, float, int
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(), err.read().decode()
+    lines = stderr.strip().splitlines()
+    rss = [int(l.split()[1]) for l in lines if l.startswith("maxrss_kib ")]
+    lines = [l for l in lines if not l.startswith("maxrss_kib ") and not l.startswith("Command exited")]
     if code != 0:
-        last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {code}"
+        last = lines[-1] if lines else f"exit {code}"
         raise RuntimeError(f"{Path(cmd[0]).name} failed: {last}")
-    return stdout, seconds, usage.ru_maxrss // 1024
+    return stdout, seconds, (rss[-1] if rss else usage.ru_maxrss) // 1024
 
 
 def peer_child(method: str, model_path: str, rows_npy: str, bg_npy: str, out_npy: str) -> None:
@@ -248,6 +254,8 @@ def write_results(results: list[dict], argv: str) -> None:
         "",
         "Tables MiB: what the engine holds for the background (packed tables and patterns); in brackets, what "
         "the same tables took unpacked (`2^d·d` values per leaf of `d <= 12` path features), before issue 34. "
+        "Peak MiB: the process's own, from `/usr/bin/time` (runs before 2026-11-26 read it with wait4 on a child "
+        "forked from the Python driver, which counted the driver's pages too: about 180 MiB more). "
         "shapfusion's rows/s leave out its set-up (the one pass over the background, in its own column); "
         "shap's and WOODELF's include theirs, as one call of their API does it. shap ran on as many rows as fit "
         "two minutes (20 at 100,000 background rows). WOODELF's values differ from shap's and ours by the error "

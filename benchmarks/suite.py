@@ -53,7 +53,7 @@ class Spec:
 SPECS = [
     Spec("small-8f", "xgboost", 8, 10, 3, 20000),
     Spec("medium-8f", "xgboost", 8, 100, 8, 4000, interaction_rows=1000),
-    Spec("medium-54f", "xgboost", 54, 100, 8, 2000),
+    Spec("medium-54f", "xgboost", 54, 100, 8, 2000, interaction_rows=200),
     Spec("medium-128f", "xgboost", 128, 100, 8, 1000),
     Spec("medium-multiclass", "xgboost", 20, 100, 6, 1000, classes=5, note="5 classes: 500 trees", interaction_rows=500),
     Spec("medium-lightgbm", "lightgbm", 54, 100, 8, 2000, note="num_leaves 255, max_depth 8"),
@@ -182,6 +182,7 @@ def rel_error(values: np.ndarray, ref: np.ndarray) -> float:
 
 
 def main():
+    global BENCH
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small model only, few rows (smoke run)")
     ap.add_argument("--only", default="", help="comma-separated model names")
@@ -189,9 +190,13 @@ def main():
     ap.add_argument("--no-interactions", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="rewrite RESULTS.md from benchmarks/out/results.json")
     ap.add_argument("--methods", default="", help="comma-separated method labels to (re)measure; others are kept from results.json")
+    ap.add_argument("--results", default="results", help="results file under benchmarks/out/ (without .json): a partial run kept apart")
+    ap.add_argument("--section", default="SUITE", help="the RESULTS.md section the report goes to (SUITE: the whole suite)")
+    ap.add_argument("--bench", default=str(BENCH), help="the release timing harness (examples/bench.rs)")
     args = ap.parse_args()
+    BENCH = Path(args.bench)
     if args.report_only:
-        write_report(json.loads((OUT / "results.json").read_text()), args)
+        write_report(json.loads((OUT / f"{args.results}.json").read_text()), args)
         return
     specs = SPECS
     if args.quick:
@@ -205,8 +210,10 @@ def main():
     for spec in specs:
         model, rows_npy, note = build_model(spec)
         rows_pq = rows_npy.with_suffix(".parquet")
-        # Interactions cost O(F²) output per row: measured on the models with at most 20 features.
-        kinds = ["shap"] + ([] if args.no_interactions or spec.depth > 8 or spec.features > 20 else ["interactions"])
+        # Interactions cost O(F²) output per row: measured on the models with at most 20 features
+        # and depth 8, and on those that set their own interaction rows.
+        wants_interactions = spec.interaction_rows or (spec.depth <= 8 and spec.features <= 20)
+        kinds = ["shap"] + ([] if args.no_interactions or not wants_interactions else ["interactions"])
         for kind in kinds:
             kind_npy, kind_pq, kind_rows = rows_npy, rows_pq, spec.rows
             if kind == "interactions" and spec.interaction_rows:
@@ -254,7 +261,7 @@ def main():
                     print(json.dumps(row), file=sys.stderr, flush=True)
         results.append({"model": spec.name, "note": note, "spec": spec.__dict__})
     # Keep earlier results of models not re-run this time, so the suite can run in parts.
-    previous = OUT / "results.json"
+    previous = OUT / f"{args.results}.json"
     ran = {s.name for s in specs}
     if previous.exists():
         old = json.loads(previous.read_text())
@@ -271,8 +278,11 @@ def main():
 
 def write_report(results, args):
     lines = []
-    lines.append("Command: `bash benchmarks/run.sh [--only MODELS]` (it runs `benchmarks/suite.py` with the same "
-                 "arguments; results of models run in separate parts are merged in `benchmarks/out/results.json`). "
+    command = ("`bash benchmarks/run.sh [--only MODELS]` (it runs `benchmarks/suite.py` with the same "
+               "arguments; results of models run in separate parts are merged in `benchmarks/out/results.json`)")
+    if args.section != "SUITE":
+        command = f"`python benchmarks/suite.py {' '.join(sys.argv[1:])}` (results in `benchmarks/out/{args.results}.json`)"
+    lines.append(f"Command: {command}. "
                  f"Machine: {platform.machine()}, "
                  f"{os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}.")
     from importlib.metadata import version
@@ -315,9 +325,13 @@ def write_report(results, args):
                              if rps else f"| {name} | {r['threads']} | – | – | – | {r['status']} | {r['rss_mib']:.0f} |")
             lines.append("")
     body = "\n".join(lines)
-    plot(results)
-    body += "\n![rows per second](rows_per_second.png)\n"
-    write_results_section("SUITE", f"## Peer benchmark suite\n\n{body}\n")
+    if args.section == "SUITE":
+        plot(results)
+        body += "\n![rows per second](rows_per_second.png)\n"
+    if args.section == "SUITE":
+        write_results_section("SUITE", f"## Peer benchmark suite\n\n{body}\n")
+    else:
+        write_results_section(args.section, f"{body}\n")
     print(body)
 
 
