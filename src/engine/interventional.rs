@@ -314,12 +314,20 @@ enum Holding {
     InSibling,
 }
 
+impl Holding {
+    /// Whether the leaf's background is counted for a table (its own or its pair's).
+    fn tabulated(self) -> bool {
+        self != Holding::Patterns
+    }
+}
+
 /// Counts of the background rows' fail sets at each leaf of one tree: dense (`2^d` per leaf)
 /// for tabulated leaves, a map otherwise.
-fn count_fail_sets(tree: &Tree, walk: &FailWalk, background: &FeatureBlock, dense: &[bool]) -> Vec<HashMap<u64, u64>> {
+fn count_fail_sets(tree: &Tree, walk: &FailWalk, background: &FeatureBlock, holdings: &[Holding]) -> Vec<HashMap<u64, u64>> {
+    let dense: Vec<bool> = holdings.iter().map(|h| h.tabulated()).collect();
     let mut counts: Vec<HashMap<u64, u64>> = vec![HashMap::new(); walk.leaves.len()];
     let mut dense_counts: Vec<Vec<u64>> =
-        walk.leaves.iter().zip(dense).map(|(l, &d)| if d { vec![0; 1 << l.features.len()] } else { Vec::new() }).collect();
+        walk.leaves.iter().zip(&dense).map(|(l, &d)| if d { vec![0; 1 << l.features.len()] } else { Vec::new() }).collect();
     let mut fails = vec![0u64; walk.slots];
     for r in 0..background.rows() {
         walk.fail_sets(tree, background.row(r), &mut fails);
@@ -433,16 +441,20 @@ impl Interventional {
                 holdings
             })
             .collect();
-        let dense: Vec<Vec<bool>> = holdings.iter().map(|h| h.iter().map(|h| *h != Holding::Patterns).collect()).collect();
         let n = background.rows() as f64;
         let max_bits = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
         let weights = Weights::new(max_bits);
-        let counted: Vec<Vec<HashMap<u64, u64>>> =
-            model.trees.par_iter().zip(&walks).zip(&dense).map(|((tree, walk), dense)| count_fail_sets(tree, walk, background, dense)).collect();
+        let counted: Vec<Vec<HashMap<u64, u64>>> = model
+            .trees
+            .par_iter()
+            .zip(&walks)
+            .zip(&holdings)
+            .map(|((tree, walk), holdings)| count_fail_sets(tree, walk, background, holdings))
+            .collect();
 
         // Pattern memory is known only once counted: checked against what the tables left.
         let pattern_bytes: usize =
-            counted.iter().zip(&dense).flat_map(|(c, d)| c.iter().zip(d).filter(|(_, d)| !**d).map(|(c, _)| c.len() * 16)).sum();
+            counted.iter().zip(&holdings).flat_map(|(c, h)| c.iter().zip(h).filter(|(_, h)| !h.tabulated()).map(|(c, _)| c.len() * 16)).sum();
         if pattern_bytes > budget {
             return Err(Error::Unavailable(format!(
                 "interventional: the background's {} rows aggregate to {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",

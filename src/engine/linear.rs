@@ -148,6 +148,11 @@ struct LinearTree {
     width: usize,
 }
 
+/// The point counts `lo..=hi` as a mask of [`leaf_groups`]' bits (bit `k − 1` for `k` points).
+fn run_mask(lo: usize, hi: usize) -> u64 {
+    (lo..=hi).fold(0u64, |m, k| m | 1u64 << (k - 1))
+}
+
 /// Leaves of one tree grouped by the quadrature points their paths need, for the parts of the
 /// tree (see the module docs): each group is a run `lo..=hi` of point counts, chosen to make
 /// `Σ kept splits × (points + 1)` least (the 1 stands for a split's fixed cost: its direction
@@ -176,7 +181,6 @@ fn leaf_groups(tree: &Tree, prep: &PreparedTree) -> (Vec<(usize, usize)>, Vec<u6
     if counts.len() <= 1 {
         return (vec![(counts.first().copied().unwrap_or(1), counts.first().copied().unwrap_or(1))], below);
     }
-    let run_mask = |lo: usize, hi: usize| (lo..=hi).fold(0u64, |m, k| m | 1u64 << (k - 1));
     let cost = |lo: usize, hi: usize| {
         let mask = run_mask(lo, hi);
         splits_by_mask.iter().filter(|(m, _)| **m & mask != 0).map(|(_, c)| c).sum::<usize>() * (hi + 1)
@@ -211,7 +215,7 @@ impl LinearTree {
         Ok(runs
             .into_iter()
             .map(|(lo, hi)| {
-                let mask = (lo..=hi).fold(0u64, |m, k| m | 1u64 << (k - 1));
+                let mask = run_mask(lo, hi);
                 LinearTree::compile(tree, prep, index, |node| below[node] & mask != 0)
             })
             .collect())
