@@ -49,12 +49,21 @@
 //! Products that feed a sum are fused multiply-adds (`mul_add`), written out: a fused
 //! multiply-add rounds once, the same bits whether the CPU's instruction or the library's
 //! software `fma` computes it, so every compiled copy gives the same bits.
+//!
+//! **Chunks.** The compiled trees are summed in fixed chunks of [`TREES_PER_CHUNK`], each
+//! chunk's sums on their own, and a row's values are the chunks' sums added in model order. A
+//! block too small to keep every thread busy with its rows (50 rows of a 1000-tree model are 7
+//! lane groups, 4 and 3 on two threads) then shares its chunks among the threads instead
+//! ([`Linear::split_by_trees`]), with the same bits: the chunks and their order are the
+//! model's, not the thread count's or the block's.
 
 use std::sync::{Arc, OnceLock};
 
+use rayon::prelude::*;
+
 use super::block::FeatureBlock;
 use super::decision::Decision;
-use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_task};
+use super::drivers::{check_block, finish_interaction_row, interactions_by_task, rows_per_task, shap_by_task};
 use super::explainer::Engine;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
@@ -68,6 +77,15 @@ type PathStep = (u32, f64, u32, u8);
 
 /// Rows explained together, one per lane.
 pub(crate) const LANES: usize = 8;
+
+/// Compiled trees (or parts) summed on their own before their sum is added to a row's total
+/// (see the module docs): the unit in which a small block's trees are shared among threads.
+/// Adding a chunk's sums costs one add per feature and row, next to walking 32 trees.
+pub(crate) const TREES_PER_CHUNK: usize = 32;
+
+/// Most memory the chunks' sums of a block shared by trees may take at once (one set of sums
+/// per chunk until they are added in order); a block that needs more is shared by rows only.
+const MAX_CHUNK_SUMS_BYTES: usize = 64 << 20;
 
 /// One value per row of a lane group, aligned to a cache line: a vector load or store then never
 /// straddles two lines.
@@ -401,11 +419,15 @@ impl Coefficients {
 struct Scratch {
     /// Feature values of the task's lane groups, feature-major within a group.
     xs: Vec<Lanes>,
-    /// Attributions per lane group, output group and feature.
+    /// The current chunk's attributions per lane group, output group and feature.
     phi: Vec<Lanes>,
-    /// Interactions only: per lane group and output group, `F × F` sums `P[j][i]` of the terms
-    /// of splits on j times the ratio `(o_i − z_i)/f_i` of a feature i above them.
+    /// Interactions only: the current chunk's sums, per lane group and output group, `F × F`
+    /// sums `P[j][i]` of the terms of splits on j times the ratio `(o_i − z_i)/f_i` of a
+    /// feature i above them.
     pairs: Vec<Lanes>,
+    /// The task's totals of `phi` and `pairs`: every chunk's sums added in model order.
+    total_phi: Vec<Lanes>,
+    total_pairs: Vec<Lanes>,
     /// Per split of the current tree: (lanes going left, lanes hot above on its feature).
     masks: Vec<(u32, u32)>,
     walk: WalkStack,
@@ -423,6 +445,8 @@ struct WalkStack {
     values: Vec<Lanes>,
     /// Interactions only: the split's terms per quadrature node (K lanes).
     terms: Vec<Lanes>,
+    /// Where the root's B goes (K lanes): nothing reads it.
+    sink: Vec<Lanes>,
     /// Interactions only: the path's distinct features in order of first split (`width`), and
     /// each one's `(o − z)/f` at every node (`width·K`), for the walk's current level. Going
     /// down changes one entry, so they are kept once, not per level: a level's own entries are
@@ -449,6 +473,7 @@ impl WalkStack {
         self.coefficients.resize(levels, Coefficients::default());
         self.values.resize(levels * LEVEL_SLOTS * points, Lanes::default());
         self.terms.resize(points, Lanes::default());
+        self.sink.resize(points, Lanes::default());
         if pairs {
             self.path_features.resize(width, 0);
             self.path_len.resize(levels, 0);
@@ -463,7 +488,9 @@ impl WalkStack {
         let lanes = size_of::<Lanes>();
         let pair_level = if pairs { 8 + points * lanes } else { 0 };
         let pair_path = if pairs { width.saturating_mul(4 + points * lanes) } else { 0 };
-        levels.saturating_mul(per_level + pair_level).saturating_add(pair_path)
+        // The terms and the sink: K lanes each.
+        let per_tree = 2 * points * lanes;
+        levels.saturating_mul(per_level + pair_level).saturating_add(pair_path).saturating_add(per_tree)
     }
 }
 
@@ -518,7 +545,7 @@ const ALL_LANES: u32 = (1 << LANES) - 1;
 fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], pairs: &mut [Lanes], s: &mut WalkStack) {
     let k_n = lt.points();
     let (t, w) = (&lt.t[..], &lt.w[..]);
-    let WalkStack { split: at_split, stage, coefficients, values, terms, path_features, path_len, path_ratios, path_saved } = s;
+    let WalkStack { split: at_split, stage, coefficients, values, terms, sink, path_features, path_len, path_ratios, path_saved } = s;
     let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * k_n;
     let f = phi.len();
     // The root's A is the quadrature weights, so the terms come out integrated.
@@ -604,14 +631,36 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                     values[b..b + k_n].fill(Lanes::splat(v));
                 }
                 Child::Split(c) => {
-                    for k in 0..k_n {
-                        let g = if co.repeated { values[slot(d, G[side]) + k] } else { co.first_factor(side, t[k]) };
-                        let a = values[slot(d, A) + k];
-                        let mut child = Lanes::default();
-                        for r in 0..LANES {
-                            child[r] = a[r] * g[r];
+                    // The child's A: this level's A times the child's factor. (Interactions
+                    // run faster with the loop indexed; SHAP values with it sliced.)
+                    if PAIRS {
+                        for k in 0..k_n {
+                            let g = if co.repeated { values[slot(d, G[side]) + k] } else { co.first_factor(side, t[k]) };
+                            let a = values[slot(d, A) + k];
+                            let mut child = Lanes::default();
+                            for r in 0..LANES {
+                                child[r] = a[r] * g[r];
+                            }
+                            values[slot(d + 1, A) + k] = child;
                         }
-                        values[slot(d + 1, A) + k] = child;
+                    }
+                    let (level, below) = values.split_at_mut(slot(d + 1, A));
+                    let (a_here, a_child) = (&level[slot(d, A)..slot(d, A) + k_n], &mut below[..k_n]);
+                    if PAIRS {
+                    } else if co.repeated {
+                        let g = &level[slot(d, G[side])..slot(d, G[side]) + k_n];
+                        for ((child, a), g) in a_child.iter_mut().zip(a_here).zip(g) {
+                            for r in 0..LANES {
+                                child[r] = a[r] * g[r];
+                            }
+                        }
+                    } else {
+                        for ((child, a), &t) in a_child.iter_mut().zip(a_here).zip(t) {
+                            let g = co.first_factor(side, t);
+                            for r in 0..LANES {
+                                child[r] = a[r] * g[r];
+                            }
+                        }
                     }
                     if PAIRS {
                         descend_path(lt, split, side, masks[p], d, path_features, path_len, path_ratios, path_saved);
@@ -627,28 +676,85 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
             d += 1;
             continue;
         }
-        // Both children's B are in: this split's terms, and its own B for the parent.
+        // Both children's B are in: this split's terms, and its own B for the parent. At node
+        // k, `inner` is the terms before A, `e_L·B_L + e_R·B_R`. A first split's terms are its
+        // slopes (`e_c = c_c`), so with `q = c_L·B_L + c_R·B_R` its B is
+        // `Σ_c (a_c + c_c·t)·B_c = (a_L·B_L + a_R·B_R) + t·q`: one product shared by both.
         let mut acc = Lanes::default();
-        let parent_b = if d > 0 { Some(slot(d - 1, B[stage[d - 1] as usize - 1])) } else { None };
-        for k in 0..k_n {
-            let ((gl, el), (gr, er)) = if co.repeated {
-                ((values[slot(d, G[0]) + k], values[slot(d, E[0]) + k]), (values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]))
-            } else {
-                ((co.first_factor(0, t[k]), co.c[0]), (co.first_factor(1, t[k]), co.c[1]))
-            };
-            let (bl, br, a) = (values[slot(d, B[0]) + k], values[slot(d, B[1]) + k], values[slot(d, A) + k]);
-            let mut b = Lanes::default();
-            let mut term = Lanes::default();
-            for r in 0..LANES {
-                b[r] = gl[r].mul_add(bl[r], gr[r] * br[r]);
-                term[r] = a[r] * el[r].mul_add(bl[r], er[r] * br[r]);
-                acc[r] += term[r];
-            }
-            if PAIRS {
+        if PAIRS {
+            // Interactions keep each node's terms. They run faster with the loop indexed and the
+            // kind of split tested per node, SHAP values with it sliced and hoisted (measured);
+            // the arithmetic is the same, so the two give the same bits.
+            let parent_b = if d > 0 { Some(slot(d - 1, B[stage[d - 1] as usize - 1])) } else { None };
+            for k in 0..k_n {
+                let (bl, br, a) = (values[slot(d, B[0]) + k], values[slot(d, B[1]) + k], values[slot(d, A) + k]);
+                let mut b = Lanes::default();
+                let mut inner = Lanes::default();
+                if co.repeated {
+                    let (gl, el, gr, er) = (values[slot(d, G[0]) + k], values[slot(d, E[0]) + k], values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]);
+                    for r in 0..LANES {
+                        b[r] = gl[r].mul_add(bl[r], gr[r] * br[r]);
+                        inner[r] = el[r].mul_add(bl[r], er[r] * br[r]);
+                    }
+                } else {
+                    let ([al, ar], [cl, cr]) = (&co.a, &co.c);
+                    for r in 0..LANES {
+                        inner[r] = cl[r].mul_add(bl[r], cr[r] * br[r]);
+                        b[r] = inner[r].mul_add(t[k], al[r].mul_add(bl[r], ar[r] * br[r]));
+                    }
+                }
+                let mut term = Lanes::default();
+                for r in 0..LANES {
+                    acc[r] = a[r].mul_add(inner[r], acc[r]);
+                    term[r] = a[r] * inner[r];
+                }
                 terms[k] = term;
+                if let Some(parent_b) = parent_b {
+                    values[parent_b + k] = b;
+                }
             }
-            if let Some(parent_b) = parent_b {
-                values[parent_b + k] = b;
+        } else {
+            let (upper, level) = values.split_at_mut(slot(d, 0));
+            let part = |s: usize| &level[s * k_n..(s + 1) * k_n];
+            // The root's B has no parent to go to: it goes to the sink.
+            let parent_b = if d > 0 {
+                let at = slot(d - 1, B[stage[d - 1] as usize - 1]);
+                &mut upper[at..at + k_n]
+            } else {
+                &mut sink[..k_n]
+            };
+            let (a_s, bl_s, br_s) = (part(A), part(B[0]), part(B[1]));
+            let mut finish = |k: usize, b: Lanes, inner: Lanes| {
+                let a = &a_s[k];
+                for r in 0..LANES {
+                    acc[r] = a[r].mul_add(inner[r], acc[r]);
+                }
+                parent_b[k] = b;
+            };
+            if co.repeated {
+                let (gl_s, gr_s, el_s, er_s) = (part(G[0]), part(G[1]), part(E[0]), part(E[1]));
+                for k in 0..k_n {
+                    let (bl, br, gl, gr, el, er) = (&bl_s[k], &br_s[k], &gl_s[k], &gr_s[k], &el_s[k], &er_s[k]);
+                    let mut b = Lanes::default();
+                    let mut inner = Lanes::default();
+                    for r in 0..LANES {
+                        b[r] = gl[r].mul_add(bl[r], gr[r] * br[r]);
+                        inner[r] = el[r].mul_add(bl[r], er[r] * br[r]);
+                    }
+                    finish(k, b, inner);
+                }
+            } else {
+                let ([al, ar], [cl, cr]) = (&co.a, &co.c);
+                for k in 0..k_n {
+                    let (bl, br) = (&bl_s[k], &br_s[k]);
+                    let mut b = Lanes::default();
+                    let mut inner = Lanes::default();
+                    for r in 0..LANES {
+                        inner[r] = cl[r].mul_add(bl[r], cr[r] * br[r]);
+                        b[r] = inner[r].mul_add(t[k], al[r].mul_add(bl[r], ar[r] * br[r]));
+                    }
+                    finish(k, b, inner);
+                }
             }
         }
         let out = &mut phi[split.feature as usize];
@@ -796,12 +902,42 @@ fn dispatch<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: 
     explain_task::<PAIRS>(p, trees, groups, s)
 }
 
+/// Adds `part` to `total`, lane by lane.
+fn add_lanes(total: &mut [Lanes], part: &[Lanes]) {
+    for (t, p) in total.iter_mut().zip(part) {
+        for r in 0..LANES {
+            t[r] += p[r];
+        }
+    }
+}
+
+/// Resizes `v` to `len` zeroed entries.
+fn zeroed(v: &mut Vec<Lanes>, len: usize) {
+    v.clear();
+    v.resize(len, Lanes::default());
+}
+
 impl Linear {
-    /// Loads a task's rows (`rows` from `first`) into `s` as lane groups and runs every tree;
-    /// returns the number of lane groups.
-    fn run_task<const PAIRS: bool>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch) -> usize {
-        let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+    /// Chunks of [`TREES_PER_CHUNK`] compiled trees.
+    fn chunks(&self) -> usize {
+        self.trees.len().div_ceil(TREES_PER_CHUNK)
+    }
+
+    /// Whether a block of `lane_groups` shares its chunks of trees among the threads rather than
+    /// its rows: when it has too few lane groups to give every thread four (one or two apiece
+    /// leave a thread idle or waiting on the other), the model has several chunks, and their
+    /// sums fit [`MAX_CHUNK_SUMS_BYTES`]. Either way a row gets the same bits.
+    fn split_by_trees(&self, lane_groups: usize, pairs: bool) -> bool {
+        let threads = rayon::current_num_threads();
+        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups);
+        let per_lane_group = groups.saturating_mul(f).saturating_mul(if pairs { f + 1 } else { 1 });
+        let bytes = self.chunks().saturating_mul(lane_groups).saturating_mul(per_lane_group).saturating_mul(size_of::<Lanes>());
+        threads > 1 && self.chunks() > 1 && lane_groups > 0 && lane_groups < 4 * threads && bytes <= MAX_CHUNK_SUMS_BYTES
+    }
+
+    /// Loads `rows` rows of `block` from `first` into `s.xs` as lane groups; returns how many.
+    fn load_rows(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch) -> usize {
+        let f = self.prepared.model.num_features();
         let lane_groups = rows.div_ceil(LANES);
         // Feature-major within each lane group; lanes past the last row stay NaN (missing).
         s.xs.clear();
@@ -811,14 +947,109 @@ impl Linear {
                 s.xs[(r / LANES) * f + j][r % LANES] = x;
             }
         }
-        s.phi.clear();
-        s.phi.resize(lane_groups * groups * f, Lanes::default());
-        if PAIRS {
-            s.pairs.clear();
-            s.pairs.resize(lane_groups * groups * f * f, Lanes::default());
-        }
-        dispatch::<PAIRS>(p, &self.trees, lane_groups, s);
         lane_groups
+    }
+
+    /// One chunk of trees over the loaded lane groups: its sums, from zero, in `s.phi` (and
+    /// `s.pairs`).
+    fn run_chunk<const PAIRS: bool>(&self, chunk: usize, lane_groups: usize, s: &mut Scratch) {
+        let p = &*self.prepared;
+        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        zeroed(&mut s.phi, lane_groups * groups * f);
+        if PAIRS {
+            zeroed(&mut s.pairs, lane_groups * groups * f * f);
+        }
+        let trees = &self.trees[chunk * TREES_PER_CHUNK..((chunk + 1) * TREES_PER_CHUNK).min(self.trees.len())];
+        dispatch::<PAIRS>(p, trees, lane_groups, s);
+    }
+
+    /// Zeroes the totals for `lane_groups`.
+    fn zero_totals<const PAIRS: bool>(&self, lane_groups: usize, s: &mut Scratch) {
+        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups);
+        zeroed(&mut s.total_phi, lane_groups * groups * f);
+        if PAIRS {
+            zeroed(&mut s.total_pairs, lane_groups * groups * f * f);
+        }
+    }
+
+    /// A task's rows (`rows` from `first`) through every chunk, in order, on this thread; the
+    /// totals in `s.total_phi` (and `s.total_pairs`).
+    fn run_task<const PAIRS: bool>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch) {
+        let lane_groups = self.load_rows(block, first, rows, s);
+        self.zero_totals::<PAIRS>(lane_groups, s);
+        for chunk in 0..self.chunks() {
+            self.run_chunk::<PAIRS>(chunk, lane_groups, s);
+            add_lanes(&mut s.total_phi, &s.phi);
+            if PAIRS {
+                add_lanes(&mut s.total_pairs, &s.pairs);
+            }
+        }
+    }
+
+    /// Every row of `block` with the chunks shared among the threads: each chunk's sums on
+    /// their own, then added in model order, as [`run_task`](Self::run_task) adds them. The
+    /// totals in the returned scratch.
+    fn run_split<const PAIRS: bool>(&self, block: &FeatureBlock) -> Scratch {
+        let rows = block.rows();
+        let sums: Vec<(Vec<Lanes>, Vec<Lanes>)> = (0..self.chunks())
+            .into_par_iter()
+            .map_init(Scratch::default, |s, chunk| {
+                let lane_groups = self.load_rows(block, 0, rows, s);
+                self.run_chunk::<PAIRS>(chunk, lane_groups, s);
+                (std::mem::take(&mut s.phi), std::mem::take(&mut s.pairs))
+            })
+            .collect();
+        let mut total = Scratch::default();
+        self.zero_totals::<PAIRS>(rows.div_ceil(LANES), &mut total);
+        for (phi, pairs) in &sums {
+            add_lanes(&mut total.total_phi, phi);
+            if PAIRS {
+                add_lanes(&mut total.total_pairs, pairs);
+            }
+        }
+        total
+    }
+
+    /// Copies the SHAP values of a task's rows from the totals into `chunk` (rows of `width`),
+    /// leaving the bias.
+    fn write_shap(&self, s: &Scratch, chunk: &mut [f64]) {
+        let p = &*self.prepared;
+        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let (w, width) = (f + 1, p.shap_width());
+        for (r, out) in chunk.chunks_mut(width).enumerate() {
+            for g in 0..groups {
+                let at = (r / LANES) * groups + g;
+                for (j, phi) in s.total_phi[at * f..(at + 1) * f].iter().enumerate() {
+                    out[g * w + j] = phi[r % LANES];
+                }
+            }
+        }
+    }
+
+    /// Fills the interaction matrices of a task's rows from the totals into `chunk`; `shap`
+    /// holds one row's SHAP values while its diagonal is filled.
+    fn write_interactions(&self, s: &Scratch, shap: &mut [f64], chunk: &mut [f64]) {
+        let p = &*self.prepared;
+        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let w = f + 1;
+        for (r, out) in chunk.chunks_mut(groups * w * w).enumerate() {
+            let lane = r % LANES;
+            for g in 0..groups {
+                let at = (r / LANES) * groups + g;
+                let (phi, pairs) = (&s.total_phi[at * f..(at + 1) * f], &s.total_pairs[at * f * f..(at + 1) * f * f]);
+                let matrix = &mut out[g * w * w..(g + 1) * w * w];
+                for i in 0..f {
+                    for j in 0..f {
+                        if i != j {
+                            matrix[i * w + j] = 0.5 * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
+                        }
+                    }
+                    shap[g * w + i] = phi[i][lane];
+                }
+                shap[g * w + f] = p.bias[g];
+            }
+            finish_interaction_row(out, shap, f, groups);
+        }
     }
 }
 
@@ -833,20 +1064,17 @@ impl Engine for Linear {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups);
-        let (w, width) = (f + 1, p.shap_width());
+        check_block(&p.model, block)?;
+        let width = p.shap_width();
+        if self.split_by_trees(block.rows().div_ceil(LANES), false) {
+            let totals = self.run_split::<false>(block);
+            return shap_by_task(p, block, block.rows(), || (), |_, _, chunk| self.write_shap(&totals, chunk));
+        }
         // Whole lane groups per task, so no task pays for a partial group it could have shared.
         let per_task = rows_per_task(block.rows()).next_multiple_of(LANES);
         shap_by_task(p, block, per_task, Scratch::default, |s, first, chunk| {
             self.run_task::<false>(block, first, chunk.len() / width, s);
-            for (r, out) in chunk.chunks_mut(width).enumerate() {
-                for g in 0..groups {
-                    let phi = &s.phi[((r / LANES) * groups + g) * f..((r / LANES) * groups + g + 1) * f];
-                    for j in 0..f {
-                        out[g * w + j] = phi[j][r % LANES];
-                    }
-                }
-            }
+            self.write_shap(s, chunk);
         })
     }
 
@@ -856,31 +1084,18 @@ impl Engine for Linear {
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
         self.check_scratch(true)?;
         let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups);
-        let w = f + 1;
-        let width = groups * w * w;
+        check_block(&p.model, block)?;
+        let w = p.model.num_features() + 1;
+        let width = p.model.num_groups * w * w;
+        let shap_row = || vec![0.0; p.model.num_groups * w];
+        if self.split_by_trees(block.rows().div_ceil(LANES), true) {
+            let totals = self.run_split::<true>(block);
+            return interactions_by_task(p, block, block.rows(), shap_row, |shap, _, chunk| self.write_interactions(&totals, shap, chunk));
+        }
         let per_task = rows_per_task(block.rows()).next_multiple_of(LANES);
-        let init = || (Scratch::default(), vec![0.0; groups * w]);
-        interactions_by_task(p, block, per_task, init, |(s, shap), first, chunk| {
+        interactions_by_task(p, block, per_task, || (Scratch::default(), shap_row()), |(s, shap), first, chunk| {
             self.run_task::<true>(block, first, chunk.len() / width, s);
-            for (r, out) in chunk.chunks_mut(width).enumerate() {
-                let lane = r % LANES;
-                for g in 0..groups {
-                    let at = (r / LANES) * groups + g;
-                    let (phi, pairs) = (&s.phi[at * f..(at + 1) * f], &s.pairs[at * f * f..(at + 1) * f * f]);
-                    let matrix = &mut out[g * w * w..(g + 1) * w * w];
-                    for i in 0..f {
-                        for j in 0..f {
-                            if i != j {
-                                matrix[i * w + j] = 0.5 * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
-                            }
-                        }
-                        shap[g * w + i] = phi[i][lane];
-                    }
-                    shap[g * w + f] = p.bias[g];
-                }
-                finish_interaction_row(out, shap, f, groups);
-            }
+            self.write_interactions(s, shap, chunk);
         })
     }
 }
@@ -959,6 +1174,55 @@ mod tests {
         let (got, want) = (engine.interactions(&block).unwrap(), reference.interactions(&block).unwrap());
         let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(worst <= 1e-12, "interaction values off the reference by {worst:e}");
+    }
+
+    #[test]
+    fn a_small_block_shared_by_trees_gives_the_bits_of_one_thread() {
+        let (features, mut seed) = (10usize, 11u64);
+        // Three chunks of trees, the last one short.
+        let trees = (0..2 * TREES_PER_CHUNK + 5).map(|_| tree(&mut seed, features as u32, 6)).collect();
+        let prepared = Arc::new(PreparedModel::new(Arc::new(numeric_model(features, trees, 0.5))).unwrap());
+        let engine = Linear::new(prepared.clone()).unwrap();
+        assert_eq!(engine.chunks(), 3);
+        let reference = super::super::treeshap::TreeShap::new(prepared.clone()).unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        for rows in [1usize, 13, 30] {
+            let values = (0..rows * features).map(|i| if i % 13 == 0 { f64::NAN } else { ((i * 7919) % 1000) as f64 / 1000.0 }).collect();
+            let block = FeatureBlock::new(rows, features, values, Precision::F64);
+            let run = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| {
+                    let split = (engine.split_by_trees(rows.div_ceil(LANES), false), engine.split_by_trees(rows.div_ceil(LANES), true));
+                    (split, bits(&engine.shap(&block).unwrap().values), bits(&engine.interactions(&block).unwrap().values))
+                })
+            };
+            let (one, two, three) = (run(1), run(2), run(3));
+            // One thread walks every chunk itself; two and three share the chunks.
+            assert_eq!(one.0, (false, false), "{rows} rows");
+            assert_eq!((two.0, three.0), ((true, true), (true, true)), "{rows} rows");
+            assert_eq!(one.1, two.1, "{rows} rows: SHAP values on 1 and 2 threads");
+            assert_eq!(one.1, three.1, "{rows} rows: SHAP values on 1 and 3 threads");
+            assert_eq!(one.2, two.2, "{rows} rows: interactions on 1 and 2 threads");
+            assert_eq!(one.2, three.2, "{rows} rows: interactions on 1 and 3 threads");
+            // And the values are the reference's.
+            let (got, want) = (engine.shap(&block).unwrap(), reference.shap(&block).unwrap());
+            let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(worst <= 1e-12, "{rows} rows: SHAP values off the reference by {worst:e}");
+            assert!(want.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+        }
+        // A row alone (shared by trees) has the bits it has in a large block (shared by rows).
+        let rows = 200;
+        let values: Vec<f64> = (0..rows * features).map(|i| ((i * 104729) % 1000) as f64 / 1000.0).collect();
+        let block = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        pool.install(|| {
+            assert!(!engine.split_by_trees(rows.div_ceil(LANES), false));
+            let all = engine.shap(&block).unwrap();
+            for r in [0, 57, 199] {
+                let alone = FeatureBlock::new(1, features, values[r * features..(r + 1) * features].to_vec(), Precision::F64);
+                assert_eq!(bits(all.row(r, 0)), bits(engine.shap(&alone).unwrap().row(0, 0)), "row {r}");
+            }
+        });
     }
 
     #[test]
