@@ -632,7 +632,7 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                 }
                 Child::Split(c) => {
                     // The child's A: this level's A times the child's factor. (Interactions
-                    // run faster with the loop indexed; SHAP values with it sliced.)
+                    // run faster with the loop indexed, SHAP values with it sliced: measured.)
                     if PAIRS {
                         for k in 0..k_n {
                             let g = if co.repeated { values[slot(d, G[side]) + k] } else { co.first_factor(side, t[k]) };
@@ -643,22 +643,22 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                             }
                             values[slot(d + 1, A) + k] = child;
                         }
-                    }
-                    let (level, below) = values.split_at_mut(slot(d + 1, A));
-                    let (a_here, a_child) = (&level[slot(d, A)..slot(d, A) + k_n], &mut below[..k_n]);
-                    if PAIRS {
-                    } else if co.repeated {
-                        let g = &level[slot(d, G[side])..slot(d, G[side]) + k_n];
-                        for ((child, a), g) in a_child.iter_mut().zip(a_here).zip(g) {
-                            for r in 0..LANES {
-                                child[r] = a[r] * g[r];
-                            }
-                        }
                     } else {
-                        for ((child, a), &t) in a_child.iter_mut().zip(a_here).zip(t) {
-                            let g = co.first_factor(side, t);
-                            for r in 0..LANES {
-                                child[r] = a[r] * g[r];
+                        let (level, below) = values.split_at_mut(slot(d + 1, A));
+                        let (a_here, a_child) = (&level[slot(d, A)..slot(d, A) + k_n], &mut below[..k_n]);
+                        if co.repeated {
+                            let g = &level[slot(d, G[side])..slot(d, G[side]) + k_n];
+                            for ((child, a), g) in a_child.iter_mut().zip(a_here).zip(g) {
+                                for r in 0..LANES {
+                                    child[r] = a[r] * g[r];
+                                }
+                            }
+                        } else {
+                            for ((child, a), &t) in a_child.iter_mut().zip(a_here).zip(t) {
+                                let g = co.first_factor(side, t);
+                                for r in 0..LANES {
+                                    child[r] = a[r] * g[r];
+                                }
                             }
                         }
                     }
@@ -691,7 +691,8 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
                 let mut b = Lanes::default();
                 let mut inner = Lanes::default();
                 if co.repeated {
-                    let (gl, el, gr, er) = (values[slot(d, G[0]) + k], values[slot(d, E[0]) + k], values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]);
+                    let (gl, el, gr, er) =
+                        (values[slot(d, G[0]) + k], values[slot(d, E[0]) + k], values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]);
                     for r in 0..LANES {
                         b[r] = gl[r].mul_add(bl[r], gr[r] * br[r]);
                         inner[r] = el[r].mul_add(bl[r], er[r] * br[r]);
@@ -1093,10 +1094,16 @@ impl Engine for Linear {
             return interactions_by_task(p, block, block.rows(), shap_row, |shap, _, chunk| self.write_interactions(&totals, shap, chunk));
         }
         let per_task = rows_per_task(block.rows()).next_multiple_of(LANES);
-        interactions_by_task(p, block, per_task, || (Scratch::default(), shap_row()), |(s, shap), first, chunk| {
-            self.run_task::<true>(block, first, chunk.len() / width, s);
-            self.write_interactions(s, shap, chunk);
-        })
+        interactions_by_task(
+            p,
+            block,
+            per_task,
+            || (Scratch::default(), shap_row()),
+            |(s, shap), first, chunk| {
+                self.run_task::<true>(block, first, chunk.len() / width, s);
+                self.write_interactions(s, shap, chunk);
+            },
+        )
     }
 }
 
