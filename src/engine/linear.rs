@@ -991,17 +991,22 @@ impl Linear {
     /// their own, then added in model order, as [`run_task`](Self::run_task) adds them. The
     /// totals in the returned scratch.
     fn run_split<const PAIRS: bool>(&self, block: &FeatureBlock) -> Scratch {
-        let rows = block.rows();
+        let (rows, lane_groups) = (block.rows(), block.rows().div_ceil(LANES));
+        // Each worker loads the rows once, for all the chunks it takes.
+        let loaded = || {
+            let mut s = Scratch::default();
+            self.load_rows(block, 0, rows, &mut s);
+            s
+        };
         let sums: Vec<(Vec<Lanes>, Vec<Lanes>)> = (0..self.chunks())
             .into_par_iter()
-            .map_init(Scratch::default, |s, chunk| {
-                let lane_groups = self.load_rows(block, 0, rows, s);
+            .map_init(loaded, |s, chunk| {
                 self.run_chunk::<PAIRS>(chunk, lane_groups, s);
                 (std::mem::take(&mut s.phi), std::mem::take(&mut s.pairs))
             })
             .collect();
         let mut total = Scratch::default();
-        self.zero_totals::<PAIRS>(rows.div_ceil(LANES), &mut total);
+        self.zero_totals::<PAIRS>(lane_groups, &mut total);
         for (phi, pairs) in &sums {
             add_lanes(&mut total.total_phi, phi);
             if PAIRS {
