@@ -36,11 +36,14 @@ struct Costs {
 }
 
 /// `linear`'s cost per split and quadrature point, in v2's unit (one table read per path
-/// element of a row). Fitted to one-thread timings of the benchmark suite's models (x86-64,
-/// AVX-512, 2026-11-23): the value that would make the estimates match was 1.73 (small-8f),
-/// 1.48 (medium-8f), 1.06 (medium-54f), 0.93 (medium-128f) and 1.38 (medium-multiclass); 1.2
-/// picks the faster engine on all five (v2 only on medium-8f, where its tables are smallest).
-const LINEAR_PER_SPLIT_POINT: f64 = 1.2;
+/// element of a row). Fitted to one-thread timings (x86-64, AVX-512, 2026-11-26, after the
+/// `linear` changes of issue 34): the value that would make the estimates match was 1.14
+/// (medium-8f, 11 MiB of v2 tables), 1.00 (medium-multiclass, 12 MiB), 0.92 (medium-lightgbm,
+/// 22 MiB), 0.90 (medium-54f, 24 MiB), 0.71 (medium-128f, 33 MiB) and 0.65 (a scikit-learn
+/// forest of 100 trees of depth 10, one class of two, 68 MiB). `linear` was the faster engine on
+/// all six (1.07× to 1.96×), and v2 falls further behind as its tables outgrow the caches, which
+/// the estimate does not see; 0.6 picks `linear` on all six.
+const LINEAR_PER_SPLIT_POINT: f64 = 0.6;
 
 fn costs(p: &PreparedModel) -> Costs {
     let mut c = Costs { linear_per_row: 0.0, v2_per_row: 0.0, v2_setup: 0.0 };

@@ -14,10 +14,12 @@
 //! data and walk helpers) → `drivers` (the parallel loops and size checks every engine shares)
 //! → `explainer` (the trait) → `treeshap`, `quadrature`, `fast_v1`, `fast_v2`, `linear`
 //! (the engines; `interactions` gives the first three interaction values), `interventional`
-//! → `rescaled` (with a background), `saabas` (the approximation) → `auto`.
+//! → `rescaled` (with a background), `saabas` (the approximation), `complement` (a binary
+//! classifier's two class probabilities explained once) → `auto`.
 
 mod auto;
 mod block;
+mod complement;
 mod decision;
 pub(crate) mod drivers;
 mod explainer;
@@ -40,6 +42,7 @@ use std::sync::Arc;
 use auto::choose_algorithm;
 pub use auto::AutoChoice;
 pub use block::FeatureBlock;
+use complement::{complementary_outputs, Complement};
 pub use drivers::{finish_interaction_row, MAX_OUTPUT_VALUES, MAX_RECURSIVE_DEPTH, ROWS_PER_TASK};
 pub use explainer::Engine;
 pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
@@ -55,8 +58,26 @@ use crate::error::{Error, Result};
 use crate::model::Model;
 
 /// Builds the CPU engine named by `algorithm` for `model`; `rows_hint` (expected rows per run,
-/// if known) lets `auto` weigh table set-up against per-row savings.
+/// if known) lets `auto` weigh table set-up against per-row savings. A binary classifier that
+/// gives both class probabilities is explained once (see the `complement` module).
 pub fn build_engine(model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<usize>, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+    explained_once(model, |model| build_path_dependent(model, algorithm, rows_hint, options))
+}
+
+/// `build(model)`, or, when `model`'s two outputs are each other's complement, `build` on the
+/// second output's trees, wrapped to give both outputs.
+fn explained_once(model: Arc<Model>, build: impl FnOnce(Arc<Model>) -> Result<Arc<dyn Engine>>) -> Result<Arc<dyn Engine>> {
+    match complementary_outputs(&model) {
+        Some((second, total)) => {
+            tracing::debug!("the model's two outputs sum to {total}: explaining the second, deriving the first");
+            Ok(Arc::new(Complement::new(model, build(Arc::new(second))?, total)))
+        }
+        None => build(model),
+    }
+}
+
+/// The path-dependent engine named by `algorithm` for `model` as it stands.
+fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<usize>, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
     let prepared = Arc::new(PreparedModel::new(model)?);
     let algorithm = match algorithm {
         Algorithm::Auto => {
@@ -82,14 +103,16 @@ pub fn build_engine(model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<u
 /// background once (per-row cost independent of its size); `treeshap` follows the definition
 /// background row by background row (the reference, cost growing with the background).
 pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
-    let prepared = Arc::new(PreparedModel::new(model)?);
-    match algorithm {
-        Algorithm::Auto => Ok(Arc::new(interventional::Interventional::new(prepared, background, options.interventional_memory_bytes)?)),
-        Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::new(prepared, background)?)),
-        other => Err(Error::Input(format!(
-            "interventional SHAP (with a background) has two engines, auto (the background aggregated once) and treeshap (the reference, row by row); {other} is path-dependent only"
-        ))),
-    }
+    explained_once(model, |model| {
+        let prepared = Arc::new(PreparedModel::new(model)?);
+        match algorithm {
+            Algorithm::Auto => Ok(Arc::new(interventional::Interventional::new(prepared, background, options.interventional_memory_bytes)?)),
+            Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::new(prepared, background)?)),
+            other => Err(Error::Input(format!(
+                "interventional SHAP (with a background) has two engines, auto (the background aggregated once) and treeshap (the reference, row by row); {other} is path-dependent only"
+            ))),
+        }
+    })
 }
 
 /// Builds the interventional engine of a transformed output over `background` (shap's
@@ -109,6 +132,8 @@ pub fn build_rescaled_interventional(
 
 /// What `auto` would pick for `model` and `rows_hint` rows, and why.
 pub fn auto_choice(model: Arc<Model>, rows_hint: Option<usize>, options: &EngineOptions) -> Result<AutoChoice> {
+    // The model the engine is built on: one output of a complementary pair.
+    let model = complementary_outputs(&model).map_or(model, |(second, _)| Arc::new(second));
     let prepared = PreparedModel::new(model)?;
     Ok(choose_algorithm(&prepared, rows_hint, options.v2_memory_bytes))
 }
