@@ -41,10 +41,20 @@ pub(crate) fn complementary_outputs(model: &Model) -> Option<(Model, f64)> {
     if !total.is_finite() {
         return None;
     }
-    let mut reduced = model.clone();
-    reduced.num_groups = 1;
-    reduced.base_margin = vec![model.base_margin[1]];
-    reduced.trees = second.into_iter().map(|t| Tree { group: 0, ..t.clone() }).collect();
+    // Field by field, so only the second output's trees are copied (not every tree, then half
+    // of them dropped).
+    let reduced = Model {
+        format: model.format,
+        library_version: model.library_version.clone(),
+        objective: model.objective.clone(),
+        feature_names: model.feature_names.clone(),
+        feature_kinds: model.feature_kinds.clone(),
+        num_groups: 1,
+        base_margin: vec![model.base_margin[1]],
+        trees: second.into_iter().map(|t| Tree { group: 0, ..t.clone() }).collect(),
+        precision: model.precision,
+        categories: model.categories.clone(),
+    };
     Some((reduced, total))
 }
 
