@@ -2,6 +2,7 @@
 pred_contrib, and against the shapfusion CLI bit for bit."""
 
 import _thread
+import signal
 import subprocess
 import threading
 import time
@@ -299,13 +300,20 @@ def slow_call():
 
 def test_ctrl_c_interrupts_a_long_call(slow_call):
     explainer, rows = slow_call
+    # A Python started in the background by a shell without job control (`cmd &` in a script)
+    # inherits SIGINT ignored, and then has no KeyboardInterrupt handler: interrupt_main does
+    # nothing there. Install the handler an interactive Python has, for this test only.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, _thread.interrupt_main)
     began = time.monotonic()
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        explainer.shap_values(rows)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            explainer.shap_values(rows)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     elapsed = time.monotonic() - began
-    timer.cancel()
     # Chunks aim at half a second of work: the interrupt lands within a couple of them.
     assert elapsed < 5.0, elapsed
 
