@@ -528,11 +528,19 @@ impl Linear {
 
 /// Phase one for a lane group: every split's lanes going left, and lanes where the splits above
 /// on the same feature were all followed. Splits are in preorder, so `prev` is already done.
+///
+/// # Safety
+/// `AVX2` only where the CPU has AVX2.
 #[inline(always)]
-fn directions(tree: &Tree, lt: &LinearTree, xs: &[Lanes], masks: &mut Vec<(u32, u32)>) {
+unsafe fn directions<const AVX2: bool>(tree: &Tree, lt: &LinearTree, xs: &[Lanes], masks: &mut Vec<(u32, u32)>) {
     masks.clear();
     for split in &lt.splits {
-        let left = split.decision.lanes_left(tree, &xs[split.feature as usize].0);
+        let xs = &xs[split.feature as usize].0;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's promise.
+        let left = if AVX2 { unsafe { split.decision.lanes_left_avx2(tree, xs) } } else { split.decision.lanes_left(tree, xs) };
+        #[cfg(not(target_arch = "x86_64"))]
+        let left = split.decision.lanes_left(tree, xs);
         let hot = match split.prev {
             None => ALL_LANES,
             Some((p, side)) => {
@@ -855,8 +863,11 @@ fn restore_path(lt: &LinearTree, split: u32, d: usize, path_len: &[usize], path_
 }
 
 /// One task's rows (`groups` lane groups, already in `s.xs`): every tree, tree-major.
+///
+/// # Safety
+/// `AVX2` only where the CPU has AVX2 (the copies compiled with it).
 #[inline(always)]
-fn explain_task<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+unsafe fn explain_task<const PAIRS: bool, const AVX2: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
     let (f, g) = (p.model.num_features(), p.model.num_groups);
     for lt in trees {
         let tree = &p.model.trees[lt.source];
@@ -868,22 +879,33 @@ fn explain_task<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], grou
         // 12 distinct features): its loops unrolled and its offsets constant, about 10 % faster
         // than the general copy (measured), with the same arithmetic and so the same bits.
         match (PAIRS, lt.points()) {
-            (false, 1) => walk_tree::<PAIRS, 1>(tree, lt, groups, f, g, s),
-            (false, 2) => walk_tree::<PAIRS, 2>(tree, lt, groups, f, g, s),
-            (false, 3) => walk_tree::<PAIRS, 3>(tree, lt, groups, f, g, s),
-            (false, 4) => walk_tree::<PAIRS, 4>(tree, lt, groups, f, g, s),
-            (false, 5) => walk_tree::<PAIRS, 5>(tree, lt, groups, f, g, s),
-            (false, 6) => walk_tree::<PAIRS, 6>(tree, lt, groups, f, g, s),
-            _ => walk_tree::<PAIRS, 0>(tree, lt, groups, f, g, s),
+            (false, 1) => walk_tree::<PAIRS, 1, AVX2>(tree, lt, groups, f, g, s),
+            (false, 2) => walk_tree::<PAIRS, 2, AVX2>(tree, lt, groups, f, g, s),
+            (false, 3) => walk_tree::<PAIRS, 3, AVX2>(tree, lt, groups, f, g, s),
+            (false, 4) => walk_tree::<PAIRS, 4, AVX2>(tree, lt, groups, f, g, s),
+            (false, 5) => walk_tree::<PAIRS, 5, AVX2>(tree, lt, groups, f, g, s),
+            (false, 6) => walk_tree::<PAIRS, 6, AVX2>(tree, lt, groups, f, g, s),
+            _ => walk_tree::<PAIRS, 0, AVX2>(tree, lt, groups, f, g, s),
         }
     }
 }
 
 /// Every lane group through one compiled tree (`K` as in [`walk`]).
+///
+/// # Safety
+/// `AVX2` only where the CPU has AVX2.
 #[inline(always)]
-fn walk_tree<const PAIRS: bool, const K: usize>(tree: &Tree, lt: &LinearTree, groups: usize, f: usize, g: usize, s: &mut Scratch) {
+unsafe fn walk_tree<const PAIRS: bool, const K: usize, const AVX2: bool>(
+    tree: &Tree,
+    lt: &LinearTree,
+    groups: usize,
+    f: usize,
+    g: usize,
+    s: &mut Scratch,
+) {
     for lane_group in 0..groups {
-        directions(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks);
+        // SAFETY: the caller's promise.
+        unsafe { directions::<AVX2>(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks) };
         let at = lane_group * g + tree.group;
         let phi = &mut s.phi[at * f..(at + 1) * f];
         let pairs = if PAIRS { &mut s.pairs[at * f * f..(at + 1) * f * f] } else { &mut [][..] };
@@ -894,13 +916,15 @@ fn walk_tree<const PAIRS: bool, const K: usize>(tree: &Tree, lt: &LinearTree, gr
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn explain_task_avx512<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
-    explain_task::<PAIRS>(p, trees, groups, s)
+    // SAFETY: AVX-512F implies AVX2.
+    unsafe { explain_task::<PAIRS, true>(p, trees, groups, s) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn explain_task_avx2<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
-    explain_task::<PAIRS>(p, trees, groups, s)
+    // SAFETY: this copy runs only where the CPU has AVX2.
+    unsafe { explain_task::<PAIRS, true>(p, trees, groups, s) }
 }
 
 /// Which compiled copy of the walk this CPU runs (decided once).
@@ -926,7 +950,8 @@ fn dispatch<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: 
             _ => {}
         }
     }
-    explain_task::<PAIRS>(p, trees, groups, s)
+    // SAFETY: the portable copy needs no CPU feature.
+    unsafe { explain_task::<PAIRS, false>(p, trees, groups, s) }
 }
 
 /// Adds `part` to `total`, lane by lane.
@@ -1266,7 +1291,12 @@ mod tests {
     #[test]
     fn every_compiled_copy_gives_the_same_bits() {
         let (features, mut seed) = (5usize, 42u64);
-        let model = numeric_model(features, (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect(), 0.0);
+        let mut trees: Vec<Tree> = (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect();
+        // Every third split `x <= threshold` (LightGBM's rule), at a threshold some rows equal.
+        for (i, node) in trees.iter_mut().flat_map(|t| t.nodes.iter_mut()).enumerate().filter(|(i, n)| i % 3 == 0 && !n.is_leaf()) {
+            node.rule = SplitRule::LgbLessEqual { threshold: ((i * 7) % 100) as f64 / 100.0, missing: crate::model::MissingType::NaN };
+        }
+        let model = numeric_model(features, trees, 0.0);
         let prepared = Arc::new(PreparedModel::new(Arc::new(model)).unwrap());
         let engine = Linear::new(prepared.clone()).unwrap();
         let groups = 3;
@@ -1284,20 +1314,36 @@ mod tests {
             let bits = |v: &[Lanes]| v.iter().flat_map(|l| l.0.iter().map(|v| v.to_bits())).collect::<Vec<u64>>();
             (bits(&s.phi), bits(&s.pairs))
         };
-        let baseline = run(&|s| explain_task::<true>(&prepared, &engine.trees, groups, s));
+        // SAFETY (every portable copy here): it needs no CPU feature.
+        let baseline = run(&|s| unsafe { explain_task::<true, false>(&prepared, &engine.trees, groups, s) });
         assert!(baseline.0.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "the model attributes something");
         assert!(baseline.1.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "and has interactions");
-        assert_eq!(baseline.0, run(&|s| explain_task::<false>(&prepared, &engine.trees, groups, s)).0, "SHAP values without pairs");
+        assert_eq!(baseline.0, run(&|s| unsafe { explain_task::<false, false>(&prepared, &engine.trees, groups, s) }).0, "SHAP values without pairs");
+        // SHAP values walk a copy per point count; the general copy gives the same bits.
+        assert!(engine.trees.iter().all(|lt| lt.points() <= 6), "the trees take the copies per point count");
+        let general = run(&|s| {
+            for lt in engine.trees.iter().filter(|lt| !lt.splits.is_empty()) {
+                s.walk.reserve(lt.depth + 1, lt.points(), lt.width, false);
+                unsafe { walk_tree::<false, 0, false>(&prepared.model.trees[lt.source], lt, groups, features, 1, s) };
+            }
+        });
+        assert_eq!(baseline.0, general.0, "the general copy of the walk");
         #[cfg(target_arch = "x86_64")]
         {
             let fma = std::arch::is_x86_feature_detected!("fma");
             if fma && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2 and FMA.
                 assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true>(&prepared, &engine.trees, groups, s) }), "AVX2");
+                assert_eq!(baseline.0, run(&|s| unsafe { explain_task_avx2::<false>(&prepared, &engine.trees, groups, s) }).0, "AVX2, SHAP values");
             }
             if fma && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F and FMA.
                 assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true>(&prepared, &engine.trees, groups, s) }), "AVX-512");
+                assert_eq!(
+                    baseline.0,
+                    run(&|s| unsafe { explain_task_avx512::<false>(&prepared, &engine.trees, groups, s) }).0,
+                    "AVX-512, SHAP values"
+                );
             }
         }
     }
