@@ -44,12 +44,9 @@ impl Decision {
     pub fn lanes_left<const N: usize>(&self, tree: &Tree, xs: &[f64; N]) -> u32 {
         match *self {
             Decision::Numeric { threshold, strict, default_left } => {
-                // One compare per loop, the rule chosen outside it (a model's splits all have
-                // the same one): each loop is then a vector compare and a mask move, where a
-                // rule tested per lane made it eight scalar compares.
-                let below = if strict { lane_bits(xs, |x| x < threshold) } else { lane_bits(xs, |x| x <= threshold) };
-                let missing_left = if default_left { lane_bits(xs, f64::is_nan) } else { 0 };
-                below | missing_left
+                // The AVX2 and AVX-512 walks use `lanes_left_avx2` instead: this loop compiles
+                // to scalar compares for about half of the lanes.
+                lane_bits(xs, |x| (if strict { x < threshold } else { x <= threshold }) | (x.is_nan() & default_left))
             }
             Decision::Generic { node } => {
                 let node = &tree.nodes[node as usize];
