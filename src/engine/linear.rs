@@ -79,11 +79,11 @@ type PathStep = (u32, f64, u32, u8);
 
 /// Rows explained together, one per lane. A lane group's walk costs mostly its control flow,
 /// which follows the tree's shape, and each split's coefficients; the lane-wise arithmetic is a
-/// small share. So, against eight lanes (one process alternating builds, the same bits):
-/// SHAP values 1.6–1.8× the rows/s with AVX-512 and 1.4–1.6× with AVX2, interactions 1.3–1.4×,
-/// on a forest of 100 trees of depth 10 and XGBoost's 100 of depth 6; 24 lanes ran at a third
-/// (the lane loops stop unrolling into registers). A lone row, which fills one lane group,
-/// takes about 15 % longer than with eight.
+/// small share. So, against eight lanes (`benchmarks/ab_builds.py`, the same bits), with the
+/// larger tasks below: SHAP values 1.7× the rows/s on one thread with AVX-512 (1.4–1.7× on
+/// two) and 1.4–1.6× with AVX2, interactions 1.5×, on a forest of 100 trees of depth 10 and
+/// XGBoost's 100 of depth 6; 24 lanes ran at a third (the lane loops stop unrolling into
+/// registers). A lone row, which fills a lane group alone, runs at 0.85–1.03× its old rate.
 pub(crate) const LANES: usize = 16;
 
 /// Compiled trees (or parts) summed on their own before their sum is added to a row's total
