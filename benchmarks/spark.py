@@ -211,7 +211,7 @@ def main() -> None:
         f"* Spark's floor (e): moving the rows alone runs {floor:,.0f} rows/s on the same cores. Were its time per row added to (d)'s, "
         f"(c) could reach {bound('XGBoost'):.0%} of (d) on the XGBoost model and {bound('RandomForestClassifier'):.0%} on the forest; "
         f"(c) ran at {rate[(c, 'XGBoost')] / rate[(d, 'XGBoost')]:.0%} and {rate[(c, 'RandomForestClassifier')] / rate[(d, 'RandomForestClassifier')]:.0%}: "
-        "where (c) is above that sum, Spark moved the rows while the engine computed, not in time taken from it.",
+        "where (c) is above that sum, Spark's transfer did not cost it its time per row one for one.",
         "* Targets: " + "; ".join(
             f"{model} {'met' if rate[(c, model)] >= 50 * rate[(a, model)] and abs(rate[(c, model)] / rate[(d, model)] - 1) <= 0.1 else 'NOT met'} "
             f"({rate[(c, model)] / rate[(a, model)]:.1f}× (a), {rate[(c, model)] / rate[(d, model)]:.0%} of (d))"
