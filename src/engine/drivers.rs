@@ -21,7 +21,13 @@ pub const ROWS_PER_TASK: usize = 64;
 /// attributions are summed tree by tree in model order whatever the task, so the split of work
 /// never changes what is computed.
 pub(crate) fn rows_per_task(rows: usize) -> usize {
-    rows.div_ceil(rayon::current_num_threads()).clamp(1, ROWS_PER_TASK)
+    rows_per_task_up_to(rows, ROWS_PER_TASK)
+}
+
+/// [`rows_per_task`] with `most` rows a task in place of [`ROWS_PER_TASK`], for an engine that
+/// sizes its tasks by its own scratch.
+pub(crate) fn rows_per_task_up_to(rows: usize, most: usize) -> usize {
+    rows.div_ceil(rayon::current_num_threads()).clamp(1, most.max(1))
 }
 
 /// Deepest tree the engines that recurse along a path (`treeshap`, `fast-v1`, `quadrature`) or

@@ -65,7 +65,7 @@ use rayon::prelude::*;
 
 use super::block::FeatureBlock;
 use super::decision::Decision;
-use super::drivers::{check_block, finish_interaction_row, interactions_by_task, shap_by_task, ROWS_PER_TASK};
+use super::drivers::{check_block, finish_interaction_row, interactions_by_task, rows_per_task_up_to, shap_by_task, ROWS_PER_TASK};
 use super::explainer::Engine;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
@@ -116,7 +116,7 @@ fn task_rows(rows: usize, features: usize, groups: usize, pairs: bool) -> usize 
     let sums = groups.saturating_mul(features).saturating_mul(if pairs { features + 1 } else { 1 });
     let per_row = size_of::<f64>().saturating_mul(features.saturating_add(sums.saturating_mul(2))).max(1);
     let most = (TASK_ROW_BYTES / per_row).clamp(ROWS_PER_TASK, MAX_ROWS_PER_TASK);
-    rows.div_ceil(rayon::current_num_threads()).clamp(1, most).next_multiple_of(LANES)
+    rows_per_task_up_to(rows, most).next_multiple_of(LANES)
 }
 
 /// One value per row of a lane group, aligned to a cache line: a vector load or store then never
