@@ -34,9 +34,11 @@ started=$(date +%s)
 deadline=$((started + limit))
 scripts/cluster-token.sh
 scripts/build-image.sh "$bin" shapfusion:local
+echo "writing 1,000,000 rows in 8 Parquet files"
 "$py" scripts/ballista_check.py make-data --data "$data" --rows 1000000 --files 8
 chmod -R a+rX "$data"
 compose --profile ballista config -q
+echo "starting the scheduler, $executors executors and the gateway"
 compose --profile ballista up -d --scale executor="$executors" scheduler executor gateway
 
 echo "waiting for the scheduler, $executors executors and the gateway to be healthy"

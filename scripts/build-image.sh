@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds the shapfusion image from local artifacts only (no registry needed):
-#   [NVRTC_DIR=DIR] scripts/build-image.sh [BINARY] [TAG]
+#   [NVRTC_DIR=DIR] [BUILD_TIMEOUT=SECONDS] scripts/build-image.sh [BINARY] [TAG]
 # BINARY defaults to target/release/shapfusion, else target/debug/shapfusion (building the
 # release one if neither exists); TAG defaults to shapfusion:local.
+# The image is labelled with a digest of its files; when TAG already carries that digest nothing
+# is built (the cluster and Ballista tests ask for the same image one after the other). A
+# `docker build` that has not finished in BUILD_TIMEOUT seconds (default 300) is stopped and
+# tried once more; a second timeout fails with the engine's state, rather than waiting on a
+# stuck daemon for the rest of CI's time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin="${1:-}"
@@ -40,5 +45,25 @@ fi
 echo 'nobody:x:65534:65534:nobody:/:/usr/sbin/nologin' > "$root/etc/passwd"
 echo 'nogroup:x:65534:' > "$root/etc/group"
 
-docker build -q -f Dockerfile -t "$tag" docker >/dev/null
-echo "built $tag from $bin ($(du -sh "$root" | cut -f1) rootfs)"
+digest="$(cd "$root" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-32)"
+label=org.shapfusion.rootfs
+size="$(du -sh "$root" | cut -f1)"
+if [[ "$(docker image inspect --format "{{index .Config.Labels \"$label\"}}" "$tag" 2>/dev/null)" == "$digest" ]]; then
+  echo "$tag is up to date with $bin ($size rootfs, digest $digest)"
+  exit 0
+fi
+limit="${BUILD_TIMEOUT:-300}"
+for try in 1 2; do
+  status=0
+  timeout -k 30 "$limit" docker build -q --label "$label=$digest" -f Dockerfile -t "$tag" docker >/dev/null || status=$?
+  [[ $status -eq 0 ]] && break
+  if [[ $status -ne 124 && $status -ne 137 ]]; then
+    echo "error: docker build of $tag failed (exit $status)" >&2
+    exit "$status"
+  fi
+  echo "docker build of $tag did not finish in ${limit}s (try $try of 2); the engine:" >&2
+  timeout 30 docker info --format '{{.ServerVersion}} {{.Driver}}, {{.Containers}} containers, {{.Images}} images' >&2 || true
+  df -h "$root" >&2 || true
+  [[ $try -eq 2 ]] && { echo "error: docker build of $tag timed out twice" >&2; exit 1; }
+done
+echo "built $tag from $bin ($size rootfs, digest $digest)"

@@ -1,8 +1,19 @@
 # Helpers for the Docker tests (cluster-test.sh, ballista-test.sh); sourced, not run.
 
-# `docker compose`, or docker-compose v1 where the plugin is missing.
+# `docker compose`, or docker-compose v1 where the plugin is missing. Each call is bounded by
+# COMPOSE_TIMEOUT seconds (default 300): a stuck engine fails the test with the command named
+# instead of holding CI until its own limit.
 compose() {
-  if docker compose version >/dev/null 2>&1; then docker compose "$@"; else docker-compose "$@"; fi
+  local limit="${COMPOSE_TIMEOUT:-300}" status=0
+  if timeout 30 docker compose version >/dev/null 2>&1; then
+    timeout -k 30 "$limit" docker compose "$@" || status=$?
+  else
+    timeout -k 30 "$limit" docker-compose "$@" || status=$?
+  fi
+  if [[ $status -eq 124 || $status -eq 137 ]]; then
+    echo "error: 'compose $*' did not finish in ${limit}s" >&2
+  fi
+  return "$status"
 }
 
 # A free TCP port on this host's loopback.
@@ -19,10 +30,10 @@ wait_healthy() {
   local ids states c
   while :; do
     ids=$(compose "$@")
-    states=$(for c in $ids; do docker inspect --format '{{.State.Health.Status}}' "$c"; done | sort | uniq -c | tr -s ' ')
+    states=$(for c in $ids; do timeout 30 docker inspect --format '{{.State.Health.Status}}' "$c"; done | sort | uniq -c | tr -s ' ')
     [[ "$states" == "$want" ]] && return 0
     for c in $ids; do
-      if [[ "$(docker inspect --format '{{.RestartCount}}' "$c")" != 0 ]]; then
+      if [[ "$(timeout 30 docker inspect --format '{{.RestartCount}}' "$c")" != 0 ]]; then
         echo "container $(docker inspect --format '{{.Name}}' "$c") keeps restarting:" >&2
         docker logs --tail 20 "$c" >&2
         return 1
