@@ -230,6 +230,7 @@ mod reader {
         let reader = builder.build().map_err(|e| bad(e.to_string()))?;
         // The Parquet reader asserts some invariants of a file's metadata instead of returning an
         // error; a model file must never abort the process, so a panic there becomes an error.
+        // (The fuzz target recognises a panic inside this closure by its name, `read_parquet`.)
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.collect::<std::result::Result<Vec<_>, _>>()))
             .map_err(|_| bad("the Parquet reader failed on the file's metadata (a corrupt file)".into()))?
             .map_err(|e| bad(e.to_string()))
