@@ -46,7 +46,7 @@ wait_healthy "$deadline" $((executors + 2)) --profile ballista ps -q scheduler e
 echo "healthy after $(( $(date +%s) - started ))s: scheduler + $executors executors + gateway"
 
 victim="$(compose --profile ballista ps -q executor | sed -n 2p)"
-timeout "$(( deadline - $(date +%s) ))" "$py" scripts/ballista_check.py check \
+timeout --foreground "$(( deadline - $(date +%s) ))" "$py" scripts/ballista_check.py check \
   --server "grpc+tcp://127.0.0.1:${SHAPFUSION_BALLISTA_PORT}" --bin "$bin" --kill "$victim" \
   --token-file "${SHAPFUSION_TOKEN_FILE:-.cluster/token}"
 echo "ballista test passed in $(( $(date +%s) - started ))s"

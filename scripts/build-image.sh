@@ -55,14 +55,14 @@ fi
 limit="${BUILD_TIMEOUT:-300}"
 for try in 1 2; do
   status=0
-  timeout -k 30 "$limit" docker build -q --label "$label=$digest" -f Dockerfile -t "$tag" docker >/dev/null || status=$?
+  timeout --foreground -k 30 "$limit" docker build -q --label "$label=$digest" -f Dockerfile -t "$tag" docker >/dev/null || status=$?
   [[ $status -eq 0 ]] && break
   if [[ $status -ne 124 && $status -ne 137 ]]; then
     echo "error: docker build of $tag failed (exit $status)" >&2
     exit "$status"
   fi
   echo "docker build of $tag did not finish in ${limit}s (try $try of 2); the engine:" >&2
-  timeout 30 docker info --format '{{.ServerVersion}} {{.Driver}}, {{.Containers}} containers, {{.Images}} images' >&2 || true
+  timeout --foreground 30 docker info --format '{{.ServerVersion}} {{.Driver}}, {{.Containers}} containers, {{.Images}} images' >&2 || true
   df -h "$root" >&2 || true
   [[ $try -eq 2 ]] && { echo "error: docker build of $tag timed out twice" >&2; exit 1; }
 done

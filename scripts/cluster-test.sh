@@ -36,7 +36,7 @@ deadline=$((started + limit))
 wait_healthy "$deadline" 4 ps -q
 echo "healthy after $(( $(date +%s) - started ))s: coordinator + 3 workers"
 
-timeout "$(( deadline - $(date +%s) ))" "$py" scripts/cluster_check.py \
+timeout --foreground "$(( deadline - $(date +%s) ))" "$py" scripts/cluster_check.py \
   --server "grpc+tcp://127.0.0.1:${SHAPFUSION_PORT}" --bin "$bin" --kill "$(compose ps -q worker2)" \
   --token-file "${SHAPFUSION_TOKEN_FILE:-.cluster/token}"
 echo "cluster test passed in $(( $(date +%s) - started ))s"

@@ -3,12 +3,15 @@
 # `docker compose`, or docker-compose v1 where the plugin is missing. Each call is bounded by
 # COMPOSE_TIMEOUT seconds (default 300): a stuck engine fails the test with the command named
 # instead of holding CI until its own limit.
+# Every `timeout` in these scripts runs with --foreground: the command stays in the script's
+# process group, so a limit on the whole script (`timeout` around it in .ci/run signals that
+# group) stops the command too, and the script's cleanup runs at once instead of after it.
 compose() {
   local limit="${COMPOSE_TIMEOUT:-300}" status=0
-  if timeout 30 docker compose version >/dev/null 2>&1; then
-    timeout -k 30 "$limit" docker compose "$@" || status=$?
+  if timeout --foreground 30 docker compose version >/dev/null 2>&1; then
+    timeout --foreground -k 30 "$limit" docker compose "$@" || status=$?
   else
-    timeout -k 30 "$limit" docker-compose "$@" || status=$?
+    timeout --foreground -k 30 "$limit" docker-compose "$@" || status=$?
   fi
   if [[ $status -eq 124 || $status -eq 137 ]]; then
     echo "error: 'compose $*' did not finish in ${limit}s" >&2
@@ -30,10 +33,10 @@ wait_healthy() {
   local ids states c
   while :; do
     ids=$(compose "$@")
-    states=$(for c in $ids; do timeout 30 docker inspect --format '{{.State.Health.Status}}' "$c"; done | sort | uniq -c | tr -s ' ')
+    states=$(for c in $ids; do timeout --foreground 30 docker inspect --format '{{.State.Health.Status}}' "$c"; done | sort | uniq -c | tr -s ' ')
     [[ "$states" == "$want" ]] && return 0
     for c in $ids; do
-      if [[ "$(timeout 30 docker inspect --format '{{.RestartCount}}' "$c")" != 0 ]]; then
+      if [[ "$(timeout --foreground 30 docker inspect --format '{{.RestartCount}}' "$c")" != 0 ]]; then
         echo "container $(docker inspect --format '{{.Name}}' "$c") keeps restarting:" >&2
         docker logs --tail 20 "$c" >&2
         return 1
