@@ -18,7 +18,8 @@ use arrow::datatypes::{Schema, SchemaRef};
 use crate::batch::{compute_pool, explain_batch, explain_block, output_fields, OutputKind};
 use crate::device::{engine_on, interventional_on, Device};
 use crate::engine::{
-    interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, OutputTransform, Predictions, Saabas,
+    covers_counted_from, interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, OutputTransform,
+    Predictions, Saabas,
 };
 use crate::error::{Error, Result};
 #[cfg(feature = "sql")]
@@ -48,6 +49,7 @@ pub struct ExplainerBuilder {
     output: OutputKind,
     rows_hint: Option<usize>,
     background: Option<RecordBatch>,
+    cover_rows: Option<RecordBatch>,
     transform: OutputTransform,
 }
 
@@ -60,6 +62,7 @@ impl Explainer {
             output: OutputKind::default(),
             rows_hint: None,
             background: None,
+            cover_rows: None,
             transform: OutputTransform::Identity,
         }
     }
@@ -216,6 +219,16 @@ impl ExplainerBuilder {
         self
     }
 
+    /// Path-dependent SHAP with every node's cover counted from these rows (features found by
+    /// name) instead of the training covers, as `shap.TreeExplainer(model, data,
+    /// feature_perturbation="tree_path_dependent")` computes them: the bias is the rows' mean
+    /// margin (a node none of them reaches weighs [`UNREACHED_COVER`](crate::engine::UNREACHED_COVER)),
+    /// and each row's values add up to its margin. Not with a [`background`](Self::background).
+    pub fn cover_rows(mut self, rows: RecordBatch) -> Self {
+        self.cover_rows = Some(rows);
+        self
+    }
+
     /// What interventional values attribute (default the margin): `Logistic` gives shap's
     /// `model_output="probability"` values of a log-odds model, each background row's margin
     /// values rescaled to the change in probability, the bias the background's mean
@@ -236,6 +249,17 @@ impl ExplainerBuilder {
     pub fn build(self) -> Result<Explainer> {
         let pool = compute_pool(self.settings.threads_to_run())?;
         let (device, algorithm, options) = (self.settings.device, self.settings.algorithm, self.settings.engine_options());
+        let mut model = self.model;
+        if let Some(rows) = &self.cover_rows {
+            if self.background.is_some() {
+                return Err(Error::Input(
+                    "give either background rows (interventional SHAP) or rows to count covers from (path-dependent SHAP over those rows), not both"
+                        .into(),
+                ));
+            }
+            let block = model.feature_block(rows).map_err(|e| Error::Input(format!("rows to count covers from: {e}")))?;
+            model = Arc::new(pool.install(|| covers_counted_from(&model, &block))?);
+        }
         let engine = match &self.background {
             None if self.transform != OutputTransform::Identity => {
                 return Err(Error::Input(format!(
@@ -243,18 +267,18 @@ impl ExplainerBuilder {
                     self.transform
                 )))
             }
-            None => pool.install(|| engine_on(device, self.model.clone(), algorithm, self.rows_hint, &options))?,
+            None => pool.install(|| engine_on(device, model.clone(), algorithm, self.rows_hint, &options))?,
             Some(rows) => {
                 // Refused here, before the background is aggregated, rather than at the first batch.
                 if self.output == OutputKind::Interactions {
                     return Err(interventional_interactions_unavailable());
                 }
-                let background = self.model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
-                pool.install(|| interventional_on(device, self.model.clone(), &background, algorithm, self.transform, &options))?
+                let background = model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
+                pool.install(|| interventional_on(device, model.clone(), &background, algorithm, self.transform, &options))?
             }
         };
-        let schema = Arc::new(Schema::new(output_fields(&self.model, self.output)));
-        Ok(Explainer { engine, model: self.model, saabas: Arc::new(OnceLock::new()), pool, output: self.output, schema, settings: self.settings })
+        let schema = Arc::new(Schema::new(output_fields(&model, self.output)));
+        Ok(Explainer { engine, model, saabas: Arc::new(OnceLock::new()), pool, output: self.output, schema, settings: self.settings })
     }
 }
 

@@ -19,7 +19,7 @@ matched to the model's features by name, in any order. ``shapfusion.datafusion_u
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -69,6 +69,12 @@ class Explainer:
     tree_limit
         Explain the model's first ``tree_limit`` trees only, in the model file's order (for
         XGBoost and LightGBM, rounds times trees per round); ``None`` is all of them.
+    cover_rows
+        Rows (same forms as ``X``) to count the trees' covers from: path-dependent values whose
+        expectations are over these rows instead of the training data, what
+        ``shap.TreeExplainer(model, data, feature_perturbation="tree_path_dependent")``
+        computes. The bias is then their mean margin (a node none of them reaches weighs 1e-6,
+        as in shap). Not with ``background``.
 
     Raises
     ------
@@ -95,21 +101,40 @@ class Explainer:
         background: Any = None,
         transform: str = "identity",
         tree_limit: Optional[int] = None,
+        cover_rows: Any = None,
     ) -> None:
-        path, data, name = _model_source(model)
-        self._build(dict(path=path, data=data, name=name), algorithm, threads, background, transform, tree_limit)
+        # An XGBoost scikit-learn model built with missing=v reads v as missing, as its
+        # predict does (a Booster has no such setting: its DMatrix had it).
+        self._missing = _xgboost_missing_value(model)
+        self._build(_model_source(model), algorithm, threads, background, transform, tree_limit, cover_rows)
 
     @classmethod
-    def _from_spark_files(cls, files: Sequence[Tuple[str, bytes]], name: str, *, algorithm: str = "auto", threads: Optional[int] = None, background: Any = None, transform: str = "identity") -> "Explainer":
-        """An explainer of a Spark ML model directory given as its files ((path relative to the
-        directory, bytes) pairs), as ``shapfusion.spark`` ships it to executors."""
+    def _from_source(cls, source: Dict[str, Any], *, missing: Optional[float] = None, **settings: Any) -> "Explainer":
+        """An explainer of a model already read by :func:`_model_source` (one read serves many
+        explainers), or of a Spark ML model directory's files as ``shapfusion.spark`` ships them
+        (``dict(spark_files=[(relative path, bytes), ...], name=...)``); ``settings`` are the
+        constructor's."""
         self = cls.__new__(cls)
-        self._build(dict(spark_files=[(str(p), bytes(b)) for p, b in files], name=name), algorithm, threads, background, transform, None)
+        self._missing = missing
+        self._build(source, **settings)
         return self
 
-    def _build(self, source: dict, algorithm: str, threads: Optional[int], background: Any, transform: str, tree_limit: Optional[int]) -> None:
-        """The native explainer of the model ``source`` names (path, bytes or Spark files)."""
-        background_rows, background_names = (None, None) if background is None else _rows(background)
+    def _build(
+        self,
+        source: dict,
+        algorithm: str = "auto",
+        threads: Optional[int] = None,
+        background: Any = None,
+        transform: str = "identity",
+        tree_limit: Optional[int] = None,
+        cover_rows: Any = None,
+    ) -> None:
+        """The native explainer of the model ``source`` names (``path``, ``data`` (the file's
+        bytes) or ``spark_files``, and its ``name``)."""
+        # What pickling keeps: the model as read and the settings; the engine is built anew.
+        self._state = dict(source=source, algorithm=algorithm, threads=threads, background=background, transform=transform, tree_limit=tree_limit, cover_rows=cover_rows)
+        background_rows, background_names = (None, None) if background is None else _rows(self._missing_as_nan(background))
+        cover_values, cover_names = (None, None) if cover_rows is None else _rows(self._missing_as_nan(cover_rows))
         self._native = _shapfusion.NativeExplainer(
             **source,
             algorithm=algorithm,
@@ -118,8 +143,30 @@ class Explainer:
             background_names=background_names,
             transform=transform,
             tree_limit=tree_limit,
+            cover_rows=cover_values,
+            cover_names=cover_names,
         )
         self._interventional = background is not None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """The model as read and the settings (an explainer pickles, to ship to other
+        processes, as shap's does); the engine is rebuilt on unpickling."""
+        state = dict(self._state, missing=self._missing)
+        source = state["source"]
+        if "path" in source:
+            # The model's content, not its path: the other process may not see this file system.
+            path, name = source["path"], source["name"]
+            if os.path.isdir(path):
+                state["source"] = dict(spark_files=_directory_files(path), name=name)
+            else:
+                with open(path, "rb") as f:
+                    state["source"] = dict(data=f.read(), name=name)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self._missing = state.pop("missing")
+        source = state.pop("source")
+        self._build(source, **state)
 
     # -- results ---------------------------------------------------------------------------
 
@@ -200,7 +247,30 @@ class Explainer:
             f"engine={self.engine!r}, threads={self.threads}{kind})"
         )
 
+    def _missing_as_nan(self, X: Any) -> Any:
+        """``X`` with the model's own missing value (XGBoost's ``missing=``) as NaN."""
+        if self._missing is None:
+            return X
+        X = _plain_rows(X)
+        if _is_sparse(X):
+            X = X.copy()
+            X.data[X.data == self._missing] = np.nan
+            return X
+        if _is_pandas_frame(X):
+            numeric = [c for c in X.columns if _is_plain_number(X[c].dtype)]
+            X = X.copy()
+            X[numeric] = X[numeric].mask(X[numeric] == self._missing)
+            return X
+        if hasattr(X, "__arrow_c_stream__") and not isinstance(X, np.ndarray):
+            import pyarrow as pa
+
+            return self._missing_as_nan(pa.table(X).to_pandas())
+        array = np.array(X, dtype=np.float64)
+        array[array == self._missing] = np.nan
+        return array
+
     def _compute(self, X: Any, output: str, as_arrow: bool):
+        X = self._missing_as_nan(X)
         if _is_sparse(X):
             return self._compute_sparse(X, output, as_arrow)
         rows, names = _rows(X)
@@ -302,28 +372,72 @@ def _threads(threads: Optional[int]) -> int:
     return threads
 
 
-def _model_source(model: ModelLike) -> Tuple[Optional[str], Optional[bytes], str]:
-    """(path, bytes, name for messages) for any accepted model."""
+def _model_source(model: ModelLike) -> Dict[str, Any]:
+    """What the native explainer reads for any accepted model: ``path``, ``data`` (a model
+    file's bytes) or ``spark_files`` (a Spark ML model directory's files, (relative path,
+    bytes)), and its ``name`` for messages."""
     if isinstance(model, (str, os.PathLike)):
-        return os.fspath(os.path.expanduser(model)), None, os.fspath(model)
+        return dict(path=os.fspath(os.path.expanduser(model)), name=os.fspath(model))
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return None, bytes(model), "<bytes>"
+        return dict(data=bytes(model), name="<bytes>")
     module = type(model).__module__ or ""
+    if module.startswith("xgboost.spark"):
+        return dict(data=bytes(model.get_booster().save_raw(raw_format="ubj")), name=f"<{type(model).__name__}>")
     if module.startswith("xgboost"):
         booster = model.get_booster() if hasattr(model, "get_booster") else model
-        return None, bytes(booster.save_raw(raw_format="ubj")), "<xgboost.Booster>"
+        return dict(data=bytes(booster.save_raw(raw_format="ubj")), name="<xgboost.Booster>")
     if module.startswith("lightgbm"):
         booster = getattr(model, "booster_", model)
-        return None, booster.model_to_string().encode("utf-8"), "<lightgbm.Booster>"
+        return dict(data=booster.model_to_string().encode("utf-8"), name="<lightgbm.Booster>")
     if _trees_file.is_sklearn_estimator(model):
-        return None, _trees_file.to_json_bytes(model), f"<sklearn {type(model).__name__}>"
+        return dict(data=_trees_file.to_json_bytes(model), name=f"<sklearn {type(model).__name__}>")
     if module.startswith("catboost"):
-        return None, _catboost_json(model), f"<catboost {type(model).__name__}>"
+        return dict(data=_catboost_json(model), name=f"<catboost {type(model).__name__}>")
+    if module.startswith("pyspark.ml") and hasattr(model, "write"):
+        return dict(spark_files=_spark_model_files(model), name=f"<{type(model).__name__}>")
     raise TypeError(
         "model must be a path, the bytes of a model file, an xgboost Booster/XGBModel, a "
-        "lightgbm Booster/LGBMModel, a fitted scikit-learn tree estimator or a catboost model; "
-        f"got {type(model).__module__}.{type(model).__qualname__}"
+        "lightgbm Booster/LGBMModel, a fitted scikit-learn tree estimator, a catboost model or a "
+        f"fitted pyspark.ml tree model; got {type(model).__module__}.{type(model).__qualname__}"
     )
+
+
+def _spark_model_files(model: Any) -> List[Tuple[str, bytes]]:
+    """A fitted ``pyspark.ml`` model's directory (as ``model.write().save`` writes it) as
+    (relative path, bytes) pairs."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="shapfusion-sparkml-") as tmp:
+        target = os.path.join(tmp, "model")
+        model.write().save("file://" + target)
+        return _directory_files(target)
+
+
+def _directory_files(root: str) -> List[Tuple[str, bytes]]:
+    """Every file under ``root`` as (path relative to it, with ``/``, bytes), in a stable order."""
+    files = []
+    for dirpath, dirnames, names in os.walk(root):
+        dirnames.sort()
+        for n in sorted(names):
+            full = os.path.join(dirpath, n)
+            with open(full, "rb") as f:
+                files.append((os.path.relpath(full, root).replace(os.sep, "/"), f.read()))
+    return files
+
+
+def _xgboost_missing_value(model: Any) -> Optional[float]:
+    """The value an XGBoost scikit-learn model reads as missing besides NaN (its ``missing``
+    parameter), or None."""
+    if not (type(model).__module__ or "").startswith("xgboost"):
+        return None
+    missing = getattr(model, "missing", None)
+    if missing is None or isinstance(missing, bool):
+        return None
+    try:
+        value = float(missing)
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(value) else value
 
 
 def _catboost_json(model: Any) -> bytes:
@@ -366,11 +480,21 @@ def _rows(X: Any) -> Tuple[Any, Optional[Sequence[str]]]:
 
 
 def _plain_rows(X: Any) -> Any:
-    """A one-row pandas Series as a one-row DataFrame, and an XGBoost DMatrix as a DataFrame of
-    its values (entries it does not store are missing, as in XGBoost); anything else as is."""
+    """A one-row pandas Series as a one-row DataFrame, an XGBoost DMatrix as a DataFrame of its
+    values (entries it does not store are missing, as in XGBoost), and a numeric catboost.Pool
+    as a DataFrame of its features; anything else as is."""
     module = type(X).__module__ or ""
     if module.startswith("pandas") and type(X).__name__ == "Series":
         return X.to_frame().T.infer_objects()
+    if module.startswith("catboost") and type(X).__name__ == "Pool":
+        import pandas as pd
+
+        if X.get_cat_feature_indices():
+            raise ValueError(
+                "a catboost.Pool with categorical features keeps only their hashes, not their values; "
+                "pass the rows themselves (a DataFrame) instead of the Pool"
+            )
+        return pd.DataFrame(np.asarray(X.get_features(), dtype=np.float64), columns=X.get_feature_names())
     if module.startswith("xgboost") and type(X).__name__ == "DMatrix":
         import pandas as pd
 

@@ -23,6 +23,11 @@ class NativeExplainer:
         threads: int = 0,
         background: Any = None,
         background_names: Optional[Sequence[str]] = None,
+        transform: str = "identity",
+        tree_limit: Optional[int] = None,
+        spark_files: Optional[Sequence[Tuple[str, bytes]]] = None,
+        cover_rows: Any = None,
+        cover_names: Optional[Sequence[str]] = None,
     ) -> None: ...
     def compute(self, x: Any, output: str, names: Optional[Sequence[str]] = None) -> np.ndarray: ...
     def compute_arrow(self, x: Any, output: str, names: Optional[Sequence[str]] = None) -> Any: ...

@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import Explainer, _model_source, _plain_rows, _trees_file
+from . import Explainer, _model_source, _plain_rows, _trees_file, _xgboost_missing_value
 
 __all__ = ["TreeExplainer", "patch_shap", "unpatch_shap"]
 
@@ -38,16 +38,27 @@ __all__ = ["TreeExplainer", "patch_shap", "unpatch_shap"]
 _LOG_ODDS_OBJECTIVES = {"binary:logistic", "reg:logistic", "binary", "cross_entropy", "xentropy", "Logloss", "CrossEntropy"}
 
 
+#: The constructor's ``approximate`` when not given (shap warns whenever it is).
+_UNSET: Any = object()
+
+
 class TreeExplainer:
     """Exact SHAP values of a tree model with shap's ``TreeExplainer`` interface.
 
     Parameters are shap's. ``data`` (rows, a DataFrame or a ``shap.maskers.Independent``
     masker) makes the values interventional over every background row; without it they are
-    path-dependent (what the libraries' own ``pred_contribs`` compute). ``model_output``:
-    ``"raw"`` (the margin), ``"probability"`` (log-odds models: the logistic of the margin, each
-    background row's values rescaled as shap does; probability trees: their output) or
-    ``"predict_proba"`` (classifiers: one output per class, ``[1 - p, p]`` for binary log-odds
-    models); both need ``data``. ``threads`` (not shap's) bounds the compute threads.
+    path-dependent (what the libraries' own ``pred_contribs`` compute). With
+    ``feature_perturbation="tree_path_dependent"`` and ``data``, the values are path-dependent
+    with every node's cover counted from ``data`` (as shap does: a node no row reaches gets
+    1e-6). ``model_output``: ``"raw"`` (the margin), ``"probability"`` (log-odds models: the
+    logistic of the margin, each background row's values rescaled as shap does; probability
+    trees: their output) or ``"predict_proba"`` (classifiers: one output per class, ``[1 - p,
+    p]`` for binary log-odds models); both need ``data``. ``threads`` (not shap's) bounds the
+    compute threads.
+
+    Columns are matched as shap and the libraries match them: a DataFrame that has every one of
+    the model's feature names is matched by name (also with LightGBM's spaces-to-underscores
+    renaming); otherwise by position, with a warning where the model's own names differ.
     """
 
     def __init__(
@@ -57,18 +68,19 @@ class TreeExplainer:
         model_output: str = "raw",
         feature_perturbation: str = "auto",
         feature_names: Optional[list] = None,
-        approximate: bool = False,
+        approximate: Any = _UNSET,
         link: Any = None,
         linearize_link: Any = None,
         threads: Optional[int] = None,
     ) -> None:
-        if approximate:
+        if approximate is not _UNSET:
             warnings.warn(
-                "The approximate argument of the constructor is deprecated (as in shap 0.47+); pass approximate=True to shap_values or __call__ instead.",
-                FutureWarning,
+                "The approximate argument has been deprecated in version v0.47.0 and will be removed in version v0.48.0. "
+                "Please use the approximate argument in the shap_values or the __call__ method instead.",
+                DeprecationWarning,
                 stacklevel=2,
             )
-        self._approximate = bool(approximate)
+        self._approximate = bool(approximate) if approximate is not _UNSET else False
         if link is not None and getattr(link, "__name__", str(link)) not in ("identity", "IdentityLink"):
             raise NotImplementedError(f"shapfusion.TreeExplainer: link={link!r} is not built yet; the identity link is")
         background = _background_rows(data)
@@ -76,7 +88,10 @@ class TreeExplainer:
             feature_perturbation = "interventional" if background is not None else "tree_path_dependent"
         elif feature_perturbation == "interventional" and background is None:
             warnings.warn(
-                "Setting feature_perturbation = \"tree_path_dependent\" because no background data was given.",
+                "In the future, passing feature_perturbation='interventional' without providing a background dataset "
+                "will raise an error. Please provide a background dataset to continue using the interventional "
+                "approach or set feature_perturbation='auto' to automatically switch approaches.",
+                FutureWarning,
                 stacklevel=2,
             )
             feature_perturbation = "tree_path_dependent"
@@ -86,46 +101,86 @@ class TreeExplainer:
             )
         if model_output != "raw" and feature_perturbation == "tree_path_dependent":
             raise ValueError('Only model_output="raw" is supported for feature_perturbation="tree_path_dependent"')
-        self.data = background
         self.model_output = model_output
         self.feature_perturbation = feature_perturbation
         self._threads = threads
-        self._background = background if feature_perturbation == "interventional" else None
         # The model read once (a scikit-learn or CatBoost model is converted once), then its
         # objective and output count, from an explainer with no set-up, decide the transform.
         try:
-            path, source, _ = _model_source(model)
+            self._source = _model_source(model)
         except TypeError as e:
             raise _shap_error("InvalidModelError", TypeError)(f"Model type not yet supported by TreeExplainer: {type(model)} ({e})") from e
-        self._source = path if path is not None else source
-        info = Explainer(self._source, algorithm="treeshap", threads=threads)
+        self._missing = _xgboost_missing_value(model)
+        info = Explainer._from_source(self._source, algorithm="treeshap", threads=threads)
+        self._model_names = list(info.feature_names)
+        self._lightgbm = info._native.format.startswith("LightGBM")
         self._transform, self._doubled = _resolve_output(model, model_output, info._native.objective, info.num_groups)
         self._num_trees = info._native.num_trees
+        self._groups = info.num_groups
+        # shap's names for Explanations: the frame's columns, else these.
+        self.data_feature_names = list(feature_names) if feature_names is not None else _column_names(background)
+        self.feature_names = list(feature_names) if feature_names is not None else list(self._model_names)
+        # The background in the model's columns; shap keeps it as a plain array.
+        if background is not None:
+            background, _ = self._aligned(background, "data")
+        self.data = None if background is None else _data_rows(background)
+        self.data_missing = None if self.data is None else _missing(self.data)
+        self._background = background if feature_perturbation == "interventional" else None
+        self._cover_rows = background if feature_perturbation == "tree_path_dependent" else None
         self._default_limit = _default_tree_limit(model, self._num_trees)
         self._explainers: Dict[Optional[int], Explainer] = {}
         self._explainer = self._for_limit(self._default_limit)
-        self.model = TreeEnsembleView(model, self, self._explainer)
-        self.feature_names = list(feature_names) if feature_names is not None else list(self._explainer.feature_names)
-        self._groups = self._explainer.num_groups
+        self._original_model = model
+        self._model_type = _model_type(model)
+        self._tree_output = _tree_output(model, info._native.objective)
+        self._model_view: Any = None
         self._expected = None
 
     # -- what shap exposes ---------------------------------------------------------------
 
     @property
+    def model(self) -> Any:
+        """The trees as shap's ``TreeEnsemble`` holds them (an instance of shap's class where
+        shap is installed): node arrays in shap's conventions and ``predict``. Built on first
+        use."""
+        view = self.__dict__.get("_model_view")
+        if view is None:
+            if "_explainer" not in self.__dict__:
+                # shap.Explainer(model) stores the model, turns itself into this class and then
+                # calls __init__ with self.model: until then, the model it was given.
+                return self.__dict__.get("model")
+            view = self._model_view = _tree_ensemble_view(self._original_model, self, self._explainer)
+        return view
+
+    @model.setter
+    def model(self, value: Any) -> None:
+        self.__dict__["model"] = value
+
+    @property
     def expected_value(self):
         """The mean output: over the background (interventional; of the probability for
         ``model_output="probability"``), or the cover-weighted mean of the trees
-        (path-dependent). A float for one output, an array for several."""
+        (path-dependent; with ``data``, the covers are the data's). A float for one output, an
+        array for several."""
         if self._expected is None:
-            zeros = np.zeros((1, len(self._explainer.feature_names)))
+            zeros = np.zeros((1, len(self._model_names)))
             bias = self._explainer.shap_values(zeros)[..., -1].reshape(-1)
             if self._doubled:
                 bias = np.array([1.0 - bias[0], bias[0]])
             self._expected = float(bias[0]) if bias.size == 1 else bias
         return self._expected
 
-    def shap_values(self, X: Any, y: Any = None, tree_limit: Optional[int] = None, approximate: bool = False, check_additivity: bool = True):
-        """SHAP values in shap's layout: ``(n, F)`` for one output, ``(n, F, G)`` for several.
+    def shap_values(
+        self,
+        X: Any,
+        y: Any = None,
+        tree_limit: Optional[int] = None,
+        approximate: bool = False,
+        check_additivity: bool = True,
+        from_call: bool = False,
+    ):
+        """SHAP values in shap's layout: ``(n, F)`` for one output, ``(n, F, G)`` for several;
+        one row given flat (a 1-D array, list or pandas Series) gives ``(F,)`` or ``(F, G)``.
 
         ``approximate=True`` gives Saabas values instead (see ``Explainer.saabas_values``): what
         shap computes for XGBoost (XGBoost's ``approx_contribs``) and for scikit-learn forests;
@@ -139,35 +194,44 @@ class TreeExplainer:
         approximate = approximate or self._approximate
         if approximate and self._transform != "identity":
             raise NotImplementedError(f"shapfusion.TreeExplainer: approximate=True with model_output={self.model_output!r} is not built yet; Saabas values attribute the margin")
+        rows, flat = self._aligned(X, "X")
         explainer = self._for_limit(self._native_limit(tree_limit))
-        phi = explainer.saabas_values(X) if approximate else explainer.shap_values(X)
+        phi = explainer.saabas_values(rows) if approximate else explainer.shap_values(rows)
         if check_additivity:
-            output = self._transformed(explainer.predict_margin(X))
+            output = self._transformed(explainer.predict_margin(rows))
             total = phi.sum(axis=-1)
             scale = max(float(np.abs(phi).max()) if phi.size else 0.0, 1.0)
             if phi.size and np.abs(total - output).max() > 1e-6 * scale:
-                raise ValueError("Additivity check failed in TreeExplainer! The SHAP values and the expected value do not add up to the model's output.")
+                worst = int(np.argmax(np.abs(total - output).reshape(len(total), -1).max(axis=-1)))
+                raise _additivity_error(
+                    f"Additivity check failed in TreeExplainer! For row {worst} the SHAP values and the expected value add up to "
+                    f"{np.ravel(total[worst])} while the model's output is {np.ravel(output[worst])}."
+                )
         values = phi[..., :-1]
         if self._doubled:
-            return np.stack([-values, values], axis=-1)
-        if self._groups == 1:
-            return values
-        return np.ascontiguousarray(values.transpose(0, 2, 1))
+            values = np.stack([-values, values], axis=-1)
+        elif self._groups > 1:
+            values = np.ascontiguousarray(values.transpose(0, 2, 1))
+        return values[0] if flat else values
 
     def shap_interaction_values(self, X: Any, y: Any = None, tree_limit: Optional[int] = None):
         """Interaction values in shap's layout: ``(n, F, F)`` for one output, ``(n, F, F, G)``
-        for several (the bias row and column of XGBoost's layout left out)."""
+        for several (the bias row and column of XGBoost's layout left out); one row given flat
+        gives ``(F, F)`` or ``(F, F, G)``."""
         if self.model_output != "raw":
             raise ValueError('Only model_output = "raw" is supported for SHAP interaction values right now!')
         if self.feature_perturbation == "interventional":
             raise NotImplementedError("shapfusion.TreeExplainer: interaction values are path-dependent only (as in shap); build the explainer without data")
-        inter = self._for_limit(self._native_limit(tree_limit)).interactions(X)[..., :-1, :-1]
-        if self._groups == 1:
-            return inter
-        return np.ascontiguousarray(inter.transpose(0, 2, 3, 1))
+        rows, flat = self._aligned(X, "X")
+        inter = self._for_limit(self._native_limit(tree_limit)).interactions(rows)[..., :-1, :-1]
+        if self._groups > 1:
+            inter = np.ascontiguousarray(inter.transpose(0, 2, 3, 1))
+        return inter[0] if flat else inter
 
     def __call__(self, X: Any, y: Any = None, interactions: bool = False, check_additivity: bool = True, approximate: bool = False):
-        """A ``shap.Explanation`` of ``X``: values, base values, the rows and feature names."""
+        """A ``shap.Explanation`` of ``X``: values, base values, the rows and feature names
+        (the frame's columns, else the names given or the background frame's, else the
+        model's). One row given flat gives the row's values without the row axis."""
         import time
 
         import shap
@@ -179,26 +243,54 @@ class TreeExplainer:
             values = self.shap_interaction_values(X)
         else:
             values = self.shap_values(X, check_additivity=check_additivity, approximate=approximate)
-        n = values.shape[0]
+        # shap's base values: the expected value once per entry of the values' first axis
+        # (for one row given flat, as many as its features: code written for shap reads
+        # base_values[0]).
         base = np.asarray(self.expected_value, dtype=np.float64)
-        base_values = np.full(n, float(base)) if base.ndim == 0 else np.tile(base, (n, 1))
+        base_values = np.tile(base, (values.shape[0], 1)) if base.ndim == 1 else np.full(values.shape[0], float(base))
+        rows, flat = _flat_row(X)
+        data = _data_rows(rows)[0] if flat else _data_rows(rows)
         return shap.Explanation(
             values,
             base_values=base_values,
-            data=_data_rows(X),
-            feature_names=self.feature_names,
+            data=data,
+            feature_names=self._explanation_names(X),
             compute_time=time.time() - start,
         )
 
     def assert_additivity(self, phi: Any, model_output: Any) -> None:
         """Raises shap's error when ``phi`` and the expected value do not add up to
-        ``model_output`` (shap's tolerance: 1e-2 absolute and relative)."""
-        phi = np.asarray(phi)
-        expected = np.asarray(self.expected_value)
-        total = phi.sum(axis=1) + expected
-        if not np.allclose(total, np.asarray(model_output), atol=1e-2, rtol=1e-2):
-            worst = float(np.abs(total - np.asarray(model_output)).max())
-            raise ValueError(f"Additivity check failed in TreeExplainer! The SHAP values and the expected value differ from the model output by up to {worst:f}.")
+        ``model_output`` (shap's tolerance: 1e-2 absolute and relative). ``phi`` is one
+        output's ``(n, F)`` values, several outputs' ``(n, F, G)``, or a list of ``(n, F)``
+        arrays, one per output (shap's list layout); ``model_output`` is ``(n,)`` or ``(n,
+        G)``."""
+        expected = np.asarray(self.expected_value, dtype=np.float64)
+        outputs = np.asarray(model_output, dtype=np.float64)
+        if isinstance(phi, (list, tuple)):
+            totals = np.stack([np.asarray(p, dtype=np.float64).sum(axis=-1) for p in phi], axis=-1) + expected
+        else:
+            phi = np.asarray(phi, dtype=np.float64)
+            totals = (phi.sum(axis=1) if phi.ndim == 3 else phi.sum(axis=-1)) + expected
+        if totals.shape != outputs.shape:
+            raise ValueError(f"assert_additivity: the SHAP values add up to shape {totals.shape}, the model output has shape {outputs.shape}")
+        if not np.allclose(totals, outputs, atol=1e-2, rtol=1e-2):
+            diff = np.abs(totals - outputs)
+            worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
+            raise _additivity_error(
+                "Additivity check failed in TreeExplainer! This check failed because for one of the samples the sum of the SHAP "
+                f"values was {totals[worst]:f}, while the model output was {outputs[worst]:f}. If this difference is acceptable "
+                "you can set check_additivity=False to disable this check."
+            )
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """What pickling keeps (an explainer is shipped to Spark executors this way): the
+        explainers (the model as read and their settings) and the facts read off the model;
+        not a ``pyspark.ml`` model object, which lives in its JVM and does not pickle."""
+        state = dict(self.__dict__)
+        state["_model_view"] = None
+        if (type(state.get("_original_model")).__module__ or "").startswith("pyspark"):
+            state["_original_model"] = None
+        return state
 
     # -- shapfusion's side ---------------------------------------------------------------
 
@@ -206,12 +298,14 @@ class TreeExplainer:
         """The explainer of the model's first ``limit`` trees (all of them for ``None``), built
         once per limit."""
         if limit not in self._explainers:
-            self._explainers[limit] = Explainer(
+            self._explainers[limit] = Explainer._from_source(
                 self._source,
+                missing=self._missing,
                 threads=self._threads,
                 background=self._background,
                 transform=self._transform if self._background is not None else "identity",
                 tree_limit=limit,
+                cover_rows=self._cover_rows,
             )
         return self._explainers[limit]
 
@@ -221,101 +315,192 @@ class TreeExplainer:
             return self._default_limit
         if tree_limit < 0:
             return None
-        return _native_tree_count(self.model.original_model, tree_limit, self._num_trees, self._groups)
+        return _native_tree_count(self._original_model, tree_limit, self._num_trees, self._groups)
 
     def _transformed(self, margin: np.ndarray) -> np.ndarray:
         if self._transform == "logistic":
             return 1.0 / (1.0 + np.exp(-margin))
         return margin
 
+    def _aligned(self, X: Any, what: str) -> Tuple[Any, bool]:
+        """(rows whose columns carry the model's feature names where they are matched by
+        position, whether ``X`` was one row given flat)."""
+        X, flat = _flat_row(X)
+        X = _plain_rows(X)
+        names = _column_names(X)
+        if names is None:
+            return X, flat
+        renamed = _match_columns(names, self._model_names, self._lightgbm, what)
+        return (X if renamed is None else _renamed(X, renamed)), flat
 
-class TreeEnsembleView:
+    def _explanation_names(self, X: Any) -> list:
+        names = _column_names(_plain_rows(_flat_row(X)[0]))
+        if names is not None:
+            return names
+        return list(self.data_feature_names) if self.data_feature_names is not None else list(self.feature_names)
+
+
+class _TreeEnsembleFields:
     """What shap's ``explainer.model`` (its ``TreeEnsemble``) exposes, read from the model
-    shapfusion loaded: ``trees`` (each with shap's node arrays: ``children_left``,
-    ``children_right``, ``children_default``, ``features``, ``thresholds``, ``values``,
-    ``node_sample_weight``), the same arrays stacked over trees, ``base_offset``,
-    ``num_outputs``, ``tree_limit``, ``model_output``, ``original_model`` and ``predict``.
+    shapfusion loaded, in shap's conventions: ``trees`` (each a tree's node arrays), the same
+    arrays stacked over trees (``children_left``, ``children_right``, ``children_default``,
+    ``features``, ``thresholds``, ``threshold_types``, ``values`` (trees × nodes × outputs),
+    ``node_sample_weight``), ``base_offset``, ``num_outputs``, ``tree_limit``,
+    ``model_output``, ``model_type``, ``objective``, ``tree_output``, ``original_model`` and
+    ``predict``.
 
-    Thresholds are the files' own: XGBoost's split ``x < t``, the others' ``x <= t``
-    (``rules`` says which per node); categorical splits have NaN. An internal node's value is the
-    cover-weighted mean of its leaves."""
+    shap's conventions: a row goes left at a numeric split iff ``x <= threshold`` (XGBoost's
+    ``x < t`` on float32 becomes the next float32 below ``t``, as shap reads it); a tree's values
+    are its contribution to the margin (a forest's leaves divided by its size, a boosted
+    model's times the learning rate); an internal node's value is the cover-weighted mean of its
+    leaves; each tree has a value per output, zero outside its own. Categorical splits have
+    ``threshold_types`` 1 and a NaN threshold (the category set is the model's; shap's own
+    arrays cannot hold it). ``rules`` (shapfusion's) says per node which rule the file has: 0
+    leaf, 1 ``x < t``, 2 ``x <= t``, 3 categorical."""
 
     def __init__(self, model: Any, owner: TreeExplainer, explainer: Explainer) -> None:
         self.original_model = model
         self.model_output = owner.model_output
-        self.model_type = _model_type(model)
+        self.model_type = owner._model_type
         self._owner = owner
         self._explainer = explainer
         native = explainer._native
         self.base_offset = np.asarray(native.base_margin, dtype=np.float64)
-        self.num_outputs = int(native.num_groups)
-        self.objective = native.objective
-        self.tree_output = _tree_output(model, native.objective)
+        self._num_outputs = int(native.num_groups)
+        self.tree_output = owner._tree_output
+        words = native.objective.split()
+        self.objective = _SHAP_OBJECTIVES.get(words[0] if words else "", None)
         self.tree_limit = owner._default_limit if owner._default_limit is not None else owner._num_trees
         self.input_dtype = np.float64
         self.internal_dtype = np.float64
-        self._trees = None
-
-    @property
-    def trees(self) -> list:
-        """One ``SingleTreeView`` per tree, in the model file's order."""
-        if self._trees is None:
-            self._trees = [SingleTreeView(t, self.num_outputs) for t in self._explainer._native.trees()]
-        return self._trees
-
-    def _stacked(self, name: str, fill: float, dtype: Any) -> np.ndarray:
+        self.data = owner.data
+        self.data_missing = owner.data_missing
+        self.fully_defined_weighting = True
+        self.num_stacked_models = self._num_outputs
+        self.cat_feature_indices = None
+        self.trees = [_single_tree(t, self._num_outputs) for t in explainer._native.trees()]
         width = max((len(t.children_left) for t in self.trees), default=0)
-        shape = (len(self.trees), width) + ((self.num_outputs,) if name == "values" else ())
-        out = np.full(shape, fill, dtype=dtype)
-        for i, t in enumerate(self.trees):
-            column = getattr(t, name)
-            out[i, : len(column)] = column
-        return out
-
-    children_left = property(lambda self: self._stacked("children_left", -1, np.int32), doc="Left children, trees × nodes (-1: none).")
-    children_right = property(lambda self: self._stacked("children_right", -1, np.int32), doc="Right children, trees × nodes (-1: none).")
-    children_default = property(lambda self: self._stacked("children_default", -1, np.int32), doc="Missing-value children, trees × nodes.")
-    features = property(lambda self: self._stacked("features", -1, np.int32), doc="Split features, trees × nodes (-2 at leaves).")
-    thresholds = property(lambda self: self._stacked("thresholds", 0.0, np.float64), doc="Split thresholds, trees × nodes.")
-    values = property(lambda self: self._stacked("values", 0.0, np.float64), doc="Node values, trees × nodes × outputs.")
-    node_sample_weight = property(lambda self: self._stacked("node_sample_weight", 0.0, np.float64), doc="Covers, trees × nodes.")
+        for name, fill, dtype in _STACKED:
+            shape = (len(self.trees), width) + ((self._num_outputs,) if name == "values" else ())
+            out = np.full(shape, fill, dtype=dtype)
+            for i, t in enumerate(self.trees):
+                column = getattr(t, name)
+                out[i, : len(column)] = column
+            setattr(self, name, out)
+        self.num_nodes = np.array([len(t.children_left) for t in self.trees], dtype=np.int32)
+        self.max_depth = max((t.max_depth for t in self.trees), default=0)
 
     @property
-    def num_nodes(self) -> np.ndarray:
-        """Nodes per tree."""
-        return np.array([len(t.children_left) for t in self.trees], dtype=np.int32)
-
-    @property
-    def max_depth(self) -> int:
-        """The deepest tree's depth (edges from the root to its deepest leaf)."""
-        return max((t.max_depth for t in self.trees), default=0)
+    def num_outputs(self) -> int:
+        """Outputs: classes of a multiclass model, targets of a multi-output one, else 1."""
+        return self._num_outputs
 
     def predict(self, X: Any, y: Any = None, output: Optional[str] = None, tree_limit: Optional[int] = None) -> np.ndarray:
         """The model's output for ``X`` as shap's ``TreeEnsemble.predict`` gives it: the margin,
-        or its transform for ``model_output="probability"``; ``(n,)`` for one output."""
-        margin = self._owner._for_limit(self._owner._native_limit(tree_limit)).predict_margin(X)
-        return margin if output == "raw" else self._owner._transformed(margin)
+        or its transform for ``model_output="probability"``; ``(n,)`` for one output, ``(n,
+        G)`` for several; one row given flat gives ``()`` or ``(G,)``."""
+        rows, flat = self._owner._aligned(X, "X")
+        margin = self._owner._for_limit(self._owner._native_limit(tree_limit)).predict_margin(rows)
+        out = margin if output == "raw" else self._owner._transformed(margin)
+        return out[0] if flat else out
+
+    def get_transform(self) -> str:
+        """What the explained output is of the margin: ``identity`` or ``logistic``."""
+        return self._owner._transform
 
     def __repr__(self) -> str:
-        return f"TreeEnsembleView({len(self.trees)} trees, {self.num_outputs} output(s), {self.model_type})"
+        return f"shapfusion TreeEnsemble view ({len(self.trees)} trees, {self.num_outputs} output(s), {self.model_type})"
 
 
-class SingleTreeView:
-    """One tree's node arrays as shap's ``SingleTree`` holds them."""
+#: The per-tree arrays stacked over trees: (name, fill for missing nodes, dtype).
+_STACKED = (
+    ("children_left", -1, np.int32),
+    ("children_right", -1, np.int32),
+    ("children_default", -1, np.int32),
+    ("features", -1, np.int32),
+    ("thresholds", 0.0, np.float64),
+    ("threshold_types", 0, np.int32),
+    ("values", 0.0, np.float64),
+    ("node_sample_weight", 0.0, np.float64),
+)
+
+#: shap's names of the objectives (what it explains for ``model_output="log_loss"``).
+_SHAP_OBJECTIVES = {
+    "reg:squarederror": "squared_error",
+    "reg:linear": "squared_error",
+    "regression": "squared_error",
+    "regression_l2": "squared_error",
+    "RMSE": "squared_error",
+    "squared_error": "squared_error",
+    "binary:logistic": "binary_crossentropy",
+    "reg:logistic": "binary_crossentropy",
+    "binary": "binary_crossentropy",
+    "Logloss": "binary_crossentropy",
+}
+
+
+class _SingleTreeFields:
+    """One tree's node arrays as shap's ``SingleTree`` holds them (see
+    ``_TreeEnsembleFields`` for the conventions)."""
 
     def __init__(self, arrays: dict, num_outputs: int) -> None:
-        self.children_left = arrays["children_left"]
-        self.children_right = arrays["children_right"]
-        self.children_default = arrays["children_default"]
-        self.features = arrays["features"]
-        self.thresholds = arrays["thresholds"]
+        self.children_left = arrays["children_left"].astype(np.int32)
+        self.children_right = arrays["children_right"].astype(np.int32)
+        self.children_default = arrays["children_default"].astype(np.int32)
+        self.features = arrays["features"].astype(np.int32)
         self.rules = arrays["rules"]
+        self.thresholds = _shap_thresholds(arrays["thresholds"], self.rules)
+        self.threshold_types = (self.rules == 3).astype(np.int32)
         self.node_sample_weight = arrays["node_sample_weight"]
         self.group = int(arrays["group"])
         # shap gives every tree a value per output; a tree adds to its own group only.
         self.values = np.zeros((len(self.children_left), num_outputs))
         self.values[:, self.group] = arrays["values"]
         self.max_depth = _depth(self.children_left, self.children_right)
+
+
+def _shap_thresholds(thresholds: np.ndarray, rules: np.ndarray) -> np.ndarray:
+    """Thresholds for shap's ``x <= t``: XGBoost's ``x < t`` on float32 is ``x <= `` the next
+    float32 below ``t`` (what shap reads from XGBoost models); leaves hold 0 (shap's filler)."""
+    out = np.asarray(thresholds, dtype=np.float64).copy()
+    less = rules == 1
+    out[less] = np.nextafter(out[less].astype(np.float32), np.float32(-np.inf)).astype(np.float64)
+    out[rules == 0] = 0.0
+    return out
+
+
+#: The view classes, built once: subclasses of shap's own where shap is installed, so
+#: ``isinstance(explainer.model, shap.explainers._tree.TreeEnsemble)`` holds.
+_VIEW_CLASSES: dict = {}
+
+
+def _view_classes() -> Tuple[type, type]:
+    if not _VIEW_CLASSES:
+        try:
+            from shap.explainers._tree import SingleTree, TreeEnsemble
+        except ImportError:
+            ensemble, single = (_TreeEnsembleFields,), (_SingleTreeFields,)
+        else:
+            ensemble, single = (_TreeEnsembleFields, TreeEnsemble), (_SingleTreeFields, SingleTree)
+        # Our fields come first in the order of lookup; shap's __init__ is never called (its
+        # arrays come from shapfusion's model, not from shap's readers).
+        _VIEW_CLASSES["ensemble"] = type("TreeEnsembleView", ensemble, {"__module__": __name__, "__doc__": _TreeEnsembleFields.__doc__})
+        _VIEW_CLASSES["single"] = type("SingleTreeView", single, {"__module__": __name__, "__doc__": _SingleTreeFields.__doc__})
+    return _VIEW_CLASSES["ensemble"], _VIEW_CLASSES["single"]
+
+
+def _tree_ensemble_view(model: Any, owner: TreeExplainer, explainer: Explainer) -> Any:
+    cls = _view_classes()[0]
+    view = cls.__new__(cls)
+    _TreeEnsembleFields.__init__(view, model, owner, explainer)
+    return view
+
+
+def _single_tree(arrays: dict, num_outputs: int) -> Any:
+    cls = _view_classes()[1]
+    tree = cls.__new__(cls)
+    _SingleTreeFields.__init__(tree, arrays, num_outputs)
+    return tree
 
 
 # -- patching shap -----------------------------------------------------------------------------
@@ -369,6 +554,19 @@ def _shap_error(name: str, fallback: type) -> type:
     return getattr(_exceptions, name, fallback)
 
 
+def _additivity_error(message: str) -> Exception:
+    """shap's ``ExplainerError`` for a failed additivity check, also a ``ValueError`` (what
+    shapfusion raises for bad values, and all it raises where shap is not installed)."""
+    shap_class = _shap_error("ExplainerError", ValueError)
+    if issubclass(shap_class, ValueError):
+        return shap_class(message)
+    if "additivity" not in _ERROR_CLASSES:
+        _ERROR_CLASSES["additivity"] = type("AdditivityError", (shap_class, ValueError), {"__module__": __name__})
+    return _ERROR_CLASSES["additivity"](message)
+
+
+_ERROR_CLASSES: dict = {}
+
 def _background_rows(data: Any) -> Any:
     """Rows of a background given as rows, a DataFrame or a shap masker (all its rows)."""
     if data is None:
@@ -377,6 +575,92 @@ def _background_rows(data: Any) -> Any:
     if type(data).__module__.startswith("shap.") and masker_data is not None:
         return masker_data
     return data
+
+
+def _flat_row(X: Any) -> Tuple[Any, bool]:
+    """(``X`` as rows, whether it was one row given flat): a 1-D array or list, or a pandas
+    Series (its index names the features), becomes one row, as shap takes it."""
+    module = type(X).__module__ or ""
+    if module.startswith("pandas") and type(X).__name__ == "Series":
+        return X.to_frame().T.infer_objects(), True
+    if isinstance(X, (list, tuple)) or (isinstance(X, np.ndarray) and X.ndim == 1):
+        array = np.asarray(X)
+        if array.ndim == 1:
+            return array.reshape(1, -1), True
+        return array, False
+    return X, False
+
+
+def _column_names(X: Any) -> Optional[list]:
+    """The column names of a pandas, polars or pyarrow table (None for anything else)."""
+    if X is None:
+        return None
+    module = type(X).__module__ or ""
+    if module.startswith("pandas") and hasattr(X, "columns"):
+        return [str(c) for c in X.columns]
+    if module.startswith("polars") and hasattr(X, "columns"):
+        return list(X.columns)
+    if module.startswith("pyarrow") and hasattr(X, "schema"):
+        return list(X.schema.names)
+    return None
+
+
+def _renamed(X: Any, names: list) -> Any:
+    """``X`` with its columns named ``names``, in order."""
+    module = type(X).__module__ or ""
+    if module.startswith("pandas"):
+        return X.set_axis(names, axis=1)
+    if module.startswith("polars"):
+        return X.rename(dict(zip(X.columns, names)))
+    return X.rename_columns(names)
+
+
+def _is_default_name(name: str, j: int) -> bool:
+    """Whether ``name`` is what a library calls column ``j`` of unnamed training data."""
+    return name in (f"f{j}", f"Column_{j}", str(j))
+
+
+def _match_columns(columns: list, model_names: list, lightgbm: bool, what: str) -> Optional[list]:
+    """How a table's ``columns`` meet the model's features, as shap and the libraries match
+    them: ``None`` when every feature is a column (matched by name, in any order); else the
+    names to give the columns so that they match. LightGBM stores a name with its spaces as
+    underscores (``Marital Status`` → ``Marital_Status``), so its models also match that way;
+    otherwise the columns are taken by position (what shap and the libraries' ``predict`` do),
+    with a warning where the model has names of its own that differ."""
+    wanted = set(model_names)
+    if wanted.issubset(columns):
+        return None
+    if lightgbm:
+        underscored = [c.replace(" ", "_") for c in columns]
+        if wanted.issubset(underscored) and len(set(underscored)) == len(underscored):
+            return underscored
+    if len(columns) != len(model_names):
+        missing = [n for n in model_names if n not in set(columns)]
+        shown = ", ".join(repr(n) for n in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ValueError(
+            f"{what} has {len(columns)} columns and lacks the model's features {shown}; the model has {len(model_names)} "
+            "features, and columns are matched by position only when the counts agree"
+        )
+    if not all(_is_default_name(n, j) for j, n in enumerate(model_names)):
+        differ = [(c, n) for c, n in zip(columns, model_names) if c != n]
+        shown = ", ".join(f"{c!r} as {n!r}" for c, n in differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
+        warnings.warn(
+            f"{what}'s column names are not the model's feature names; its columns are taken by position, as shap and the "
+            f"model's own predict take them: {shown}",
+            UserWarning,
+            stacklevel=4,
+        )
+    return list(model_names)
+
+
+def _missing(rows: np.ndarray) -> np.ndarray:
+    """Where ``rows`` holds missing values (shap's ``data_missing``)."""
+    try:
+        return np.isnan(rows.astype(np.float64))
+    except (TypeError, ValueError):
+        import pandas as pd
+
+        return np.asarray(pd.isna(rows))
 
 
 def _data_rows(X: Any) -> np.ndarray:
@@ -397,7 +681,7 @@ def _data_rows(X: Any) -> np.ndarray:
 def _model_type(model: Any) -> str:
     """shap's ``model_type`` names: the library the model comes from (``internal`` for files)."""
     module = type(model).__module__ or ""
-    for library in ("xgboost", "lightgbm", "catboost"):
+    for library in ("xgboost", "lightgbm", "catboost", "pyspark"):
         if module.startswith(library):
             return library
     if module.startswith("sklearn"):

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 import warnings
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import Explainer, _model_source
+from . import Explainer, _model_source, _directory_files
 
 __all__ = ["explain", "register", "model_payload", "to_arrow"]
 
@@ -51,31 +50,17 @@ def model_payload(model: Any) -> Tuple[str, Any, str]:
     or object, ``("spark", [(relative path, bytes), ...], name)`` for a Spark ML model directory
     or a fitted ``pyspark.ml`` model. XGBoost's Spark models (``xgboost.spark``) give their
     booster."""
-    module = type(model).__module__ or ""
-    if module.startswith("xgboost.spark"):
-        model = model.get_booster()
-    elif module.startswith("pyspark.ml"):
-        with tempfile.TemporaryDirectory(prefix="shapfusion-sparkml-") as tmp:
-            target = os.path.join(tmp, "model")
-            model.write().save("file://" + target)
-            return "spark", _directory_files(target), f"<{type(model).__name__}>"
-    path, data, name = _model_source(model)
-    if path is None:
-        return "bytes", data, name
+    source = _model_source(model)
+    name = source["name"]
+    if "spark_files" in source:
+        return "spark", source["spark_files"], name
+    if "data" in source:
+        return "bytes", source["data"], name
+    path = source["path"]
     if os.path.isdir(path):
         return "spark", _directory_files(path), name
     with open(path, "rb") as f:
         return "bytes", f.read(), name
-
-
-def _directory_files(root: str) -> List[Tuple[str, bytes]]:
-    files = []
-    for dirpath, _, names in os.walk(root):
-        for n in sorted(names):
-            full = os.path.join(dirpath, n)
-            with open(full, "rb") as f:
-                files.append((os.path.relpath(full, root).replace(os.sep, "/"), f.read()))
-    return files
 
 
 def _content_key(payload: Tuple[str, Any, str], background: Optional[bytes]) -> str:
@@ -106,7 +91,7 @@ def _explainer(payload: Tuple[str, Any, str], key: str, threads: int, background
 
                 rows = pa.ipc.open_stream(background).read_all()
             if kind == "spark":
-                explainer = Explainer._from_spark_files(data, name, threads=threads, background=rows, transform=transform)
+                explainer = Explainer._from_source(dict(spark_files=data, name=name), threads=threads, background=rows, transform=transform)
             else:
                 explainer = Explainer(data, threads=threads, background=rows, transform=transform)
             _CACHE[cache_key] = explainer
@@ -284,7 +269,7 @@ def _driver_explainer(payload: Tuple[str, Any, str]) -> Explainer:
     to speak of: one thread, the reference engine)."""
     kind, data, name = payload
     if kind == "spark":
-        return Explainer._from_spark_files(data, name, algorithm="treeshap", threads=1)
+        return Explainer._from_source(dict(spark_files=data, name=name), algorithm="treeshap", threads=1)
     return Explainer(data, algorithm="treeshap", threads=1)
 
 

@@ -95,10 +95,11 @@ impl NativeExplainer {
     /// model directory's (relative path, bytes) pairs; named `name` in errors) and
     /// builds the engine. `background`, when given, is rows for interventional SHAP, as a
     /// float64 matrix (with `background_names`) or an Arrow object; `transform` ("identity" or
-    /// "logistic") is what those values attribute. `tree_limit` keeps the model's first trees
-    /// only (in the file's order).
+    /// "logistic") is what those values attribute. `cover_rows` (with `cover_names`), in the same
+    /// forms, are rows to count the covers of path-dependent values from. `tree_limit` keeps the
+    /// model's first trees only (in the file's order).
     #[new]
-    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None))]
+    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None, cover_rows=None, cover_names=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -112,6 +113,8 @@ impl NativeExplainer {
         transform: &str,
         tree_limit: Option<usize>,
         spark_files: Option<Vec<(String, Vec<u8>)>>,
+        cover_rows: Option<&Bound<'_, PyAny>>,
+        cover_names: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let mut model = match (path, data, spark_files) {
             (Some(path), None, None) => py.detach(|| Model::load(&path)),
@@ -136,6 +139,10 @@ impl NativeExplainer {
         if let Some(background) = background {
             let rows = with_rows(&model, background, background_names, |rows| rows.into_batch(&model).map_err(to_py))?;
             builder = builder.background(rows);
+        }
+        if let Some(cover_rows) = cover_rows {
+            let rows = with_rows(&model, cover_rows, cover_names, |rows| rows.into_batch(&model).map_err(to_py))?;
+            builder = builder.cover_rows(rows);
         }
         let explainer = py.detach(|| builder.build()).map_err(to_py)?;
         let leaves = model.trees.iter().map(|t| t.num_leaves()).sum();

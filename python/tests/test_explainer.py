@@ -8,7 +8,6 @@ import threading
 import time
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest

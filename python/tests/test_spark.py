@@ -222,3 +222,27 @@ def test_fitted_spark_ml_and_xgboost_spark_models(spark, tmp_path):
     names = booster.feature_names or [f"f{j}" for j in range(3)]
     got = sfs.to_arrow(sfs.explain(df, regressor, features=dict(zip(names, columns)), keep=["id"]).orderBy("id"))
     assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, "xgboost.spark")
+
+
+def test_fitted_pyspark_models_are_taken_as_they_are_and_their_explainers_pickle(spark):
+    """shap's TreeExplainer takes a fitted pyspark.ml model object; so do shapfusion's (through
+    the model's own saved form), and the explainer pickles (shap's users ship it to executors)
+    without the JVM-bound model. The values add up to Spark's own predictions."""
+    import pickle
+
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.regression import GBTRegressor
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 3))
+    y = X[:, 0] - 2 * X[:, 1] * (X[:, 2] > 0)
+    df = spark.createDataFrame([(*map(float, row), float(t)) for row, t in zip(X, y)], ["a", "b", "c", "label"])
+    df = VectorAssembler(inputCols=["a", "b", "c"], outputCol="features").transform(df)
+    model = GBTRegressor(maxIter=5, maxDepth=3).fit(df)
+    explainer = shapfusion.TreeExplainer(model)
+    values = explainer.shap_values(X[:20])
+    predictions = np.array([r.prediction for r in model.transform(df.limit(20)).select("prediction").collect()])
+    np.testing.assert_allclose(values.sum(axis=1) + explainer.expected_value, predictions, atol=1e-9)
+    again = pickle.loads(pickle.dumps(explainer))
+    np.testing.assert_array_equal(again.shap_values(X[:20]), values)
+    np.testing.assert_array_equal(shapfusion.Explainer(model).shap_values(X[:20])[:, :-1], values)

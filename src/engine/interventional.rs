@@ -29,6 +29,10 @@
 //!   their counts; a row costs one pass over them per leaf (at most the background's size, and
 //!   at most `2^d`).
 //!
+//! A tree with a path of more than 64 distinct features (deep forests on wide sparse data) keeps
+//! patterns too, its fail sets as bitsets of as many 64-bit words as its widest path needs
+//! (`LeafData::WidePatterns`): the same arithmetic, any path length.
+//!
 //! The bias is the background's mean margin. [`InterventionalReference`] follows the definition
 //! row pair by row pair (x against each background row) and is the oracle the tests hold the
 //! aggregated engine to.
@@ -47,7 +51,8 @@ use super::prepared::PreparedModel;
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
-/// Most distinct features on one path: fail sets are 64-bit masks.
+/// Most distinct features on one path whose fail sets fit one 64-bit mask; trees with wider
+/// paths hold them in several words (see `LeafData::WidePatterns`).
 pub const MAX_INTERVENTIONAL_PATH_FEATURES: usize = 64;
 
 /// Most path features a leaf is tabulated for: `2^12 · 12` values (384 KiB) per leaf.
@@ -71,17 +76,32 @@ impl Weights {
         let (mut hot, mut cold) = (vec![0.0; stride * stride], vec![0.0; stride * stride]);
         for a in 0..stride {
             for b in 0..stride {
-                // C(a+b, a) = Π_{k=1..a} (b+k)/k, exact in f64 for the small cases.
-                let choose = (1..=a).fold(1.0f64, |c, k| c * (b + k) as f64 / k as f64);
-                if a > 0 {
-                    hot[a * stride + b] = 1.0 / (a as f64 * choose);
-                }
-                if b > 0 {
-                    cold[a * stride + b] = 1.0 / (b as f64 * choose);
-                }
+                let (h, c) = Self::compute(a, b);
+                hot[a * stride + b] = h;
+                cold[a * stride + b] = c;
             }
         }
         Weights { stride, hot, cold }
+    }
+
+    /// `(hot(a, b), cold(a, b))`, 0 where `a` (or `b`) is 0.
+    fn compute(a: usize, b: usize) -> (f64, f64) {
+        // C(a+b, a) = Π_{k=1..a} (b+k)/k, exact in f64 for the small cases.
+        let choose = (1..=a).fold(1.0f64, |c, k| c * (b + k) as f64 / k as f64);
+        let hot = if a > 0 { 1.0 / (a as f64 * choose) } else { 0.0 };
+        let cold = if b > 0 { 1.0 / (b as f64 * choose) } else { 0.0 };
+        (hot, cold)
+    }
+
+    /// `(hot(a, b), cold(a, b))` for any `a` and `b`: from the table where it reaches, else
+    /// computed the same way (the same bits), in O(a).
+    #[inline]
+    pub(super) fn pair(&self, a: usize, b: usize) -> (f64, f64) {
+        if a < self.stride && b < self.stride {
+            (self.hot[a * self.stride + b], self.cold[a * self.stride + b])
+        } else {
+            Self::compute(a, b)
+        }
     }
 
     #[inline]
@@ -100,8 +120,9 @@ impl Weights {
 struct Split {
     test: Decision,
     feature: u32,
-    /// The feature's bit in the fail sets below this node.
-    bit: u8,
+    /// The feature's bit in the fail sets below this node (its place among the path's
+    /// distinct features).
+    bit: u32,
     slot: u32,
     left: u32,
     right: u32,
@@ -127,11 +148,13 @@ pub(super) struct FailWalk {
     splits: Vec<Split>,
     pub(super) slots: usize,
     pub(super) leaves: Vec<LeafPath>,
+    /// 64-bit words of one fail set: 1 unless a path has more than 64 distinct features.
+    pub(super) words: usize,
 }
 
 impl FailWalk {
-    /// Compiles tree `t`; refuses a path with more than [`MAX_INTERVENTIONAL_PATH_FEATURES`]
-    /// distinct features.
+    /// Compiles tree `t` (node indices are checked by the model's validation; `t` names it in
+    /// errors).
     pub(super) fn new(tree: &Tree, t: usize) -> Result<FailWalk> {
         let (mut splits, mut leaves) = (Vec::new(), Vec::new());
         let mut path: Vec<u32> = Vec::new();
@@ -159,23 +182,24 @@ impl FailWalk {
                     path.len() - 1
                 }
             };
-            if path.len() > MAX_INTERVENTIONAL_PATH_FEATURES {
-                return Err(Error::Unavailable(format!(
-                    "interventional: tree {t} has a path with more than {MAX_INTERVENTIONAL_PATH_FEATURES} distinct features, more than this engine tracks"
-                )));
-            }
+            let Some(next) = slots.checked_add(2) else {
+                return Err(Error::Input(format!("interventional: tree {t} has more nodes than a walk can number")));
+            };
             let (left, right) = (slots, slots + 1);
-            slots += 2;
-            splits.push(Split { test: Decision::of(tree, i), feature: node.feature, bit: bit as u8, slot, left, right });
+            slots = next;
+            splits.push(Split { test: Decision::of(tree, i), feature: node.feature, bit: bit as u32, slot, left, right });
             stack.push((node.right as usize, right, path.len()));
             stack.push((node.left as usize, left, path.len()));
         }
-        Ok(FailWalk { splits, slots: slots as usize, leaves })
+        let widest = leaves.iter().map(|l| l.features.len()).max().unwrap_or(0);
+        Ok(FailWalk { splits, slots: slots as usize, leaves, words: widest.div_ceil(64).max(1) })
     }
 
-    /// Sets `fails[slot]` of every reachable node to the path features `x` fails on the way there.
+    /// Sets `fails[slot]` of every reachable node to the path features `x` fails on the way there
+    /// (a walk of one word; see [`fail_sets_wide`](Self::fail_sets_wide) for the others).
     #[inline]
     pub(super) fn fail_sets(&self, tree: &Tree, x: &[f64], fails: &mut [u64]) {
+        debug_assert_eq!(self.words, 1);
         fails[0] = 0;
         for s in &self.splits {
             let above = fails[s.slot as usize];
@@ -187,6 +211,43 @@ impl FailWalk {
     }
 }
 
+impl FailWalk {
+    /// [`fail_sets`](Self::fail_sets) for a walk of any width: the fail set of slot `s` is
+    /// `fails[s * words..(s + 1) * words]`, bit `i` in word `i / 64`.
+    pub(super) fn fail_sets_wide(&self, tree: &Tree, x: &[f64], fails: &mut [u64]) {
+        let words = self.words;
+        fails[..words].fill(0);
+        for s in &self.splits {
+            let (above, left, right) = (s.slot as usize * words, s.left as usize * words, s.right as usize * words);
+            fails.copy_within(above..above + words, left);
+            fails.copy_within(above..above + words, right);
+            let (word, bit) = (s.bit as usize / 64, 1u64 << (s.bit % 64));
+            let failed = if s.test.goes_left(tree, x[s.feature as usize]) { right } else { left };
+            fails[failed + word] |= bit;
+        }
+    }
+}
+
+/// Calls `f` with the index of every set bit of a multi-word set, lowest first.
+#[inline]
+pub(super) fn for_each_bit_wide(set: &[u64], mut f: impl FnMut(usize)) {
+    for (w, &word) in set.iter().enumerate() {
+        for_each_bit(word, |i| f(w * 64 + i));
+    }
+}
+
+/// Set bits of a multi-word set.
+#[inline]
+pub(super) fn count_ones_wide(set: &[u64]) -> usize {
+    set.iter().map(|w| w.count_ones() as usize).sum()
+}
+
+/// Whether two multi-word sets share a bit.
+#[inline]
+pub(super) fn meet_wide(a: &[u64], b: &[u64]) -> bool {
+    a.iter().zip(b).any(|(a, b)| a & b != 0)
+}
+
 /// How one leaf holds its aggregated background.
 #[derive(Debug)]
 enum LeafData {
@@ -195,6 +256,9 @@ enum LeafData {
     Table { rows: Vec<f64>, paired: bool },
     /// Distinct background fail sets and how many rows have each, and `value / N`.
     Patterns { scale: f64, patterns: Vec<(u64, f64)> },
+    /// Patterns of a tree whose fail sets take several words: `masks` holds them one after
+    /// another (`words` each, in increasing order), `counts` how many rows have each.
+    WidePatterns { scale: f64, masks: Vec<u64>, counts: Vec<f64> },
     /// In the previous leaf's paired table.
     InSibling,
 }
@@ -421,7 +485,8 @@ impl Interventional {
             .iter()
             .map(|walk| {
                 let mut holdings = vec![Holding::Patterns; walk.leaves.len()];
-                let mut k = 0;
+                // A wide tree's fail sets are several words: patterns only.
+                let mut k = if walk.words > 1 { walk.leaves.len() } else { 0 };
                 while k < walk.leaves.len() {
                     let leaf = &walk.leaves[k];
                     let d = leaf.features.len();
@@ -442,19 +507,33 @@ impl Interventional {
             })
             .collect();
         let n = background.rows() as f64;
+        // Narrow paths index the weight table; wider ones compute their weights as they go.
         let max_bits = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
-        let weights = Weights::new(max_bits);
-        let counted: Vec<Vec<HashMap<u64, u64>>> = model
+        let weights = Weights::new(max_bits.min(MAX_INTERVENTIONAL_PATH_FEATURES));
+        let counted: Vec<Counts> = model
             .trees
             .par_iter()
             .zip(&walks)
             .zip(&holdings)
-            .map(|((tree, walk), holdings)| count_fail_sets(tree, walk, background, holdings))
+            .map(|((tree, walk), holdings)| {
+                if walk.words > 1 {
+                    Counts::Wide(count_wide_fail_sets(tree, walk, background))
+                } else {
+                    Counts::Narrow(count_fail_sets(tree, walk, background, holdings))
+                }
+            })
             .collect();
 
         // Pattern memory is known only once counted: checked against what the tables left.
-        let pattern_bytes: usize =
-            counted.iter().zip(&holdings).flat_map(|(c, h)| c.iter().zip(h).filter(|(_, h)| !h.tabulated()).map(|(c, _)| c.len() * 16)).sum();
+        let pattern_bytes: usize = counted
+            .iter()
+            .zip(&holdings)
+            .zip(&walks)
+            .map(|((counts, holdings), walk)| match counts {
+                Counts::Narrow(c) => c.iter().zip(holdings).filter(|(_, h)| !h.tabulated()).map(|(c, _)| c.len() * 16).sum::<usize>(),
+                Counts::Wide(c) => c.iter().map(|c| c.len() * (walk.words + 1) * 8).sum(),
+            })
+            .sum();
         if pattern_bytes > budget {
             return Err(Error::Unavailable(format!(
                 "interventional: the background's {} rows aggregate to {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
@@ -467,6 +546,14 @@ impl Interventional {
         let mut bias = model.base_margin.clone();
         let mut trees = Vec::with_capacity(walks.len());
         for (((tree, walk), counts), holdings) in model.trees.iter().zip(walks).zip(counted).zip(holdings) {
+            let counts = match counts {
+                Counts::Narrow(counts) => counts,
+                Counts::Wide(counts) => {
+                    let data = wide_leaf_data(&walk, counts, n, &mut bias[tree.group]);
+                    trees.push(AggregatedTree { walk, data });
+                    continue;
+                }
+            };
             let data: Vec<LeafData> = (0..walk.leaves.len())
                 .into_par_iter()
                 .map(|k| {
@@ -497,7 +584,7 @@ impl Interventional {
         if bias.iter().any(|b| !b.is_finite()) {
             return Err(Error::Input("interventional: the background's mean margin is not finite".into()));
         }
-        let max_slots = trees.iter().map(|t| t.walk.slots).max().unwrap_or(1);
+        let max_slots = trees.iter().map(|t| t.walk.slots * t.walk.words).max().unwrap_or(1);
         Ok(Interventional { model, trees, bias, weights, packed, max_slots })
     }
 
@@ -505,6 +592,10 @@ impl Interventional {
     fn tree_row(&self, t: usize, x: &[f64], phi: &mut [f64], fails: &mut [u64]) {
         let tree = &self.model.trees[t];
         let agg = &self.trees[t];
+        if agg.walk.words > 1 {
+            agg.walk.fail_sets_wide(tree, x, fails);
+            return self.wide_tree_row(agg, fails, phi);
+        }
         agg.walk.fail_sets(tree, x, fails);
         for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
             let xf = fails[leaf.slot as usize];
@@ -521,7 +612,7 @@ impl Interventional {
                         own += 1;
                     });
                 }
-                LeafData::InSibling => {}
+                LeafData::InSibling | LeafData::WidePatterns { .. } => {}
                 LeafData::Patterns { scale, patterns } => {
                     let b = xf.count_ones() as usize;
                     let mut cold = 0.0;
@@ -546,6 +637,83 @@ impl Interventional {
             }
         }
     }
+}
+
+impl Interventional {
+    /// [`tree_row`](Self::tree_row) of a wide tree, its fail sets (`words` per slot) in `fails`.
+    fn wide_tree_row(&self, agg: &AggregatedTree, fails: &[u64], phi: &mut [f64]) {
+        let words = agg.walk.words;
+        for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
+            let LeafData::WidePatterns { scale, masks, counts } = data else { continue };
+            let xf = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+            let b = count_ones_wide(xf);
+            let mut cold = 0.0;
+            for (f, &h) in masks.chunks_exact(words).zip(counts) {
+                if meet_wide(f, xf) {
+                    continue;
+                }
+                let a = count_ones_wide(f);
+                let (hot_weight, cold_weight) = self.weights.pair(a, b);
+                if a > 0 {
+                    let hot = scale * h * hot_weight;
+                    for_each_bit_wide(f, |i| phi[leaf.features[i] as usize] += hot);
+                }
+                if b > 0 {
+                    cold += h * cold_weight;
+                }
+            }
+            if b > 0 {
+                let cold = scale * cold;
+                for_each_bit_wide(xf, |j| phi[leaf.features[j] as usize] -= cold);
+            }
+        }
+    }
+}
+
+/// How many background rows have each fail set at each leaf, per tree.
+enum Counts {
+    /// One-word fail sets (dense counts for tabulated leaves, see [`count_fail_sets`]).
+    Narrow(Vec<HashMap<u64, u64>>),
+    /// Fail sets of several words.
+    Wide(Vec<HashMap<Vec<u64>, u64>>),
+}
+
+/// [`count_fail_sets`] for a wide tree (patterns only).
+fn count_wide_fail_sets(tree: &Tree, walk: &FailWalk, background: &FeatureBlock) -> Vec<HashMap<Vec<u64>, u64>> {
+    let words = walk.words;
+    let mut counts: Vec<HashMap<Vec<u64>, u64>> = vec![HashMap::new(); walk.leaves.len()];
+    let mut fails = vec![0u64; walk.slots * words];
+    for r in 0..background.rows() {
+        walk.fail_sets_wide(tree, background.row(r), &mut fails);
+        for (k, leaf) in walk.leaves.iter().enumerate() {
+            let set = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+            match counts[k].get_mut(set) {
+                Some(c) => *c += 1,
+                None => {
+                    counts[k].insert(set.to_vec(), 1);
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// A wide tree's leaves as [`LeafData::WidePatterns`] (in increasing set order, so the sums run
+/// the same way on every run), adding the tree's mean output over the background to `bias`.
+fn wide_leaf_data(walk: &FailWalk, counts: Vec<HashMap<Vec<u64>, u64>>, n: f64, bias: &mut f64) -> Vec<LeafData> {
+    walk.leaves
+        .iter()
+        .zip(counts)
+        .map(|(leaf, counts)| {
+            let mut sets: Vec<(Vec<u64>, u64)> = counts.into_iter().collect();
+            sets.sort_unstable();
+            let none = sets.iter().find(|(f, _)| f.iter().all(|&w| w == 0)).map_or(0, |(_, c)| *c);
+            *bias += leaf.value * (none as f64 / n);
+            let counts = sets.iter().map(|(_, c)| *c as f64).collect();
+            let masks = sets.into_iter().flat_map(|(f, _)| f).collect();
+            LeafData::WidePatterns { scale: leaf.value / n, masks, counts }
+        })
+        .collect()
 }
 
 impl Engine for Interventional {
@@ -591,6 +759,7 @@ impl Engine for Interventional {
             .map(|d| match d {
                 LeafData::Table { rows, .. } => rows.len() * size_of::<f64>(),
                 LeafData::Patterns { patterns, .. } => patterns.len() * size_of::<(u64, f64)>(),
+                LeafData::WidePatterns { masks, counts, .. } => (masks.len() + counts.len()) * size_of::<u64>(),
                 LeafData::InSibling => 0,
             })
             .sum();
@@ -728,7 +897,7 @@ impl Engine for InterventionalReference {
 
 // The fixtures are read from Parquet.
 #[cfg(all(test, feature = "files"))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     use crate::model::Precision;
@@ -791,6 +960,60 @@ mod tests {
         let (err, row) = max_row_rel_error(&got.values, &reference.values, depth + 1);
         assert!(err <= 1e-9, "row {row} off the reference by {err:e}");
         assert!(got.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+    }
+
+    /// A caterpillar of `depth` splits, each on its own feature (one leaf and the next split
+    /// below each): paths of up to `depth` distinct features.
+    pub(crate) fn chain_model(depth: usize, seed: u64) -> Model {
+        use crate::model::{Node, SplitRule};
+        let mut seed = seed;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut nodes = Vec::new();
+        for level in 0..depth {
+            let (split, leaf) = (nodes.len(), nodes.len() + 1);
+            nodes.push(Node::leaf(0.0, 1.0));
+            nodes.push(Node::leaf(next() - 0.5, 1.0));
+            let n = &mut nodes[split];
+            // Most rows go on down the chain, so deep leaves are reached.
+            n.rule = SplitRule::XgbLess { threshold: 0.08 + 0.1 * next() };
+            n.feature = level as u32;
+            n.default_left = next() < 0.5;
+            (n.left, n.right) = (leaf as u32, leaf as u32 + 1);
+        }
+        nodes.push(Node::leaf(next() - 0.5, 1.0));
+        let tree = crate::model::Tree { nodes, category_words: vec![], group: 0, weight: 1.0 };
+        crate::test_support::numeric_model(depth, vec![tree], 0.25)
+    }
+
+    /// Rows whose values fall on both sides of the chain's thresholds.
+    pub(crate) fn uniform_rows(rows: usize, cols: usize, salt: usize) -> FeatureBlock {
+        let values = (0..rows * cols).map(|i| ((i * 7919 + salt * 104729) % 1000) as f64 / 1000.0).collect();
+        FeatureBlock::new(rows, cols, values, Precision::F64)
+    }
+
+    #[test]
+    fn paths_of_more_than_64_distinct_features_are_explained_exactly() {
+        for depth in [65, 130] {
+            let model = Arc::new(chain_model(depth, depth as u64));
+            let prepared = Arc::new(PreparedModel::new(model.clone()).unwrap());
+            let (background, explained) = (uniform_rows(30, depth, 1), uniform_rows(8, depth, 2));
+            let engine = Interventional::new(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES).unwrap();
+            assert!(engine.trees[0].walk.words > 1, "a wide walk");
+            let got = engine.shap(&explained).unwrap();
+            let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+            let (err, row) = max_row_rel_error(&got.values, &reference.values, depth + 1);
+            assert!(err <= 1e-9, "depth {depth}: row {row} off the reference by {err:e}");
+            let margins = engine.predict(&explained).unwrap();
+            for r in 0..explained.rows() {
+                let total: f64 = got.row(r, 0).iter().sum();
+                assert!((total - margins.values[r]).abs() <= 1e-9, "depth {depth} row {r}: {total} vs {}", margins.values[r]);
+            }
+            // Features deep in the chain are credited: the walk's second word is used.
+            assert!(got.values.iter().skip(64).step_by(1).any(|v| v.abs() > 0.0));
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! Modules, each importing only those listed before it:
 //! `block`, `output` (inputs and outputs) → `options` → `prepared`, `decision`, `path` (per-model
 //! data and walk helpers) → `drivers` (the parallel loops and size checks every engine shares)
-//! → `explainer` (the trait) → `treeshap`, `quadrature`, `fast_v1`, `fast_v2`, `linear`
+//! → `explainer` (the trait), `covers` (covers counted from rows) → `treeshap`, `quadrature`, `fast_v1`, `fast_v2`, `linear`
 //! (the engines; `interactions` gives the first three interaction values), `interventional`
 //! → `rescaled` (with a background), `saabas` (the approximation), `complement` (a binary
 //! classifier's two class probabilities explained once) → `auto`.
@@ -20,6 +20,7 @@
 mod auto;
 mod block;
 mod complement;
+mod covers;
 mod decision;
 pub(crate) mod drivers;
 mod explainer;
@@ -43,6 +44,7 @@ use auto::choose_algorithm;
 pub use auto::AutoChoice;
 pub use block::FeatureBlock;
 use complement::{complementary_outputs, Complement};
+pub use covers::{covers_counted_from, UNREACHED_COVER};
 pub use drivers::{finish_interaction_row, MAX_OUTPUT_VALUES, MAX_RECURSIVE_DEPTH, ROWS_PER_TASK};
 pub use explainer::Engine;
 pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;

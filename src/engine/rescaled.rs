@@ -13,7 +13,8 @@
 //! `z`'s fail set there. So each leaf keeps its background rows grouped by fail set (once, at
 //! construction), and a row costs, per leaf, one sum of `s(x, z)` over each group's rows and one
 //! Shapley term per group: `O(leaves × background)` additions per row, with the per-feature work
-//! done per distinct fail set rather than per background row.
+//! done per distinct fail set rather than per background row. A tree with a path of more than
+//! 64 distinct features keeps its fail sets in several words (`LeafGroups::wide_sets`).
 //!
 //! [`Interventional`]: super::interventional::Interventional
 
@@ -23,7 +24,9 @@ use std::sync::Arc;
 use super::block::FeatureBlock;
 use super::drivers::{rows_per_task, shap_by_task_from};
 use super::explainer::Engine;
-use super::interventional::{check_background, for_each_bit, interactions_unavailable, FailWalk, Weights};
+use super::interventional::{
+    check_background, count_ones_wide, for_each_bit, for_each_bit_wide, interactions_unavailable, meet_wide, FailWalk, Weights,
+};
 use super::options::OutputTransform;
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
@@ -32,8 +35,11 @@ use crate::model::Model;
 
 /// One leaf's background, grouped by fail set.
 struct LeafGroups {
-    /// (fail set, first, end): background rows `members[first..end]` fail exactly that set.
+    /// (fail set, first, end): background rows `members[first..end]` fail exactly that set (the
+    /// set's first word; all of it in a one-word walk).
     groups: Vec<(u64, u32, u32)>,
+    /// In a walk of several words, each group's whole fail set, one after another.
+    wide_sets: Vec<u64>,
 }
 
 /// Interventional SHAP of `T(margin)`, with each leaf's background rows grouped by fail set.
@@ -103,27 +109,42 @@ impl RescaledInterventional {
         // sum below runs in the same order on every run.
         let mut members = Vec::with_capacity(rows * total_leaves);
         let mut leaves = Vec::with_capacity(walks.len());
-        let mut slots = vec![0u64; walks.iter().map(|w| w.slots).max().unwrap_or(1)];
+        let mut slots = vec![0u64; walks.iter().map(|w| w.slots * w.words).max().unwrap_or(1)];
         for (tree, walk) in model.trees.iter().zip(&walks) {
-            let mut by_leaf: Vec<BTreeMap<u64, Vec<u32>>> = vec![BTreeMap::new(); walk.leaves.len()];
+            let words = walk.words;
+            let mut by_leaf: Vec<BTreeMap<Vec<u64>, Vec<u32>>> = vec![BTreeMap::new(); walk.leaves.len()];
             for r in 0..rows {
-                walk.fail_sets(tree, background.row(r), &mut slots);
+                if words == 1 {
+                    walk.fail_sets(tree, background.row(r), &mut slots);
+                } else {
+                    walk.fail_sets_wide(tree, background.row(r), &mut slots);
+                }
                 for (k, leaf) in walk.leaves.iter().enumerate() {
-                    by_leaf[k].entry(slots[leaf.slot as usize]).or_default().push(r as u32);
+                    let set = &slots[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+                    match by_leaf[k].get_mut(set) {
+                        Some(members) => members.push(r as u32),
+                        None => {
+                            by_leaf[k].insert(set.to_vec(), vec![r as u32]);
+                        }
+                    }
                 }
             }
             let groups = by_leaf
                 .into_iter()
                 .map(|sets| {
+                    let mut wide_sets = Vec::new();
                     let groups = sets
                         .into_iter()
                         .map(|(set, rows)| {
                             let first = members.len() as u32;
                             members.extend_from_slice(&rows);
-                            (set, first, members.len() as u32)
+                            if words > 1 {
+                                wide_sets.extend_from_slice(&set);
+                            }
+                            (set[0], first, members.len() as u32)
                         })
                         .collect();
-                    LeafGroups { groups }
+                    LeafGroups { groups, wide_sets }
                 })
                 .collect();
             leaves.push(groups);
@@ -131,7 +152,7 @@ impl RescaledInterventional {
         let widest = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
         let max_slots = slots.len();
         Ok(RescaledInterventional {
-            weights: Weights::new(widest),
+            weights: Weights::new(widest.min(super::interventional::MAX_INTERVENTIONAL_PATH_FEATURES)),
             model,
             transform,
             walks,
@@ -159,9 +180,14 @@ impl RescaledInterventional {
             }
         }
         for ((tree, walk), leaves) in self.model.trees.iter().zip(&self.walks).zip(&self.leaves) {
-            walk.fail_sets(tree, x, &mut scratch.slots);
             let scales = &scratch.scales[tree.group * n..(tree.group + 1) * n];
             let phi = &mut out[tree.group * w..(tree.group + 1) * w];
+            if walk.words > 1 {
+                walk.fail_sets_wide(tree, x, &mut scratch.slots);
+                self.wide_tree_row(walk, leaves, &scratch.slots, scales, phi);
+                continue;
+            }
+            walk.fail_sets(tree, x, &mut scratch.slots);
             for (leaf, groups) in walk.leaves.iter().zip(leaves) {
                 let x_f = scratch.slots[leaf.slot as usize];
                 let b = x_f.count_ones() as usize;
@@ -180,6 +206,35 @@ impl RescaledInterventional {
                         let cold = v * self.weights.cold(a, b);
                         for_each_bit(x_f, |j| phi[leaf.features[j] as usize] -= cold);
                     }
+                }
+            }
+        }
+    }
+}
+
+impl RescaledInterventional {
+    /// One wide tree's part of [`explain_row`](Self::explain_row): the same sums over fail
+    /// sets of `walk.words` words (`fails`, per slot).
+    fn wide_tree_row(&self, walk: &FailWalk, leaves: &[LeafGroups], fails: &[u64], scales: &[f64], phi: &mut [f64]) {
+        let words = walk.words;
+        for (leaf, groups) in walk.leaves.iter().zip(leaves) {
+            let x_f = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+            let b = count_ones_wide(x_f);
+            for (&(_, first, end), z_f) in groups.groups.iter().zip(groups.wide_sets.chunks_exact(words)) {
+                let a = count_ones_wide(z_f);
+                if meet_wide(z_f, x_f) || a + b == 0 {
+                    continue; // no hybrid reaches the leaf, or both rows do: nothing to share
+                }
+                let scale: f64 = self.members[first as usize..end as usize].iter().map(|&z| scales[z as usize]).sum();
+                let v = leaf.value * scale;
+                let (hot_weight, cold_weight) = self.weights.pair(a, b);
+                if a > 0 {
+                    let hot = v * hot_weight;
+                    for_each_bit_wide(z_f, |i| phi[leaf.features[i] as usize] += hot);
+                }
+                if b > 0 {
+                    let cold = v * cold_weight;
+                    for_each_bit_wide(x_f, |j| phi[leaf.features[j] as usize] -= cold);
                 }
             }
         }
@@ -267,6 +322,25 @@ mod tests {
             }
             let (err, _) = max_row_rel_error(&got.row(0, 0)[..want.len()], &want, want.len());
             assert!(err <= 1e-9, "{}: row 0 off the pairwise definition by {err:e}", f.name);
+        }
+    }
+
+    #[test]
+    fn paths_of_more_than_64_distinct_features_are_the_reference_and_add_up() {
+        use crate::engine::interventional::tests::{chain_model, uniform_rows};
+        let depth = 90;
+        let prepared = Arc::new(PreparedModel::new(Arc::new(chain_model(depth, 5))).unwrap());
+        let (background, explained) = (uniform_rows(25, depth, 3), uniform_rows(6, depth, 4));
+        let want = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+        let got = RescaledInterventional::new(prepared.clone(), &background, OutputTransform::Identity, 1 << 30).unwrap().shap(&explained).unwrap();
+        let (err, row) = max_row_rel_error(&got.values, &want.values, depth + 1);
+        assert!(err <= 1e-9, "row {row} off the reference by {err:e}");
+        let engine = RescaledInterventional::new(prepared, &background, OutputTransform::Logistic, 1 << 30).unwrap();
+        let (got, margins) = (engine.shap(&explained).unwrap(), engine.predict(&explained).unwrap());
+        for r in 0..explained.rows() {
+            let total: f64 = got.row(r, 0).iter().sum();
+            let p = OutputTransform::Logistic.apply(margins.values[r]);
+            assert!((total - p).abs() <= 1e-12, "row {r}: {total} vs {p}");
         }
     }
 
