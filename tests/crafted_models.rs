@@ -253,6 +253,25 @@ fn new_formats_refuse_malformed_files_by_name() {
     assert!(e.contains("OnlineCtr") && e.contains("CTR"), "{e}");
     let e = load(&cb.replacen("\"leaf_weights\"", "\"leaf_weightz\"", 1));
     assert!(e.contains("leaf_weights"), "{e}");
+    // Non-symmetric trees (Lossguide): a leaf without its weight, a split with one child, a CTR
+    // split; and nesting deeper than the JSON parser takes is an error, not a deep recursion.
+    let lossguide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join("cb_lossguide_binary/model.json")).unwrap();
+    let e = load(&lossguide.replacen("\"weight\"", "\"heft\"", 1));
+    assert!(e.contains("tree 0") && e.contains("a leaf has no weight"), "{e}");
+    let e = load(&lossguide.replacen("\"right\"", "\"rite\"", 1));
+    assert!(e.contains("tree 0") && e.contains("both left and right"), "{e}");
+    let e = load(&lossguide.replacen("\"FloatFeature\"", "\"OnlineCtr\"", 1));
+    assert!(e.contains("OnlineCtr") && e.contains("CTR"), "{e}");
+    let leaf = r#"{"value":0.5,"weight":1}"#;
+    let split = r#"{"border":0.5,"float_feature_index":0,"split_index":0,"split_type":"FloatFeature"}"#;
+    let mut deep = leaf.to_string();
+    for _ in 0..200 {
+        deep = format!(r#"{{"left":{deep},"right":{leaf},"split":{split}}}"#);
+    }
+    let start = lossguide.find("\"trees\"").unwrap();
+    let e = load(&format!("{}\"trees\":[{deep}]}}", &lossguide[..start]));
+    assert!(e.contains("edited.json") && e.contains("recursion limit"), "{e}");
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();

@@ -81,3 +81,78 @@ def background_table(table: pa.Table, rows: int, rng: np.random.Generator) -> pa
         picks = np.concatenate([rng.permutation(n) for _ in range(rows // n + 1)])[:rows]
         cols.append(col.take(pa.array(picks)))
     return pa.table(cols, names=table.column_names)
+
+
+def cover_ratios(parent: float, left: float, right: float) -> tuple[float, float]:
+    """A node's cover fractions left and right: child / parent; a node with no cover splits by its
+    children's covers where they have some, else evenly (shapfusion's rule for zero-cover nodes,
+    which XGBoost and LightGBM turn into NaN)."""
+    if parent > 0:
+        return left / parent, right / parent
+    if left + right > 0:
+        return left / (left + right), right / (left + right)
+    return 0.5, 0.5
+
+
+def brute_force_path_dependent(trees: list[dict], base: np.ndarray, features: int, X, interactions: bool = False):
+    """Exact path-dependent SHAP values (and, with ``interactions``, Shapley interaction values) by
+    all coalitions: ``v(S)`` is the cover-weighted conditional expectation of the model, each
+    split on a feature in S following the row, any other averaging its children by
+    ``cover_ratios``. For small models (2^features coalitions).
+
+    ``trees``: dicts with ``left``/``right`` (-1 at leaves), ``feature``, ``cover``, ``value``
+    (leaf values), ``output`` (the group it adds to), ``weight``, and ``goes_left(node, row)``
+    (the library's own split rule). Returns ``(n, G, F+1)`` values (bias last) and, with
+    ``interactions``, ``(n, G, F+1, F+1)`` in XGBoost's layout (the bias in the last cell)."""
+    import itertools
+    import math
+
+    G = len(base)
+
+    def expect(tree, x, S):
+        total, stack = 0.0, [(0, 1.0)]
+        while stack:
+            i, w = stack.pop()
+            l, r = tree["left"][i], tree["right"][i]
+            if l < 0:
+                total += w * tree["value"][i]
+            elif tree["feature"][i] in S:
+                stack.append((l if tree["goes_left"](i, x) else r, w))
+            else:
+                fl, fr = cover_ratios(tree["cover"][i], tree["cover"][l], tree["cover"][r])
+                stack.extend([(l, w * fl), (r, w * fr)])
+        return total
+
+    n = len(X)
+    values = np.zeros((n, G, features + 1))
+    inter = np.zeros((n, G, features + 1, features + 1)) if interactions else None
+    for row in range(n):
+        x = X[row]
+        v = {}
+        for size in range(features + 1):
+            for S in itertools.combinations(range(features), size):
+                out = np.array(base, dtype=np.float64)
+                for t in trees:
+                    out[t["output"]] += t["weight"] * expect(t, x, set(S))
+                v[frozenset(S)] = out
+        for i in range(features):
+            others = [j for j in range(features) if j != i]
+            for size in range(features):
+                w = math.factorial(size) * math.factorial(features - size - 1) / math.factorial(features)
+                for S in itertools.combinations(others, size):
+                    values[row, :, i] += w * (v[frozenset(S) | {i}] - v[frozenset(S)])
+        values[row, :, features] = v[frozenset()]
+        if interactions:
+            for i in range(features):
+                for j in range(features):
+                    if i == j:
+                        continue
+                    rest = [k for k in range(features) if k not in (i, j)]
+                    for size in range(features - 1):
+                        w = math.factorial(size) * math.factorial(features - size - 2) / (2 * math.factorial(features - 1))
+                        for S in itertools.combinations(rest, size):
+                            S = frozenset(S)
+                            inter[row, :, i, j] += w * (v[S | {i, j}] - v[S | {i}] - v[S | {j}] + v[S])
+                inter[row, :, i, i] = values[row, :, i] - inter[row, :, i, :features].sum(axis=-1) + inter[row, :, i, i]
+            inter[row, :, features, features] = v[frozenset()]
+    return values, inter

@@ -10,19 +10,28 @@ Each fixture holds
                    margin from
                    ``predict(prediction_type="RawFormulaVal")``
 
+Models grown with ``grow_policy="Depthwise"`` or ``"Lossguide"`` (non-symmetric trees; the
+``cb_depthwise_*`` and ``cb_lossguide_*`` fixtures) are where CatBoost's own ShapValues do not add
+up to its own predictions. Their ``contribs`` and ``interactions`` are brute force over all
+coalitions instead (``fixture_common.brute_force_path_dependent``, from the trees of the saved
+JSON with CatBoost's split rules), checked to add up to ``RawFormulaVal``; CatBoost's own values
+are kept as ``library_contribs`` with ``library_error`` (their largest distance from the exact
+values over the largest |value|) and ``library_additivity_error``.
+
 Usage:  python tests/make_catboost_fixtures.py [--out tests/fixtures]
 Versions are pinned in tests/requirements.txt.
 """
 from __future__ import annotations
 
 import json
+import math
 
 import catboost
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fixture_common import f64_list, output_dir, regression_rows, write_input
+from fixture_common import brute_force_path_dependent, f64_list, output_dir, regression_rows, write_input
 
 SEED = 20261126
 ROWS = 30
@@ -67,8 +76,116 @@ def write(out, name: str, model, X, interactions: bool = True, cat_features=None
     print(f"{name}: {model.tree_count_} trees, additivity of CatBoost's values {np.abs(sv.sum(axis=2) - margin).max():.2e}")
 
 
+def category_hashes(columns: dict) -> dict:
+    """CatBoost's hash of each category value, per column (``{column: [values]}``), from its own
+    Python export of a throwaway model, which holds the value → hash table of a pool."""
+    import re
+    import tempfile
+
+    frame = pd.DataFrame({c: [str(v) for v in vals] for c, vals in columns.items()})
+    frame["_x"] = np.arange(len(frame), dtype=np.float64)
+    pool = catboost.Pool(frame, label=np.arange(len(frame)) % 2, cat_features=list(columns))
+    m = catboost.CatBoostRegressor(iterations=1, depth=1, one_hot_max_size=255, verbose=0, allow_writing_files=False).fit(pool)
+    with tempfile.TemporaryDirectory() as tmp:
+        m.save_model(f"{tmp}/m.py", format="python", pool=pool)
+        text = open(f"{tmp}/m.py").read()
+    table = text[text.index("cat_features_hashes = {"):]
+    table = table[: table.index("}") + 1]
+    return {k: int(v) & 0xFFFFFFFF for k, v in re.findall(r'"((?:[^"\\]|\\.)*)": (-?\d+)', table)}
+
+
+def non_symmetric_trees(model_json: dict, hashes: dict) -> tuple[list, np.ndarray, int]:
+    """The trees of a non-symmetric CatBoost JSON for ``brute_force_path_dependent``, with
+    CatBoost's split rules: float features compare in float32, left iff ``x <= border``, NaN by
+    the feature's ``nan_value_treatment`` (AsTrue: right); a one-hot split sends the value whose
+    hash is the split's right, anything else left. Returns (trees, base margin, features)."""
+    info = model_json["features_info"]
+    floats = {f["feature_index"]: (f["flat_feature_index"], f.get("nan_value_treatment") == "AsTrue") for f in info.get("float_features", [])}
+    cats = {f["feature_index"]: f["flat_feature_index"] for f in info.get("categorical_features", [])}
+    features = max([flat for flat, _ in floats.values()] + list(cats.values())) + 1
+    scale, bias = model_json["scale_and_bias"]
+    bias = np.atleast_1d(np.asarray(bias, dtype=np.float64))
+    trees = []
+    for tree in model_json["trees"]:
+        left, right, feature, cover, values, tests = [], [], [], [], [], []
+        stack = [(tree, None)]
+        while stack:
+            node, parent = stack.pop()
+            i = len(left)
+            if parent is not None:
+                (left if parent[1] else right)[parent[0]] = i
+            left.append(-1), right.append(-1), feature.append(-1), cover.append(0.0), values.append(None), tests.append(None)
+            if "split" in node:
+                split = node["split"]
+                if split["split_type"] == "FloatFeature":
+                    flat, nan_right = floats[split["float_feature_index"]]
+                    border = split["border"]
+                    tests[i] = (lambda x, flat=flat, border=border, nan_right=nan_right:
+                                (not nan_right) if math.isnan(x[flat]) else float(np.float32(x[flat])) <= border)
+                else:
+                    flat = cats[split["cat_feature_index"]]
+                    want = split["value"] & 0xFFFFFFFF
+                    tests[i] = (lambda x, flat=flat, want=want: x[flat] is None or hashes.get(str(x[flat])) != want)
+                feature[i] = flat
+                stack.extend([(node["right"], (i, False)), (node["left"], (i, True))])
+            else:
+                cover[i] = float(node["weight"])
+                values[i] = np.atleast_1d(np.asarray(node["value"], dtype=np.float64))
+        for i in reversed(range(len(left))):
+            if left[i] >= 0:
+                cover[i] = cover[left[i]] + cover[right[i]]
+        dims = len(next(v for v in values if v is not None))
+        for g in range(dims):
+            trees.append({"left": left, "right": right, "feature": feature, "cover": cover, "output": g, "weight": float(scale),
+                          "value": [0.0 if v is None else float(v[g]) for v in values],
+                          "goes_left": lambda i, x, tests=tests: tests[i](x)})
+    base = bias if len(bias) == dims else np.full(dims, bias[0] if len(bias) else 0.0)
+    return trees, base, features
+
+
+def write_non_symmetric(out, name: str, model, X, cat_features=None) -> None:
+    """A non-symmetric model's fixture: brute-force values, CatBoost's own beside them."""
+    d = out / name
+    d.mkdir(parents=True)
+    model.save_model(str(d / "model.json"), format="json")
+    model_json = json.loads((d / "model.json").read_text())
+    if cat_features:
+        names = list(X.columns)
+        pq.write_table(pa.Table.from_pandas(X, preserve_index=False), d / "input.parquet")
+        hashes = category_hashes({c: sorted({str(v) for v in X[c]}) for c in cat_features})
+        rows = [[None if (isinstance(v, float) and math.isnan(v) and c in cat_features) else v for c, v in zip(names, r)] for r in X.itertuples(index=False)]
+    else:
+        names = [f"f{j}" for j in range(X.shape[1])]
+        write_input(d / "input.parquet", X, names)
+        hashes, rows = {}, [list(r) for r in np.asarray(X, dtype=np.float64)]
+    pool = catboost.Pool(X, cat_features=cat_features)
+    n, f = X.shape
+    margin = np.asarray(model.predict(pool, prediction_type="RawFormulaVal"), dtype=np.float64).reshape(n, -1)
+    trees, base, features = non_symmetric_trees(model_json, hashes)
+    assert features == f, (features, f)
+    contribs, inter = brute_force_path_dependent(trees, base, f, rows, interactions=True)
+    additivity = np.abs(contribs.sum(axis=2) - margin).max()
+    assert additivity < 1e-9, f"{name}: brute force misses CatBoost's RawFormulaVal by {additivity:.2e}"
+    library = np.asarray(model.get_feature_importance(pool, type="ShapValues"), dtype=np.float64).reshape(n, -1, f + 1)
+    library_error = float(np.abs(library - contribs).max() / np.abs(contribs[:, :, :f]).max())
+    library_additivity = float(np.abs(library.sum(axis=2) - margin).max())
+    expected = {
+        "library": "catboost", "version": catboost.__version__, "grow_policy": model.get_all_params()["grow_policy"],
+        "reference": "brute force (all coalitions) over the saved trees; CatBoost's ShapValues are off on non-symmetric trees",
+        "rows": n, "groups": contribs.shape[1], "features": names, "precision": "float64",
+        "contribs": f64_list(contribs), "interactions": f64_list(inter), "margin": f64_list(margin),
+        "library_contribs": f64_list(library), "library_error": library_error, "library_additivity_error": library_additivity,
+    }
+    (d / "expected.json").write_text(json.dumps(expected))
+    print(f"{name}: {model.tree_count_} trees; CatBoost's ShapValues off by {library_error:.3g} of max |phi|, "
+          f"their sum off RawFormulaVal by {library_additivity:.3g}")
+
+
+NON_SYMMETRIC = ["cb_depthwise_missing", "cb_lossguide_binary", "cb_depthwise_multiclass", "cb_lossguide_categories", "cb_depthwise_multirmse"]
+
+
 def main() -> None:
-    out = output_dir(["cb_binary_missing", "cb_multiclass", "cb_regression_deep", "cb_one_hot_categories"])
+    out = output_dir(["cb_binary_missing", "cb_multiclass", "cb_regression_deep", "cb_one_hot_categories"] + NON_SYMMETRIC)
 
     X, y = data(800, 6, 1, nan=0.06)
     m = catboost.CatBoostClassifier(iterations=20, depth=5, random_seed=0, verbose=0, allow_writing_files=False, nan_mode="Max").fit(X, y > 0.2)
@@ -97,6 +214,35 @@ def main() -> None:
     test.loc[test.index[0], "colour"] = "purple"
     test.loc[test.index[1], "grade"] = 9
     write(out, "cb_one_hot_categories", m, test, cat_features=["colour", "grade"])
+
+    # Non-symmetric trees: few features (the reference enumerates every coalition).
+    quiet = dict(random_seed=0, verbose=0, allow_writing_files=False)
+    X, y = data(1200, 5, 5, nan=0.08)
+    m = catboost.CatBoostRegressor(iterations=10, depth=4, grow_policy="Depthwise", nan_mode="Max", **quiet).fit(X, y)
+    write_non_symmetric(out, "cb_depthwise_missing", m, X[:ROWS])
+
+    X, y = data(1200, 5, 6, nan=0.05)
+    m = catboost.CatBoostClassifier(iterations=12, grow_policy="Lossguide", max_leaves=10, **quiet).fit(X, y > 0.3)
+    write_non_symmetric(out, "cb_lossguide_binary", m, X[:ROWS])
+
+    X, y = data(1200, 4, 7, nan=0.04)
+    m = catboost.CatBoostClassifier(iterations=6, depth=3, grow_policy="Depthwise", loss_function="MultiClass", **quiet).fit(X, np.digitize(y, [-1.0, 1.0]))
+    write_non_symmetric(out, "cb_depthwise_multiclass", m, X[:ROWS])
+
+    r = np.random.default_rng(SEED + 8)
+    X, y = data(1500, 4, 8)
+    df = pd.DataFrame({"f0": X[:, 0], "f1": X[:, 1], "f2": X[:, 2], "colour": r.choice(["red", "green", "blue"], size=len(X)),
+                       "grade": r.integers(1, 5, size=len(X))})
+    y = y + (df["colour"] == "green") * 1.5 - (df["grade"] == 3) * 1.0
+    m = catboost.CatBoostRegressor(iterations=10, grow_policy="Lossguide", max_leaves=12, one_hot_max_size=10, **quiet).fit(df, y, cat_features=["colour", "grade"])
+    test = df.iloc[:ROWS].copy()
+    test.loc[test.index[0], "colour"] = "purple"
+    write_non_symmetric(out, "cb_lossguide_categories", m, test, cat_features=["colour", "grade"])
+
+    X, y = data(1200, 4, 9, nan=0.03)
+    targets = np.c_[y, np.nan_to_num(X[:, 0]) * np.nan_to_num(X[:, 1])]
+    m = catboost.CatBoostRegressor(iterations=8, depth=3, grow_policy="Depthwise", loss_function="MultiRMSE", **quiet).fit(X, targets)
+    write_non_symmetric(out, "cb_depthwise_multirmse", m, X[:ROWS])
 
 
 if __name__ == "__main__":

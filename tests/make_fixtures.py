@@ -25,8 +25,6 @@ from pathlib import Path
 
 import lightgbm as lgb
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import xgboost as xgb
 from fixture_common import f64_list, write_input, xgboost_expected
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine, make_regression

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import shutil
 
 import numpy as np
 import shap

@@ -2,6 +2,7 @@
 pred_contrib, and against the shapfusion CLI bit for bit."""
 
 import _thread
+import json
 import signal
 import subprocess
 import threading
@@ -343,3 +344,33 @@ def test_help_reads_well():
     for phrase in ("xgboost.Booster", "lightgbm.Booster", "background", "(n, F+1)", "(n, G, F+1)"):
         assert phrase in text
     assert shapfusion.__version__ == "0.1.0"
+
+
+def test_lightgbm_random_forests_explain_the_mean_of_their_trees_as_predict_does(data):
+    """LightGBM's raw score and pred_contrib of a boosting=rf model are the sum of its trees,
+    while its predict() (the model's output) averages them (``average_output``): shapfusion
+    explains that average, so its values are pred_contrib over the number of trees and add up to
+    predict()."""
+    import lightgbm as lgb
+
+    X = data.to_numpy()
+    y = np.nan_to_num(X[:, 0]) * 2 + np.nan_to_num(X[:, 1])
+    params = {"objective": "regression", "boosting": "rf", "bagging_fraction": 0.7, "bagging_freq": 1, "num_leaves": 6, "verbose": -1, "num_threads": 2}
+    booster = lgb.train(params, lgb.Dataset(X, y), 5)
+    values = shapfusion.Explainer(booster).shap_values(X[:30])
+    np.testing.assert_allclose(values.sum(axis=1), booster.predict(X[:30]), atol=1e-12)
+    np.testing.assert_allclose(values, booster.predict(X[:30], pred_contrib=True) / 5, atol=1e-12)
+    assert np.abs(booster.predict(X[:30], raw_score=True) - booster.predict(X[:30])).max() > 1e-3  # LightGBM's own two differ
+
+
+def test_xgboost_logitraw_keeps_base_score_as_a_margin(data):
+    """binary:logitraw's base_score is a margin (XGBoost 2+), not a probability turned into one."""
+    import xgboost as xgb
+
+    y = (np.nan_to_num(data.to_numpy()[:, 0]) > 0.4).astype(int)
+    booster = xgb.train({"objective": "binary:logitraw", "max_depth": 3, "nthread": 2}, xgb.DMatrix(data, label=y), 4)
+    assert abs(float(json.loads(booster.save_raw("json"))["learner"]["learner_model_param"]["base_score"].strip("[]")) - 0.5) > 0.01
+    X = data.iloc[:30]
+    values = shapfusion.Explainer(booster).shap_values(X)
+    np.testing.assert_allclose(values.sum(axis=1), booster.predict(xgb.DMatrix(X), output_margin=True), atol=1e-5)
+    np.testing.assert_allclose(values, booster.predict(xgb.DMatrix(X), pred_contribs=True), atol=1e-5)

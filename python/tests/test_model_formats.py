@@ -201,3 +201,56 @@ def test_sklearn_interventional_matches_shap_over_the_whole_background():
     theirs_explainer = shap.TreeExplainer(m, data=shap.maskers.Independent(background, max_samples=len(background)), feature_perturbation="interventional")
     theirs = shap_layout(theirs_explainer, X)
     assert relative_error(ours, theirs) < 1e-6
+
+
+NON_SYMMETRIC = sorted(p.name for p in (REPO / "tests" / "fixtures").iterdir() if p.name.startswith(("cb_depthwise_", "cb_lossguide_")))
+
+
+@pytest.mark.parametrize("name", NON_SYMMETRIC)
+def test_catboost_non_symmetric_trees_equal_the_brute_force(name):
+    """Depthwise and Lossguide trees through shapfusion.TreeExplainer: the fixture's reference, a
+    brute force over the saved trees that adds up to CatBoost's RawFormulaVal."""
+    catboost = pytest.importorskip("catboost")
+    fixture = REPO / "tests" / "fixtures" / name
+    expected = json.loads((fixture / "expected.json").read_text())
+    model = catboost.CatBoost()
+    model.load_model(str(fixture / "model.json"), format="json")
+    X = pq.read_table(fixture / "input.parquet").to_pandas()
+    n, f, g = expected["rows"], len(expected["features"]), expected["groups"]
+    exact = np.asarray(expected["contribs"]).reshape(n, g, f + 1)
+    ours = shapfusion.TreeExplainer(model)
+    values = ours.shap_values(X).reshape(n, f, g)
+    np.testing.assert_allclose(values.transpose(0, 2, 1), exact[:, :, :f], rtol=0, atol=1e-9 * np.abs(exact).max())
+    margin = np.asarray(expected["margin"]).reshape(n, g)
+    np.testing.assert_allclose(values.sum(axis=1) + np.reshape(ours.expected_value, g), margin, atol=1e-9)
+
+
+def test_catboost_values_of_trained_lossguide_models_do_not_add_up_and_shapfusions_do(tmp_path):
+    """CatBoost's ShapValues on a Lossguide or MultiRMSE model as trained (or loaded from .cbm),
+    which shap's TreeExplainer passes through, miss CatBoost's own RawFormulaVal; the same model
+    re-read from its JSON gets exact values from CatBoost, and shapfusion's equal those."""
+    catboost = pytest.importorskip("catboost")
+    X = rows(1200, 5, seed=21, missing=0.05)
+    y = target(X)
+    quiet = dict(random_seed=0, verbose=0, allow_writing_files=False)
+    models = [
+        catboost.CatBoostClassifier(iterations=12, grow_policy="Lossguide", max_leaves=10, **quiet).fit(X, y > 0.3),
+        catboost.CatBoostRegressor(iterations=8, depth=3, grow_policy="Depthwise", loss_function="MultiRMSE", **quiet).fit(X, np.c_[y, np.nan_to_num(X[:, 0])]),
+    ]
+    for model in models:
+        pool = catboost.Pool(X[:40])
+        margin = np.asarray(model.predict(pool, prediction_type="RawFormulaVal")).reshape(40, -1)
+        theirs = np.asarray(shap.TreeExplainer(model).shap_values(X[:40], check_additivity=False)).reshape(40, 5, -1)
+        library = np.asarray(model.get_feature_importance(pool, type="ShapValues")).reshape(40, -1, 6)
+        np.testing.assert_allclose(theirs, library[:, :, :5].transpose(0, 2, 1), atol=1e-12)  # shap passes them through
+        off = np.abs(library.sum(axis=2) - margin).max()
+        assert off > 1e-3, f"CatBoost's values add up here ({off:.2e}): the case this test shows is gone"
+        ours = shapfusion.TreeExplainer(model)
+        values = ours.shap_values(X[:40]).reshape(40, 5, -1)
+        np.testing.assert_allclose(values.sum(axis=1) + np.reshape(ours.expected_value, -1), margin, atol=1e-9)
+        reloaded = catboost.CatBoost()
+        path = tmp_path / "model.json"
+        model.save_model(str(path), format="json")
+        reloaded.load_model(str(path), format="json")
+        exact = np.asarray(reloaded.get_feature_importance(pool, type="ShapValues")).reshape(40, -1, 6)
+        np.testing.assert_allclose(values, exact[:, :, :5].transpose(0, 2, 1), atol=1e-9 * np.abs(exact).max())

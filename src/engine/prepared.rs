@@ -54,7 +54,7 @@ impl PreparedTree {
             if node.is_leaf() {
                 value[i] = node.value * tree.weight;
             } else {
-                ratios[i] = [tree.nodes[node.left as usize].cover / node.cover, tree.nodes[node.right as usize].cover / node.cover];
+                ratios[i] = cover_ratios(node.cover, tree.nodes[node.left as usize].cover, tree.nodes[node.right as usize].cover);
                 positions.push((node.feature, span[i].0));
                 depth_of[node.left as usize] = depth_of[i] + 1;
                 depth_of[node.right as usize] = depth_of[i] + 1;
@@ -86,6 +86,20 @@ impl PreparedTree {
         let (start, end) = self.span[node];
         let i = positions.partition_point(|&p| p < start);
         i < positions.len() && positions[i] < end
+    }
+}
+
+/// The fractions of a node's cover that go left and right: `child / parent`, as XGBoost's and
+/// LightGBM's TreeSHAP take them. A node no training weight reached (zero cover, which XGBoost
+/// and LightGBM turn into NaN values) splits by its children's covers where they have some, and
+/// evenly where they have none, as [`Tree::node_means`] weighs them.
+pub(crate) fn cover_ratios(parent: f64, left: f64, right: f64) -> [f64; 2] {
+    if parent > 0.0 {
+        [left / parent, right / parent]
+    } else if left + right > 0.0 {
+        [left / (left + right), right / (left + right)]
+    } else {
+        [0.5, 0.5]
     }
 }
 
@@ -155,5 +169,52 @@ impl PreparedModel {
     /// Width of one row of attributions: G × (F + 1).
     pub fn shap_width(&self) -> usize {
         self.model.num_groups * (self.model.num_features() + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{build_engine, Algorithm, EngineOptions, FeatureBlock};
+    use crate::model::Precision;
+
+    #[test]
+    fn zero_cover_nodes_split_by_their_childrens_covers_or_evenly_in_every_engine() {
+        assert_eq!(cover_ratios(4.0, 1.0, 3.0), [0.25, 0.75]);
+        assert_eq!(cover_ratios(0.0, 1.0, 3.0), [0.25, 0.75]);
+        assert_eq!(cover_ratios(0.0, 0.0, 0.0), [0.5, 0.5]);
+        // A full tree of depth 4 whose whole right subtree below the root's right child has no
+        // training weight (cover 0 at every node of it).
+        let mut seed = 5;
+        let mut tree = crate::test_support::full_tree(&mut seed, 4, |level, _| level as u32);
+        let right = tree.nodes[0].right as usize;
+        let mut stack = vec![right];
+        while let Some(i) = stack.pop() {
+            tree.nodes[i].cover = 0.0;
+            if !tree.nodes[i].is_leaf() {
+                stack.extend([tree.nodes[i].left as usize, tree.nodes[i].right as usize]);
+            }
+        }
+        tree.nodes[0].cover = tree.nodes[tree.nodes[0].left as usize].cover;
+        let model = Arc::new(crate::test_support::numeric_model(4, vec![tree], 0.5));
+        model.validate("zero-cover").unwrap();
+        let rows = FeatureBlock::new(16, 4, (0..64).map(|i| ((i * 37) % 17) as f64 / 17.0).collect(), Precision::F64);
+        let options = EngineOptions::default();
+        let reference = build_engine(model.clone(), Algorithm::TreeShap, None, &options).unwrap();
+        let want = reference.shap(&rows).unwrap();
+        let margins = reference.predict(&rows).unwrap();
+        assert!(want.values.iter().all(|v| v.is_finite()));
+        for r in 0..16 {
+            let total: f64 = want.row(r, 0).iter().sum();
+            assert!((total - margins.values[r]).abs() < 1e-12, "row {r}: {total} vs {}", margins.values[r]);
+        }
+        // Rows that go into the empty subtree are explained too (its branches weigh 1/2 each).
+        assert!((0..16).any(|r| rows.row(r)[0] >= 0.0 && want.row(r, 0)[1..4].iter().any(|v| *v != 0.0)));
+        for algorithm in [Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear] {
+            let got = build_engine(model.clone(), algorithm, None, &options).unwrap().shap(&rows).unwrap();
+            for (a, b) in got.values.iter().zip(&want.values) {
+                assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{algorithm}: {a} vs {b}");
+            }
+        }
     }
 }

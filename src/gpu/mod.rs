@@ -65,8 +65,9 @@ mod tests {
     fn every_leaf_is_one_merged_path_and_every_path_is_packed_once() {
         for f in &fixtures() {
             let set = extract(f.model.clone()).unwrap();
-            // One path per leaf; each feature at most once per path; root first.
-            let leaves: usize = f.model.trees.iter().map(|t| t.nodes.iter().filter(|n| n.is_leaf()).count()).sum();
+            // One path per leaf a path reaches (pruned XGBoost nodes stay in the arrays, reached
+            // by none); each feature at most once per path; root first.
+            let leaves: usize = f.model.trees.iter().map(|t| t.num_leaves()).sum();
             assert_eq!(set.paths.len(), leaves, "{}", f.name);
             for p in &set.paths {
                 assert!(p.elements[0].feature.is_none());

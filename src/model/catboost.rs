@@ -1,5 +1,14 @@
 //! CatBoost model reader: the JSON of `model.save_model(path, format="json")` (CatBoost 1.x).
 //!
+//! Models grown with `grow_policy="Depthwise"` or `"Lossguide"` hold ordinary (non-symmetric)
+//! trees under `trees`: nested objects, an internal node `{"split", "left", "right"}` (left
+//! where the split's condition is false, `x <= border`), a leaf `{"value", "weight"}` (`value`
+//! a number, or one per output dimension), its cover the leaf's `weight` and an internal node's
+//! the sum of its children's. They are read node by node, without recursion, with the same split
+//! rules as below. A leaf no training row reached has weight 0, so cover 0 (a zero-cover node
+//! weighs its branches by its children's covers, or evenly when they have none). The default,
+//! `SymmetricTree`, writes `oblivious_trees`:
+//!
 //! A CatBoost tree is oblivious: every level tests one split, and a row's leaf index has bit
 //! `d` set when it goes the "greater" way at the file's split `d` (`x > border` for a float
 //! feature). Each tree becomes a full binary tree whose root tests the file's last split (the
@@ -92,104 +101,23 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
     }
     let float_column = |index: u64| float_columns.iter().find(|(i, _, _)| *i as u64 == index).map(|&(_, flat, nan_left)| (flat, nan_left));
 
-    let trees_json = root.get("oblivious_trees").and_then(Value::as_array).ok_or_else(|| {
-        err("missing field oblivious_trees (only oblivious trees are read; save a model trained with grow_policy SymmetricTree)".into())
-    })?;
     let (scale, bias) = scale_and_bias(root.get("scale_and_bias"), &err)?;
-    let mut dims = 0usize;
-    let mut trees = Vec::new();
-    for (t, tree_json) in trees_json.iter().enumerate() {
-        let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
-        let splits = tree_json.get("splits").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        let depth = splits.len();
-        if depth > MAX_DEPTH {
-            return Err(bad(0, format!("depth {depth} is more than shapfusion reads ({MAX_DEPTH})")));
-        }
-        let leaves = 1usize << depth;
-        let values = numbers(tree_json.get("leaf_values"), "leaf_values").map_err(|d| bad(0, d))?;
-        let weights = match tree_json.get("leaf_weights") {
-            Some(w) => numbers(Some(w), "leaf_weights").map_err(|d| bad(0, d))?,
-            None => {
-                return Err(bad(
-                    0,
-                    "no leaf_weights: path-dependent SHAP weighs branches by them (save the model as trained, not after sum_models or shrinking)"
-                        .into(),
-                ))
-            }
-        };
-        if values.is_empty() || values.len() % leaves != 0 {
-            return Err(bad(0, format!("{} leaf_values for {leaves} leaves", values.len())));
-        }
-        let dim = check_count(values.len() / leaves, MAX_GROUPS, "the output dimension").map_err(|d| bad(0, d))?;
-        if dims == 0 {
-            dims = dim;
-        } else if dim != dims {
-            return Err(bad(0, format!("{dim} outputs per leaf, but earlier trees have {dims}")));
-        }
-        if weights.len() != leaves {
-            return Err(bad(0, format!("{} leaf_weights for {leaves} leaves", weights.len())));
-        }
-        if let Some(w) = weights.iter().find(|w| **w < 0.0) {
-            return Err(bad(0, format!("leaf weight {w} is negative")));
-        }
-        let mut levels = Vec::with_capacity(depth);
-        for (d, split) in splits.iter().enumerate() {
-            let kind = split.get("split_type").and_then(Value::as_str).unwrap_or("");
-            match kind {
-                "FloatFeature" => {
-                    let index =
-                        split.get("float_feature_index").and_then(Value::as_u64).ok_or_else(|| bad(d, "split has no float_feature_index".into()))?;
-                    let border = split
-                        .get("border")
-                        .and_then(Value::as_f64)
-                        .filter(|b| b.is_finite())
-                        .ok_or_else(|| bad(d, "split has no finite border".into()))?;
-                    let (flat, nan_left) =
-                        float_column(index).ok_or_else(|| bad(d, format!("split on float feature {index}, which features_info does not list")))?;
-                    levels.push(Level {
-                        feature: flat as u32,
-                        rule: SplitRule::LgbLessEqual { threshold: border, missing: MissingType::NaN },
-                        default_left: nan_left,
-                        code: None,
-                    });
-                }
-                "OneHotFeature" => {
-                    let c = split.get("cat_feature_index").and_then(Value::as_u64).ok_or_else(|| bad(d, "split has no cat_feature_index".into()))?;
-                    let flat = cat_columns
-                        .iter()
-                        .find(|(i, _)| *i == c)
-                        .map(|&(_, flat)| flat)
-                        .ok_or_else(|| bad(d, format!("split on categorical feature {c}, which features_info does not list")))?;
-                    let hash = split
-                        .get("value")
-                        .and_then(Value::as_i64)
-                        .filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h))
-                        .ok_or_else(|| bad(d, "one-hot split has no 32-bit hash value".into()))? as u32;
-                    let list = hashes[flat].get_or_insert_with(Vec::new);
-                    let code = match list.iter().position(|&h| h == hash) {
-                        Some(k) => k,
-                        None => {
-                            list.push(hash);
-                            list.len() - 1
-                        }
-                    };
-                    // The value equal to the split's goes the "greater" way (right); any other
-                    // value, an unseen one or a missing one goes left.
-                    levels.push(Level { feature: flat as u32, rule: SplitRule::XgbCategories, default_left: true, code: Some(code as u32) });
-                }
-                other => {
-                    let names: Vec<&str> = cat_features.iter().filter_map(|f| f.get("feature_id").and_then(Value::as_str)).collect();
-                    return Err(bad(
-                        d,
-                        format!("split of type {other:?} (CatBoost's CTR statistics of categorical features {names:?}) cannot be explained from the file: float features and one-hot categorical features are read; train with one_hot_max_size above the features' category counts"),
-                    ));
-                }
+    let splits = SplitReader { float_column: &float_column, cat_columns: &cat_columns, hashes: &mut hashes, cat_features };
+    let mut read = TreeReader { name, scale, splits, dims: 0, trees: Vec::new() };
+    match (root.get("oblivious_trees").and_then(Value::as_array), root.get("trees").and_then(Value::as_array)) {
+        (Some(oblivious), _) => {
+            for (t, tree_json) in oblivious.iter().enumerate() {
+                read.oblivious(tree_json, t)?;
             }
         }
-        for g in 0..dim {
-            trees.push(oblivious_tree(&levels, &values, &weights, dim, g, scale).map_err(|d| bad(0, d))?);
+        (None, Some(non_symmetric)) => {
+            for (t, tree_json) in non_symmetric.iter().enumerate() {
+                read.non_symmetric(tree_json, t)?;
+            }
         }
+        (None, None) => return Err(err("missing field oblivious_trees or trees (CatBoost writes one of them)".into())),
     }
+    let TreeReader { dims, trees, .. } = read;
     let dims = dims.max(1);
     let base_margin = match bias.len() {
         0 => vec![0.0; dims],
@@ -217,6 +145,202 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
         trees,
         precision: Precision::F32,
     })
+}
+
+/// Reads the file's splits into [`Level`]s: float features by their column, one-hot
+/// categorical ones by their hash (each feature's hashes, collected in `hashes`, become its
+/// category codes).
+struct SplitReader<'a> {
+    float_column: &'a dyn Fn(u64) -> Option<(usize, bool)>,
+    cat_columns: &'a [(u64, usize)],
+    hashes: &'a mut Vec<Option<Vec<u32>>>,
+    cat_features: &'a [Value],
+}
+
+impl SplitReader<'_> {
+    /// One split: `Err` holds what is wrong with it.
+    fn level(&mut self, split: &Value) -> std::result::Result<Level, String> {
+        let kind = split.get("split_type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "FloatFeature" => {
+                let index = split.get("float_feature_index").and_then(Value::as_u64).ok_or("split has no float_feature_index")?;
+                // CatBoost compares in float32: a border of ±inf or NaN is a valid (degenerate)
+                // split, decided as CatBoost decides it (x > border).
+                let border = split.get("border").and_then(Value::as_f64).ok_or("split has no border")?;
+                let (flat, nan_left) =
+                    (self.float_column)(index).ok_or_else(|| format!("split on float feature {index}, which features_info does not list"))?;
+                Ok(Level {
+                    feature: flat as u32,
+                    rule: SplitRule::LgbLessEqual { threshold: border, missing: MissingType::NaN },
+                    default_left: nan_left,
+                    code: None,
+                })
+            }
+            "OneHotFeature" => {
+                let c = split.get("cat_feature_index").and_then(Value::as_u64).ok_or("split has no cat_feature_index")?;
+                let flat = self
+                    .cat_columns
+                    .iter()
+                    .find(|(i, _)| *i == c)
+                    .map(|&(_, flat)| flat)
+                    .ok_or_else(|| format!("split on categorical feature {c}, which features_info does not list"))?;
+                let hash = split
+                    .get("value")
+                    .and_then(Value::as_i64)
+                    .filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h))
+                    .ok_or("one-hot split has no 32-bit hash value")? as u32;
+                let list = self.hashes[flat].get_or_insert_with(Vec::new);
+                let code = match list.iter().position(|&h| h == hash) {
+                    Some(k) => k,
+                    None => {
+                        list.push(hash);
+                        list.len() - 1
+                    }
+                };
+                // The value equal to the split's goes the "greater" way (right); any other
+                // value, an unseen one or a missing one goes left.
+                Ok(Level { feature: flat as u32, rule: SplitRule::XgbCategories, default_left: true, code: Some(code as u32) })
+            }
+            other => {
+                let names: Vec<&str> = self.cat_features.iter().filter_map(|f| f.get("feature_id").and_then(Value::as_str)).collect();
+                Err(format!(
+                    "split of type {other:?} (CatBoost's CTR statistics of categorical features {names:?}) cannot be explained from the file: float features and one-hot categorical features are read; train with one_hot_max_size above the features' category counts"
+                ))
+            }
+        }
+    }
+}
+
+/// Reads the trees of one file into `trees` (a tree per output dimension each), checking that
+/// every tree has the same number of outputs (`dims`, set by the first).
+struct TreeReader<'a> {
+    name: &'a str,
+    /// The tree weight (`scale_and_bias`'s scale).
+    scale: f64,
+    splits: SplitReader<'a>,
+    dims: usize,
+    trees: Vec<Tree>,
+}
+
+impl TreeReader<'_> {
+    /// One `oblivious_trees` entry.
+    fn oblivious(&mut self, tree_json: &Value, t: usize) -> Result<()> {
+        let name = self.name;
+        let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
+        let splits = tree_json.get("splits").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let depth = splits.len();
+        if depth > MAX_DEPTH {
+            return Err(bad(0, format!("depth {depth} is more than shapfusion reads ({MAX_DEPTH})")));
+        }
+        let leaves = 1usize << depth;
+        let values = numbers(tree_json.get("leaf_values"), "leaf_values").map_err(|d| bad(0, d))?;
+        let weights = match tree_json.get("leaf_weights") {
+            Some(w) => numbers(Some(w), "leaf_weights").map_err(|d| bad(0, d))?,
+            None => return Err(bad(0, format!("no leaf_weights: {WEIGHTS_NEEDED}"))),
+        };
+        if values.is_empty() || values.len() % leaves != 0 {
+            return Err(bad(0, format!("{} leaf_values for {leaves} leaves", values.len())));
+        }
+        let dim = check_count(values.len() / leaves, MAX_GROUPS, "the output dimension").map_err(|d| bad(0, d))?;
+        same_dimension(&mut self.dims, dim).map_err(|d| bad(0, d))?;
+        if weights.len() != leaves {
+            return Err(bad(0, format!("{} leaf_weights for {leaves} leaves", weights.len())));
+        }
+        if let Some(w) = weights.iter().find(|w| **w < 0.0) {
+            return Err(bad(0, format!("leaf weight {w} is negative")));
+        }
+        let levels = splits.iter().enumerate().map(|(d, split)| self.splits.level(split).map_err(|e| bad(d, e))).collect::<Result<Vec<_>>>()?;
+        for g in 0..dim {
+            self.trees.push(oblivious_tree(&levels, &values, &weights, dim, g, self.scale).map_err(|d| bad(0, d))?);
+        }
+        Ok(())
+    }
+
+    /// One `trees` entry (a non-symmetric tree). Nodes are numbered in the order they are read
+    /// (depth first, left before right); the JSON is walked with an explicit stack, so its nesting
+    /// sets no recursion depth here.
+    fn non_symmetric(&mut self, tree_json: &Value, t: usize) -> Result<()> {
+        let name = self.name;
+        let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
+        // (JSON node, the index it gets); its children are pushed right first, so left is read next.
+        let mut stack = vec![(tree_json, 0usize)];
+        let mut nodes: Vec<Node> = vec![Node::leaf(0.0, 0.0)];
+        let mut values: Vec<Vec<f64>> = vec![Vec::new()];
+        let mut category_words = Vec::new();
+        while let Some((json, i)) = stack.pop() {
+            if let Some(split) = json.get("split") {
+                let (Some(left), Some(right)) = (json.get("left"), json.get("right")) else {
+                    return Err(bad(i, "a node with a split needs both left and right".into()));
+                };
+                if nodes.len() + 2 > MAX_TREE_NODES {
+                    return Err(bad(i, format!("the tree has more than {MAX_TREE_NODES} nodes")));
+                }
+                let level = self.splits.level(split).map_err(|e| bad(i, e))?;
+                let (l, r) = (nodes.len(), nodes.len() + 1);
+                nodes.push(Node::leaf(0.0, 0.0));
+                nodes.push(Node::leaf(0.0, 0.0));
+                values.push(Vec::new());
+                values.push(Vec::new());
+                let node = &mut nodes[i];
+                (node.left, node.right, node.feature, node.rule, node.default_left) =
+                    (l as u32, r as u32, level.feature, level.rule, level.default_left);
+                if let Some(code) = level.code {
+                    node.categories = push_category_set(&mut category_words, &[code]).map_err(|e| bad(i, e))?;
+                }
+                stack.push((right, r));
+                stack.push((left, l));
+                continue;
+            }
+            let value = match json.get("value") {
+                Some(Value::Array(v)) => v.iter().map(|x| x.as_f64().filter(|x| x.is_finite())).collect::<Option<Vec<f64>>>(),
+                Some(v) => v.as_f64().filter(|x| x.is_finite()).map(|x| vec![x]),
+                None => None,
+            }
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| bad(i, "a leaf's value is not a finite number or a list of them".into()))?;
+            let weight = json.get("weight").and_then(Value::as_f64).ok_or_else(|| bad(i, format!("a leaf has no weight: {WEIGHTS_NEEDED}")))?;
+            if !(weight.is_finite() && weight >= 0.0) {
+                return Err(bad(i, format!("leaf weight {weight} is not a finite non-negative number")));
+            }
+            let dim = check_count(value.len(), MAX_GROUPS, "the output dimension").map_err(|d| bad(i, d))?;
+            same_dimension(&mut self.dims, dim).map_err(|d| bad(i, d))?;
+            nodes[i].cover = weight;
+            values[i] = value;
+        }
+        // Internal covers: the sum of their children's (children come after their parent).
+        for i in (0..nodes.len()).rev() {
+            if !nodes[i].is_leaf() {
+                nodes[i].cover = nodes[nodes[i].left as usize].cover + nodes[nodes[i].right as usize].cover;
+            }
+        }
+        for g in 0..self.dims {
+            let mut nodes = nodes.clone();
+            for (node, value) in nodes.iter_mut().zip(&values) {
+                if node.is_leaf() {
+                    node.value = value[g];
+                }
+            }
+            self.trees.push(Tree { nodes, category_words: category_words.clone(), group: g, weight: self.scale });
+        }
+        Ok(())
+    }
+}
+
+/// Why a tree without leaf weights is refused.
+const WEIGHTS_NEEDED: &str = "path-dependent SHAP weighs branches by them (save the model as trained, not after sum_models or shrinking)";
+
+/// Most nodes one non-symmetric tree may have (CatBoost grows at most 64 leaves by default and
+/// 2^16 at its deepest).
+const MAX_TREE_NODES: usize = 1 << 20;
+
+/// Checks a tree's output dimension against the earlier trees' (the first sets it).
+fn same_dimension(dims: &mut usize, dim: usize) -> std::result::Result<(), String> {
+    if *dims == 0 {
+        *dims = dim;
+    } else if dim != *dims {
+        return Err(format!("{dim} outputs per leaf, but earlier trees have {dims}"));
+    }
+    Ok(())
 }
 
 /// `scale_and_bias`: `[scale, [bias per dimension]]` (older files: `[scale, bias]`).

@@ -580,7 +580,8 @@ impl Model {
     }
 
     /// Checks the structure of every tree: children in range, no cycles or shared nodes,
-    /// features in range, finite thresholds, values and covers.
+    /// features in range, finite non-negative covers (a leaf value that is not finite is
+    /// taken, as the libraries take it, with a warning).
     pub fn validate(&self, name: &str) -> Result<()> {
         let nf = self.num_features();
         if self.feature_kinds.len() != nf {
@@ -604,6 +605,7 @@ impl Model {
                 detail: format!("base margin {:?} does not fit {} output groups", self.base_margin, self.num_groups),
             });
         }
+        let mut warned = false;
         for (t, tree) in self.trees.iter().enumerate() {
             let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
             if tree.nodes.is_empty() {
@@ -627,8 +629,14 @@ impl Model {
                     if node.right != LEAF {
                         return Err(bad(n, "node has a right child but no left child".into()));
                     }
-                    if !node.value.is_finite() {
-                        return Err(bad(n, format!("leaf value {} is not finite", node.value)));
+                    if !node.value.is_finite() && !warned {
+                        // The libraries load and predict with such a model (their outputs are not
+                        // finite where it counts); so does shapfusion, and says so once.
+                        tracing::warn!(
+                            "{name}: tree {t}, node {n}: leaf value {}: predictions and SHAP values that reach it are not finite, as the library's",
+                            node.value
+                        );
+                        warned = true;
                     }
                     continue;
                 }
@@ -638,15 +646,12 @@ impl Model {
                 if node.feature as usize >= nf {
                     return Err(bad(n, format!("splits on feature {} but the model has {} features", node.feature, nf)));
                 }
-                if node.cover <= 0.0 {
-                    return Err(bad(n, "internal node has zero cover; TreeSHAP needs positive covers".into()));
-                }
+                // Any threshold the libraries write is taken: ±inf (every number one way, missing
+                // values by the default direction) and NaN (every comparison false) decide as the
+                // libraries' own comparisons do. A node with zero cover (no training weight)
+                // weighs its branches equally (see `PreparedTree`).
                 match node.rule {
-                    SplitRule::XgbLess { threshold } | SplitRule::LgbLessEqual { threshold, .. } => {
-                        if !threshold.is_finite() {
-                            return Err(bad(n, format!("threshold {threshold} is not finite")));
-                        }
-                    }
+                    SplitRule::XgbLess { .. } | SplitRule::LgbLessEqual { .. } => {}
                     SplitRule::XgbCategories | SplitRule::LgbCategories | SplitRule::CategoriesLeft { .. } => {
                         let (start, len) = node.categories;
                         if start as usize + len as usize > tree.category_words.len() {

@@ -108,8 +108,9 @@ impl Reader<'_> {
     }
 
     fn float(v: f64) -> Value {
-        // JSON has no NaN/Inf: they become null, which the model reader reports by field name.
-        Number::from_f64(v).map(Value::Number).unwrap_or(Value::Null)
+        // JSON numbers have no NaN or infinities: they become the strings XGBoost's own JSON
+        // writes for them (`NaN`, `Infinity`, `-Infinity`), which the model reader takes.
+        Number::from_f64(v).map(Value::Number).unwrap_or_else(|| Value::String(super::xgboost::non_finite_name(v).into()))
     }
 
     fn value_of(&mut self, marker: u8) -> Result<Value, String> {

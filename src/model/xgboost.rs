@@ -18,7 +18,8 @@ use super::{
 use crate::error::{Error, Result};
 
 pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| Error::ModelFormat {
+    let bytes = quote_non_finite(bytes);
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| Error::ModelFormat {
         path: name.into(),
         format: "XGBoost JSON",
         detail: if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() },
@@ -29,6 +30,50 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
 pub(super) fn from_ubjson_bytes(bytes: &[u8], name: &str) -> Result<Model> {
     let value = super::ubjson::decode(bytes).map_err(|detail| Error::ModelFormat { path: name.into(), format: "XGBoost UBJSON", detail })?;
     Reader { name, format: ModelFormat::XgboostUbjson }.model(&value)
+}
+
+/// The JSON tokens XGBoost writes for non-finite numbers (its reader takes them; JSON has none).
+const NON_FINITE: [(&str, f64); 3] = [("NaN", f64::NAN), ("Infinity", f64::INFINITY), ("-Infinity", f64::NEG_INFINITY)];
+
+/// XGBoost's name of a non-finite number (`NaN`, `Infinity`, `-Infinity`).
+pub(super) fn non_finite_name(v: f64) -> &'static str {
+    if v.is_nan() {
+        "NaN"
+    } else if v > 0.0 {
+        "Infinity"
+    } else {
+        "-Infinity"
+    }
+}
+
+/// `bytes` with XGBoost's bare `NaN`, `Infinity` and `-Infinity` tokens (a split at an infinite
+/// threshold, say) quoted, so a JSON parser takes them; the reader turns those strings back
+/// into numbers. Unchanged (borrowed) when there are none.
+fn quote_non_finite(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let (mut out, mut in_string, mut escaped, mut copied) = (Vec::new(), false, false, 0);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            (in_string, escaped) = (escaped || b != b'"', !escaped && b == b'\\');
+        } else if b == b'"' {
+            in_string = true;
+        } else if let Some((token, _)) = NON_FINITE.iter().find(|(t, _)| bytes[i..].starts_with(t.as_bytes())) {
+            out.extend_from_slice(&bytes[copied..i]);
+            out.push(b'"');
+            out.extend_from_slice(token.as_bytes());
+            out.push(b'"');
+            i += token.len();
+            copied = i;
+            continue;
+        }
+        i += 1;
+    }
+    if copied == 0 {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    out.extend_from_slice(&bytes[copied..]);
+    std::borrow::Cow::Owned(out)
 }
 
 struct Reader<'a> {
@@ -238,7 +283,9 @@ impl Reader<'_> {
 
     fn prob_to_margin(&self, objective: &str, b: f64) -> Result<f64> {
         let b32 = b as f32;
-        let logit = ["binary:logistic", "reg:logistic", "binary:logitraw"];
+        // binary:logitraw keeps base_score as a margin (XGBoost 2+: its ProbToMargin is the
+        // identity; the loader applies the running XGBoost's rule, whatever wrote the file).
+        let logit = ["binary:logistic", "reg:logistic"];
         let log = ["count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"];
         let m = if logit.contains(&objective) {
             if !(b32 > 0.0 && b32 < 1.0) {
@@ -288,7 +335,10 @@ impl Reader<'_> {
             .map(|(i, x)| match x {
                 Value::Number(n) => Ok(n.as_f64().unwrap_or(f64::NAN)),
                 Value::Bool(b) => Ok(*b as u8 as f64),
-                Value::Null => Err(self.err(format!("{what}[{i}] is null or not a finite number"))),
+                Value::String(s) => {
+                    NON_FINITE.iter().find(|(t, _)| t == s).map(|(_, v)| *v).ok_or_else(|| self.err(format!("{what}[{i}] = {s:?} is not a number")))
+                }
+                Value::Null => Err(self.err(format!("{what}[{i}] is null, not a number"))),
                 _ => Err(self.err(format!("{what}[{i}] is not a number"))),
             })
             .collect()
@@ -496,5 +546,21 @@ impl Reader<'_> {
             }
         }
         Ok(per_target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_non_finite_tokens_are_quoted_and_strings_are_left_alone() {
+        let json = br#"{"a":[NaN,-Infinity,Infinity,1.5],"NaN":"Infinity \"NaN\"","b":-1}"#;
+        let quoted = quote_non_finite(json);
+        let value: Value = serde_json::from_slice(&quoted).unwrap();
+        assert_eq!(value["a"], serde_json::json!(["NaN", "-Infinity", "Infinity", 1.5]));
+        assert_eq!(value["NaN"], "Infinity \"NaN\"");
+        assert_eq!(value["b"], -1);
+        assert!(matches!(quote_non_finite(br#"{"a":[1,2]}"#), std::borrow::Cow::Borrowed(_)));
     }
 }
