@@ -374,3 +374,20 @@ def test_xgboost_logitraw_keeps_base_score_as_a_margin(data):
     values = shapfusion.Explainer(booster).shap_values(X)
     np.testing.assert_allclose(values.sum(axis=1), booster.predict(xgb.DMatrix(X), output_margin=True), atol=1e-5)
     np.testing.assert_allclose(values, booster.predict(xgb.DMatrix(X), pred_contribs=True), atol=1e-5)
+
+
+def test_xgboost_models_of_one_label_load_as_xgboost_loads_them(data):
+    """Trained on labels all alike, XGBoost 3 stores base_score 0 or 1 for a logistic objective
+    and holds it 1e-6 inside (0, 1) for the margin (a finite one); shapfusion reads it the same."""
+    import xgboost as xgb
+
+    X = data.iloc[:50]
+    for label in (0.0, 1.0):
+        booster = xgb.train({"objective": "binary:logistic", "max_depth": 2, "nthread": 2}, xgb.DMatrix(data, label=np.full(len(data), label)), 2)
+        base = float(json.loads(booster.save_raw("json"))["learner"]["learner_model_param"]["base_score"].strip("[]"))
+        assert base == label
+        values = shapfusion.Explainer(booster).shap_values(X)
+        margin = booster.predict(xgb.DMatrix(X), output_margin=True)
+        assert np.isfinite(margin).all() and abs(margin[0]) > 13
+        np.testing.assert_allclose(values.sum(axis=1), margin, rtol=1e-6)
+        np.testing.assert_allclose(values, booster.predict(xgb.DMatrix(X), pred_contribs=True), rtol=1e-6, atol=1e-6)

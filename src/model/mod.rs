@@ -598,12 +598,17 @@ impl Model {
                 detail: format!("stored categories for {} features but the model has {nf}", self.categories.len()),
             });
         }
-        if self.base_margin.len() != self.num_groups || self.base_margin.iter().any(|b| !b.is_finite()) {
+        if self.base_margin.len() != self.num_groups {
             return Err(Error::ModelFormat {
                 path: name.into(),
                 format: "tree ensemble",
                 detail: format!("base margin {:?} does not fit {} output groups", self.base_margin, self.num_groups),
             });
+        }
+        if let Some(b) = self.base_margin.iter().find(|b| !b.is_finite()) {
+            // A Poisson model trained on all-zero labels has a margin of -inf: the library loads
+            // and predicts with it, and so does shapfusion, saying so.
+            tracing::warn!("{name}: base margin {b}: predictions and SHAP values are not finite, as the library's");
         }
         let mut warned = false;
         for (t, tree) in self.trees.iter().enumerate() {

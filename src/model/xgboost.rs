@@ -32,6 +32,9 @@ pub(super) fn from_ubjson_bytes(bytes: &[u8], name: &str) -> Result<Model> {
     Reader { name, format: ModelFormat::XgboostUbjson }.model(&value)
 }
 
+/// How far inside (0, 1) XGBoost holds a logistic `base_score` before taking its logit.
+const LOGIT_EPS: f32 = 1e-6;
+
 /// The JSON tokens XGBoost writes for non-finite numbers (its reader takes them; JSON has none).
 const NON_FINITE: [(&str, f64); 3] = [("NaN", f64::NAN), ("Infinity", f64::INFINITY), ("-Infinity", f64::NEG_INFINITY)];
 
@@ -288,14 +291,18 @@ impl Reader<'_> {
         let logit = ["binary:logistic", "reg:logistic"];
         let log = ["count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"];
         let m = if logit.contains(&objective) {
-            if !(b32 > 0.0 && b32 < 1.0) {
-                return Err(self.err(format!("base_score {b} must be in (0, 1) for {objective}")));
+            if !(0.0..=1.0).contains(&b32) {
+                return Err(self.err(format!("base_score {b} must be in [0, 1] for {objective}")));
             }
-            -(1.0f32 / b32 - 1.0).ln()
+            // XGBoost 3 takes 0 and 1 (all labels alike) and keeps the margin finite: the
+            // probability is held 1e-6 inside (0, 1) first.
+            let p = b32.clamp(LOGIT_EPS, 1.0 - LOGIT_EPS);
+            -(1.0f32 / p - 1.0).ln()
         } else if log.contains(&objective) {
-            if b32 <= 0.0 {
-                return Err(self.err(format!("base_score {b} must be positive for {objective}")));
+            if b32 < 0.0 {
+                return Err(self.err(format!("base_score {b} must not be negative for {objective}")));
             }
+            // 0 (all labels 0) is a margin of -inf, as in XGBoost.
             b32.ln()
         } else {
             b32
