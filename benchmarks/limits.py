@@ -5,7 +5,7 @@
         [--flops-per-cycle 16] [--ghz GHZ]
 
 For each model it counts the floating-point operations `linear`'s walk does per row (SHAP values),
-split by split, as `src/engine/linear.rs` does them: per quadrature point and row, a split whose
+split by split, as `crates/core/src/engine/linear.rs` does them: per quadrature point and row, a split whose
 two children are leaves costs 3 (the sum of A, one fused multiply-add for B), a split that
 repeats a feature met above 16 to set its children's factors and terms, a descent into a child
 split 3 (its factor and the product for A; 1 when the factor is precomputed), and the ascent

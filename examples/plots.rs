@@ -16,8 +16,8 @@
 
 use std::path::PathBuf;
 
-use shapfusion::explain::{explain_file, ExplainOptions};
 use shapfusion::input::RowSelection;
+use shapfusion::pipeline::{explain_file, ExplainOptions};
 use shapfusion::plot::{render_to_file, ChartKind, ChartOptions, PlotData};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

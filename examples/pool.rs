@@ -51,7 +51,7 @@ async fn main() -> shapfusion::Result<()> {
     // The rows: the model's feature columns are all a worker needs.
     let model = Arc::new(Model::load(MODEL)?);
     let file = std::fs::File::open(DATA).map_err(|e| shapfusion::Error::io(DATA, e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build()).map_err(|e| shapfusion::Error::parquet(DATA, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build()).map_err(|e| shapfusion::Error::external(DATA, e))?;
     let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| shapfusion::Error::arrow(DATA, e))?;
     let all = arrow::compute::concat_batches(&batches[0].schema(), &batches).map_err(|e| shapfusion::Error::arrow(DATA, e))?;
     let input = feature_batch(&all, &model.feature_names)?;

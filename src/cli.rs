@@ -1,6 +1,5 @@
 //! Command-line parsing and wiring; no logic of its own beyond turning flags into options.
 
-#[cfg(feature = "plot")]
 mod plot;
 
 use std::path::PathBuf;
@@ -12,13 +11,13 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use shapfusion::engine::DEFAULT_V2_MEMORY_BYTES;
-use shapfusion::explain::{explain_file, explain_with_model, ExplainOptions, Progress, DEFAULT_BATCH_ROWS};
 use shapfusion::input::read_background;
 use shapfusion::model::ModelFormat;
+use shapfusion::pipeline::{explain_file, explain_with_model, ExplainOptions, Progress, DEFAULT_BATCH_ROWS};
 #[cfg(feature = "sql")]
 use shapfusion::shell::{self, OutputFormat, SessionSetup, ShellOptions};
 use shapfusion::Result;
-use shapfusion::{Algorithm, ComputeSettings, Device, Model, OutputKind};
+use shapfusion::{Algorithm, ComputeSettings, Device, OutputKind};
 
 /// Exact SHAP values for XGBoost and LightGBM tree ensembles.
 #[derive(Debug, Parser)]
@@ -63,7 +62,6 @@ pub enum Command {
         command: BallistaCommand,
     },
     /// Draw a chart of SHAP values (PNG or SVG): summary, bar, dependence or waterfall.
-    #[cfg(feature = "plot")]
     Plot {
         #[command(subcommand)]
         command: plot::PlotCommand,
@@ -120,13 +118,13 @@ pub struct BallistaClientArgs {
 
 #[cfg(feature = "ballista")]
 impl BallistaClientArgs {
-    /// The scheduler to submit to, if `--ballista` was given.
-    fn scheduler(&self) -> Result<Option<shapfusion::ballista::client::RemoteScheduler>> {
+    /// Where sessions run their queries: the scheduler's cluster if `--ballista` was given.
+    fn backend(&self) -> Result<Option<std::sync::Arc<dyn shapfusion::sql::SessionBackend>>> {
         let Some(url) = self.url.clone() else { return Ok(None) };
         let token = self.token_file.as_deref().map(shapfusion::net::auth::read_token_file).transpose()?;
         let scheduler = shapfusion::ballista::client::RemoteScheduler { url, token };
         scheduler.grpc_address()?;
-        Ok(Some(scheduler))
+        Ok(Some(std::sync::Arc::new(scheduler)))
     }
 }
 
@@ -572,6 +570,9 @@ impl Progress for ProgressBarOnStderr {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
+    // SQL functions in this process reach Flight workers (`shap.workers`) through the pool.
+    #[cfg(feature = "flight")]
+    shapfusion::flight::install();
     match cli.command {
         Command::Explain(a) => {
             let options = ExplainOptions {
@@ -590,7 +591,7 @@ pub fn run(cli: Cli) -> Result<()> {
             };
             let local = |mut options: ExplainOptions| match &a.background {
                 Some(path) => {
-                    let model = Model::load(&a.model)?;
+                    let model = shapfusion::load_model(&a.model)?;
                     options.background = Some(read_background(path, &model, a.background_rows, a.seed)?);
                     explain_with_model(Arc::new(model), &a.input, &a.output, &options)
                 }
@@ -625,7 +626,9 @@ pub fn run(cli: Cli) -> Result<()> {
                 names_only: false,
                 memory_limit: None,
                 #[cfg(feature = "ballista")]
-                ballista: a.ballista.scheduler()?,
+                backend: a.ballista.backend()?,
+                #[cfg(not(feature = "ballista"))]
+                backend: None,
             },
             format: a.format,
             output: a.output,
@@ -643,10 +646,9 @@ pub fn run(cli: Cli) -> Result<()> {
             println!("{reply}");
             Ok(())
         }
-        #[cfg(feature = "plot")]
         Command::Plot { command } => plot::run(command),
         Command::Models { command: ModelsCommand::Inspect { path, json } } => {
-            let model = Model::load(&path)?;
+            let model = shapfusion::load_model(&path)?;
             let s = model.summary();
             if json {
                 println!("{}", serde_json::to_string_pretty(&s).expect("summary serialises"));
@@ -690,7 +692,7 @@ fn explain_remote(
     input: &std::path::Path,
     output: &std::path::Path,
     options: &ExplainOptions,
-) -> Result<shapfusion::explain::ExplainSummary> {
+) -> Result<shapfusion::pipeline::ExplainSummary> {
     let pool = shapfusion::flight::shared_pool(workers, token_file)?;
     // A local file travels as an absolute file:// URL (workers on this machine, or with the same
     // path mounted, can read it); anything else is a name or URL the workers resolve.
@@ -790,7 +792,9 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             names_only: true,
             memory_limit: Some(a.memory_limit.0),
             #[cfg(feature = "ballista")]
-            ballista: a.ballista.scheduler()?,
+            backend: a.ballista.backend()?,
+            #[cfg(not(feature = "ballista"))]
+            backend: None,
         };
         let (ctx, registry, _stores) = shell::new_session(&setup).await?;
         let admission = a.server.admission();
@@ -800,11 +804,9 @@ fn run_serve(a: ServeArgs) -> Result<()> {
             page.admission("shapfusion_serve_requests", "Flight SQL calls", &watched.stats());
             page.finish()
         });
-        #[allow(unused_mut)]
         let mut service = SqlService::new(ctx, registry, token, policy, admission);
-        #[cfg(feature = "ballista")]
-        if let Some(scheduler) = setup.ballista.clone() {
-            service = service.on_ballista(scheduler)?;
+        if let Some(backend) = setup.backend.clone() {
+            service = service.on_backend(backend);
         }
         for t in &a.tables {
             service.register_table(t).await?;

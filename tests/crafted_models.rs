@@ -275,8 +275,11 @@ fn new_formats_refuse_malformed_files_by_name() {
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("data")).unwrap();
-    let e = Model::load(dir.path()).unwrap_err().to_string();
+    let e = shapfusion::load_model(dir.path()).unwrap_err().to_string();
     assert!(e.contains("not a Spark ML model") && e.contains(&dir.path().display().to_string()), "{e}");
+    // The core alone reads files, not directories, and says where a directory is read.
+    let e = Model::load(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("shapfusion_files::load_model") && e.contains(&dir.path().display().to_string()), "{e}");
     // A Spark ML directory read from its files with a node pointing outside its tree.
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join("spark_tree_categorical/model");
     let mut files = Vec::new();
@@ -286,17 +289,17 @@ fn new_formats_refuse_malformed_files_by_name() {
             files.push((format!("{sub}/{}", entry.file_name().to_string_lossy()), bytes::Bytes::from(std::fs::read(entry.path()).unwrap())));
         }
     }
-    assert!(Model::from_spark_files(&files, "spark").is_ok());
+    assert!(shapfusion::spark::from_files(&files, "spark").is_ok());
     // Hadoop's side files, as Spark writes them next to the data, are not read as Parquet.
     let mut with_side_files = files.clone();
     for side in ["data/_SUCCESS", "data/._SUCCESS.crc", "data/.part-00000.snappy.parquet.crc", "metadata/.part-00000.crc"] {
         with_side_files.push((side.to_string(), bytes::Bytes::from_static(b"not parquet")));
     }
-    let model = Model::from_spark_files(&with_side_files, "spark");
+    let model = shapfusion::spark::from_files(&with_side_files, "spark");
     assert!(model.is_ok(), "{:?}", model.err());
     let metadata = files.iter_mut().find(|(f, _)| f.starts_with("metadata/")).unwrap();
     metadata.1 = bytes::Bytes::from(String::from_utf8(metadata.1.to_vec()).unwrap().replace("DecisionTreeRegressionModel", "LinearRegressionModel"));
-    let e = Model::from_spark_files(&files, "spark").unwrap_err().to_string();
+    let e = shapfusion::spark::from_files(&files, "spark").unwrap_err().to_string();
     assert!(e.contains("LinearRegressionModel") && e.contains("not a tree model"), "{e}");
 }
 
@@ -319,7 +322,7 @@ fn spark_ml_fuzz_regressions_are_errors() {
             ("data/part-00000.parquet".to_string(), bytes::Bytes::copy_from_slice(nodes)),
             ("treesMetadata/part-00000.parquet".to_string(), bytes::Bytes::copy_from_slice(weights)),
         ];
-        let e = Model::from_spark_files(&files, "replay").unwrap_err().to_string();
+        let e = shapfusion::spark::from_files(&files, "replay").unwrap_err().to_string();
         assert!(e.starts_with("replay"), "{e}");
         replayed += 1;
     }

@@ -16,10 +16,10 @@ use bytes::Bytes;
 use common::{fixtures, read_parquet};
 use futures::{StreamExt, TryStreamExt};
 use shapfusion::call::PinnedCall;
-use shapfusion::explain::{explain_with_model, ExplainOptions};
 use shapfusion::flight::{descriptor, output_schema, ModelInfo, WorkerStats};
 use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
 use shapfusion::model::Model;
+use shapfusion::pipeline::{explain_with_model, ExplainOptions};
 use shapfusion::OutputKind;
 use tonic::Code;
 
@@ -87,7 +87,7 @@ fn cmd(model: &str, output: &str) -> Bytes {
 fn payments(times: usize) -> (Arc<Model>, PathBuf, RecordBatch) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let model_path = root.join("examples/models/fraud.json");
-    let model = Arc::new(Model::load(&model_path).unwrap());
+    let model = Arc::new(shapfusion::load_model(&model_path).unwrap());
     let once = read_parquet(&root.join("examples/data/payments.parquet"));
     let batch = concat_batches(&once.schema(), &vec![once.clone(); times]).unwrap();
     (model, model_path, batch)

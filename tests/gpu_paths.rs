@@ -15,7 +15,7 @@ use shapfusion::gpu::GpuEngine;
 /// PyPI and sets SHAPFUSION_REQUIRE_NVRTC=1 so that this cannot pass by skipping.
 #[test]
 fn the_kernels_compile_with_nvrtc() {
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if !shapfusion::gpu::nvrtc_present() {
         assert!(
             std::env::var_os("SHAPFUSION_REQUIRE_NVRTC").is_none(),
             "SHAPFUSION_REQUIRE_NVRTC is set but libnvrtc cannot be loaded (LD_LIBRARY_PATH?)"

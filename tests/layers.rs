@@ -1,13 +1,139 @@
-//! The engine layer's imports, read from its sources: no module under `src/engine/` reaches up
-//! (to the GPU engine, device selection, Arrow front ends or the command line), and the engine
-//! modules import each other without a cycle.
+//! What the crates' dependency graph cannot check about the layering, read from the sources and
+//! manifests: each crate depends only on the shapfusion crates below it and on none of the
+//! heavy libraries its layer keeps out (checked so an added dependency fails here, not in a
+//! review); inside `shapfusion-core`, modules import only their own layer and those below, and
+//! the engines know no Arrow, GPU, front end or command line; the SQL layer's registry is only a
+//! store; and no library crate names a command-line flag.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// A file's own code: without its unit tests and comment lines.
+fn code_of(path: &Path) -> String {
+    let source = std::fs::read_to_string(path).unwrap();
+    let code = source.split("#[cfg(test)]\nmod tests").next().unwrap();
+    code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+}
+
+/// The `[dependencies]` of a manifest (not dev-dependencies), by name.
+fn dependencies(manifest: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut in_section = false;
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_section = t == "[dependencies]";
+            continue;
+        }
+        if in_section && !t.is_empty() && !t.starts_with('#') {
+            names.insert(t.split(['=', ' ']).next().unwrap().to_string());
+        }
+    }
+    names
+}
+
+/// The library crates from the bottom up, each with the heavy dependencies its layer must not
+/// take (they belong to the layers above).
+const CRATES: &[(&str, &[&str])] = &[
+    ("core", &["datafusion", "tokio", "parquet", "tonic", "object_store", "arrow-flight", "ballista", "clap"]),
+    ("files", &["datafusion", "tokio", "tonic", "object_store", "arrow-flight", "ballista", "clap"]),
+    ("plot", &["datafusion", "tokio", "tonic", "object_store", "arrow-flight", "ballista", "clap"]),
+    ("sql", &["tonic", "arrow-flight", "ballista", "ballista-core", "hyper", "clap"]),
+    ("flight", &["ballista", "ballista-core", "ballista-executor", "ballista-scheduler", "clap"]),
+    ("ballista", &["clap"]),
+];
+
+#[test]
+fn each_crate_depends_only_on_the_crates_below_it_and_not_on_the_layers_above() {
+    let position = |name: &str| CRATES.iter().position(|(c, _)| format!("shapfusion-{c}") == name);
+    for (i, (name, forbidden)) in CRATES.iter().enumerate() {
+        let deps = dependencies(&root().join("crates").join(name).join("Cargo.toml"));
+        assert!(deps.contains("arrow") || *name == "ballista", "shapfusion-{name}: dependencies not read: {deps:?}");
+        for dep in &deps {
+            if let Some(j) = position(dep) {
+                // plot sits beside sql: both build on files and core only.
+                let below = j < i && !(CRATES[j].0 == "plot" && *name != "plot");
+                assert!(below, "shapfusion-{name} depends on {dep}, which is not below it");
+            }
+            assert!(!forbidden.contains(&dep.as_str()), "shapfusion-{name} depends on {dep}, which its layer keeps out");
+        }
+    }
+    // The core is what the Python wheel and the fuzzers build: the engines and readers, nothing
+    // of the servers.
+    let core = dependencies(&root().join("crates/core/Cargo.toml"));
+    assert!(core.iter().all(|d| !d.starts_with("shapfusion")), "shapfusion-core depends on {core:?}");
+}
+
+/// `shapfusion-core`'s modules from the bottom up: a module may import its own layer and those
+/// below, never one above. Modules on one line are one layer.
+const CORE_LAYERS: &[&[&str]] =
+    &[&["error"], &["model"], &["engine"], &["gpu"], &["device"], &["features", "layout", "batch", "settings"], &["explainer"]];
+
+/// The crate modules a file's own code names as `crate::<module>`.
+fn crate_imports(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        if i > 0 && code[..i].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let word: String = code[i + "crate::".len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if !word.is_empty() {
+            found.insert(word);
+        }
+    }
+    found
+}
+
+#[test]
+fn every_core_module_imports_only_its_own_layer_and_those_below() {
+    let src = root().join("crates/core/src");
+    let layer_of = |module: &str| CORE_LAYERS.iter().position(|l| l.contains(&module));
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut checked = 0;
+    for path in &files {
+        let relative = path.strip_prefix(&src).unwrap();
+        let module = relative.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+        if matches!(module.as_str(), "lib" | "test_fixtures" | "test_support") {
+            continue;
+        }
+        let here = layer_of(&module).unwrap_or_else(|| panic!("{}: module {module} is in no layer of tests/layers.rs", path.display()));
+        for imported in crate_imports(&code_of(path)) {
+            if matches!(imported.as_str(), "test_fixtures" | "test_support") {
+                continue;
+            }
+            let Some(there) = layer_of(&imported) else {
+                // Root re-exports (`crate::Result`) are below everything.
+                assert!(imported.chars().next().unwrap().is_uppercase(), "{}: imports unknown module {imported}", path.display());
+                continue;
+            };
+            assert!(there <= here, "{} (layer {module}) imports {imported}, a layer above it", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked > 50, "too few imports found ({checked}): is the parser still reading the sources?");
+}
 
 /// Each engine module and the sibling modules it names through `super::`.
 fn engine_imports() -> BTreeMap<String, BTreeSet<String>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
+    let dir = root().join("crates/core/src/engine");
     let mut modules = BTreeMap::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -33,22 +159,11 @@ fn engine_imports() -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn no_engine_module_reaches_above_the_engine_layer() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
+    let dir = root().join("crates/core/src/engine");
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let source = std::fs::read_to_string(&path).unwrap();
-        for above in [
-            "crate::gpu",
-            "crate::device",
-            "crate::batch",
-            "crate::features",
-            "crate::layout",
-            "crate::explain",
-            "crate::sql",
-            "crate::flight",
-            "clap::",
-            "arrow::",
-        ] {
+        for above in ["crate::gpu", "crate::device", "crate::batch", "crate::features", "crate::layout", "crate::explainer", "arrow::"] {
             assert!(!source.contains(above), "{} uses {above}: the engine layer knows only models and its own modules", path.display());
         }
         for flag in ["--device", "--batch-rows", "--algorithm", "--threads"] {
@@ -92,118 +207,10 @@ fn engine_modules_import_each_other_without_a_cycle() {
     }
 }
 
-/// The crate's modules from the bottom up: a module may import its own layer and those below,
-/// never one above. Modules on one line are one layer.
-const LAYERS: &[&[&str]] = &[
-    &["error"],
-    &["model"],
-    &["engine"],
-    &["gpu"],
-    &["device"],
-    &["features", "layout", "batch", "settings"],
-    &["explainer"],
-    &["atomic_file", "input", "explain", "plot"],
-    &["io_runtime"],
-    &["registry"],
-    &["explainers", "call"],
-    &["sql"],
-    &["net"],
-    &["flight"],
-    &["ballista"],
-    &["shell", "serve"],
-    &["cli", "main"],
-];
-
-/// Pairs in one layer that must not import each other either: (importer, imported).
-const APART: &[(&str, &str)] = &[("shell", "serve"), ("serve", "shell"), ("explainers", "call")];
-
-/// The top module a source file belongs to (`src/flight/pool.rs` → `flight`).
-fn top_module(path: &Path, src: &Path) -> String {
-    let relative = path.strip_prefix(src).unwrap();
-    let first = relative.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
-    first.trim_end_matches(".rs").to_string()
-}
-
-/// Every `.rs` file under `dir`.
-fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// The crate modules a file's own code (not its unit tests or comments) names as
-/// `crate::<module>` or, in the binary's files, `shapfusion::<module>`.
-fn crate_imports(source: &str, prefix: &str) -> BTreeSet<String> {
-    let code = source.split("#[cfg(test)]\nmod tests").next().unwrap();
-    let code: String = code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-    let mut found = BTreeSet::new();
-    for (i, _) in code.match_indices(prefix) {
-        // `shapfusion::` inside a longer word (`crate_shapfusion::`) is not ours.
-        if i > 0 && code[..i].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue;
-        }
-        let word: String = code[i + prefix.len()..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-        if !word.is_empty() {
-            found.insert(word);
-        }
-    }
-    found
-}
-
 #[test]
-fn every_module_imports_only_its_own_layer_and_those_below() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let layer_of = |module: &str| LAYERS.iter().position(|l| l.contains(&module));
-    let mut files = Vec::new();
-    sources(&src, &mut files);
-    let mut checked = 0;
-    for path in &files {
-        let module = top_module(path, &src);
-        if matches!(module.as_str(), "lib" | "test_fixtures" | "test_support") {
-            continue;
-        }
-        let here = layer_of(&module).unwrap_or_else(|| panic!("{}: module {module} is in no layer of tests/layers.rs", path.display()));
-        let source = std::fs::read_to_string(path).unwrap();
-        let prefix = if matches!(module.as_str(), "cli" | "main") { "shapfusion::" } else { "crate::" };
-        for imported in crate_imports(&source, prefix) {
-            // Fixtures and builders for unit tests, compiled only with them.
-            if matches!(imported.as_str(), "test_fixtures" | "test_support") {
-                continue;
-            }
-            let Some(there) = layer_of(&imported) else {
-                // Root re-exports (`crate::Result`, `shapfusion::Explainer`) are below everything.
-                assert!(imported.chars().next().unwrap().is_uppercase(), "{}: imports unknown module {imported}", path.display());
-                continue;
-            };
-            assert!(there <= here, "{} (layer {module}) imports {imported}, a layer above it", path.display());
-            assert!(!APART.contains(&(module.as_str(), imported.as_str())), "{} ({module}) must not import {imported}", path.display());
-            checked += 1;
-        }
-    }
-    assert!(checked > 100, "too few imports found ({checked}): is the parser still reading the sources?");
-}
-
-#[test]
-fn sql_reaches_workers_through_its_own_trait_and_the_store_is_only_a_store() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src.join("sql"), &mut files);
-    assert!(files.len() >= 5, "sql sources not found");
-    for path in &files {
-        let source = std::fs::read_to_string(path).unwrap();
-        let source: String = source.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-        for above in ["crate::flight", "crate::net", "crate::serve", "crate::ballista", "arrow_flight", "tonic::"] {
-            assert!(!source.contains(above), "{} uses {above}: SQL reaches workers through sql::RemoteCompute only", path.display());
-        }
-    }
-    let registry = std::fs::read_to_string(src.join("registry.rs")).unwrap();
-    let registry: String = registry.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-    for other in ["crate::engine", "crate::device", "crate::explainer", "Explainer", "crate::input", "tokio::runtime::Builder"] {
+fn the_model_store_is_only_a_store() {
+    let registry = code_of(&root().join("crates/sql/src/registry.rs"));
+    for other in ["shapfusion_core::engine", "shapfusion_core::Device", "Explainer", "shapfusion_files::input", "tokio::runtime::Builder"] {
         assert!(!registry.contains(other), "registry.rs uses {other}: the store resolves, loads and versions, nothing else");
     }
 }
@@ -211,15 +218,10 @@ fn sql_reaches_workers_through_its_own_trait_and_the_store_is_only_a_store() {
 #[test]
 fn library_errors_name_no_command_line_flag() {
     // The command line says which flag fixes an error; the library says what is wrong.
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
-    sources(&src, &mut files);
+    sources(&root().join("crates"), &mut files);
     let mut offenders = Vec::new();
     for path in &files {
-        let module = top_module(path, &src);
-        if matches!(module.as_str(), "cli" | "main") {
-            continue;
-        }
         let source = std::fs::read_to_string(path).unwrap();
         let code = source.split("#[cfg(test)]\nmod tests").next().unwrap();
         for (n, line) in code.lines().enumerate() {
@@ -239,5 +241,6 @@ fn library_errors_name_no_command_line_flag() {
             }
         }
     }
+    assert!(files.len() > 60, "too few sources found ({})", files.len());
     assert!(offenders.is_empty(), "library code names command-line flags:\n{}", offenders.join("\n"));
 }

@@ -11,7 +11,7 @@ use common::{fixtures, read_parquet, Fixture};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt, PutPayload};
-use shapfusion::explain::{explain_with_model, ExplainOptions};
+use shapfusion::pipeline::{explain_with_model, ExplainOptions};
 use shapfusion::OutputKind;
 
 fn session(partitions: usize) -> (SessionContext, Arc<shapfusion::registry::ModelRegistry>) {

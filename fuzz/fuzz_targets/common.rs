@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
-use shapfusion::model::{Model, ModelFormat};
+use shapfusion_core::engine::{build_engine, Algorithm, EngineOptions};
+use shapfusion_core::model::{Model, ModelFormat};
 
 /// Largest model (in nodes) the targets explain; bigger ones are only read, to keep runs fast.
 const EXPLAIN_NODES: usize = 20_000;

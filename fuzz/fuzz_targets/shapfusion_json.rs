@@ -3,4 +3,4 @@
 
 mod common;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| common::check(data, shapfusion::model::ModelFormat::ShapfusionJson));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| common::check(data, shapfusion_core::model::ModelFormat::ShapfusionJson));

@@ -11,7 +11,7 @@ use bytes::Bytes;
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     allow_parquet_panics();
     let Some(files) = split(data) else { return };
-    if let Ok(model) = shapfusion::model::Model::from_spark_files(&files, "fuzz") {
+    if let Ok(model) = shapfusion_files::spark::from_files(&files, "fuzz") {
         common::explain(model);
     }
 });

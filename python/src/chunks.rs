@@ -27,7 +27,7 @@ const MAX_GROWTH: usize = 16;
 /// raised.
 pub fn for_each_chunk<F>(py: Python<'_>, rows: usize, first_chunk: usize, mut work: F) -> PyResult<()>
 where
-    F: FnMut(Range<usize>) -> shapfusion::Result<()> + Send,
+    F: FnMut(Range<usize>) -> shapfusion_core::Result<()> + Send,
 {
     let mut start = 0;
     let mut chunk = first_chunk.max(1);

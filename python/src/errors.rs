@@ -4,7 +4,7 @@
 
 use pyo3::exceptions::{PyFileNotFoundError, PyNotImplementedError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
-use shapfusion::Error;
+use shapfusion_core::Error;
 
 /// The Python exception for `error`; the message is the error's `Display`, as the CLI prints it.
 pub fn to_py(error: Error) -> PyErr {
@@ -21,9 +21,7 @@ pub fn to_py(error: Error) -> PyErr {
         | Error::MissingColumn { .. }
         | Error::ColumnType { .. }
         | Error::Input(_)
-        | Error::Arrow { .. } => PyValueError::new_err(message),
-        // Only in builds with shapfusion's `files` feature (the `datafusion` build).
-        #[cfg(feature = "files")]
-        Error::Parquet { .. } => PyValueError::new_err(message),
+        | Error::Arrow { .. }
+        | Error::External { .. } => PyValueError::new_err(message),
     }
 }

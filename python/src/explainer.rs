@@ -9,8 +9,8 @@ use arrow_pyarrow::ToPyArrow;
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
-use shapfusion::model::{SplitRule, LEAF};
-use shapfusion::{Algorithm, Error, Explainer, Model, OutputKind, OutputTransform, Result};
+use shapfusion_core::model::{SplitRule, LEAF};
+use shapfusion_core::{Algorithm, Error, Explainer, Model, OutputKind, OutputTransform, Result};
 
 use crate::chunks::{first_chunk_rows, for_each_chunk};
 use crate::errors::to_py;
@@ -79,7 +79,7 @@ impl Output {
     }
 
     /// The computed values of one block, row-major.
-    fn compute(self, explainer: &Explainer, block: &shapfusion::engine::FeatureBlock) -> Result<Vec<f64>> {
+    fn compute(self, explainer: &Explainer, block: &shapfusion_core::engine::FeatureBlock) -> Result<Vec<f64>> {
         Ok(match self {
             Output::Shap => explainer.shap_values(block)?.values,
             Output::Interactions => explainer.interaction_values(block)?.values,
@@ -117,12 +117,9 @@ impl NativeExplainer {
         cover_names: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let mut model = match (path, data, spark_files) {
-            (Some(path), None, None) => py.detach(|| Model::load(&path)),
+            (Some(path), None, None) => py.detach(|| load_path(&path)),
             (None, Some(bytes), None) => py.detach(|| Model::from_bytes(bytes, name)),
-            (None, None, Some(files)) => {
-                let files: Vec<(String, bytes::Bytes)> = files.into_iter().map(|(p, b)| (p, bytes::Bytes::from(b))).collect();
-                py.detach(|| Model::from_spark_files(&files, name))
-            }
+            (None, None, Some(files)) => py.detach(|| spark_files_model(files, name)),
             _ => Err(Error::Input("give the model as exactly one of a path, bytes or a Spark ML model directory's files".into())),
         }
         .map_err(to_py)?;
@@ -320,6 +317,30 @@ impl NativeExplainer {
             self.explainer.engine().name(),
             self.explainer.threads()
         )
+    }
+}
+
+/// A model file, or a Spark ML model directory where this build reads Parquet.
+fn load_path(path: &std::path::Path) -> Result<Model> {
+    #[cfg(feature = "files")]
+    return shapfusion_files::load_model(path);
+    #[cfg(not(feature = "files"))]
+    return Model::load(path);
+}
+
+/// A Spark ML model directory from its files, where this build reads Parquet.
+fn spark_files_model(files: Vec<(String, Vec<u8>)>, name: &str) -> Result<Model> {
+    #[cfg(feature = "files")]
+    {
+        let files: Vec<(String, bytes::Bytes)> = files.into_iter().map(|(p, b)| (p, bytes::Bytes::from(b))).collect();
+        shapfusion_files::spark::from_files(&files, name)
+    }
+    #[cfg(not(feature = "files"))]
+    {
+        drop(files);
+        Err(Error::Unavailable(format!(
+            "{name}: this build of shapfusion reads no Parquet, which Spark ML models are stored in (build with the `files` feature)"
+        )))
     }
 }
 

@@ -13,8 +13,8 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow_pyarrow::{FromPyArrow, Table};
 use pyo3::prelude::*;
-use shapfusion::engine::FeatureBlock;
-use shapfusion::{Error, Model, Result};
+use shapfusion_core::engine::FeatureBlock;
+use shapfusion_core::{Error, Model, Result};
 
 use crate::errors::to_py;
 

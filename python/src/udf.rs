@@ -1,5 +1,5 @@
 //! `shap`, `shap_interactions` and `margin` for Python's `datafusion` package: the library's
-//! SQL functions (`shapfusion::sql::ffi`, the ones `shapfusion sql` runs), handed over as
+//! SQL functions (`shapfusion_sql::ffi`, the ones `shapfusion sql` runs), handed over as
 //! PyCapsules holding `datafusion-ffi` handles. Models are the ones registered here by name; a
 //! query cannot name a path.
 
@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
-use shapfusion::registry::ModelRegistry;
-use shapfusion::sql::ffi::{exported_udfs, ExportedUdf, CAPSULE_NAME};
-use shapfusion::sql::ShapOptions;
+use shapfusion_sql::ffi::{exported_udfs, ExportedUdf, CAPSULE_NAME};
+use shapfusion_sql::registry::ModelRegistry;
+use shapfusion_sql::ShapOptions;
 
 use crate::errors::to_py;
 
-pub use shapfusion::sql::ffi::DATAFUSION_VERSION;
+pub use shapfusion_sql::ffi::DATAFUSION_VERSION;
 
 /// One SQL function, exportable to Python's `datafusion` (`ScalarUDF.from_pycapsule`).
 #[pyclass(frozen, name = "ExportedUdf", module = "shapfusion._shapfusion")]
@@ -55,7 +55,7 @@ pub fn datafusion_udfs(
     let mut options = ShapOptions::default();
     options.algorithm = algorithm.to_string();
     options.threads = threads;
-    py.detach(|| -> shapfusion::Result<()> {
+    py.detach(|| -> shapfusion_core::Result<()> {
         for (name, url) in &models {
             registry.register(name, url)?;
             registry.resolve(name, None)?;

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 
 use shapfusion::input::{read_background, RowSelection};
 use shapfusion::plot::{render_to_file, ChartKind, ChartOptions, PlotData, DEFAULT_TOP};
-use shapfusion::{Algorithm, Device, Explainer, Model, Result};
+use shapfusion::{Algorithm, Device, Explainer, Result};
 
 use super::{algorithm_parser, device_parser};
 
@@ -104,7 +104,7 @@ pub fn run(command: PlotCommand) -> Result<()> {
         ChartKind::Waterfall { row } => (RowSelection::One(row), ChartKind::Waterfall { row: 0 }),
         kind => (RowSelection::Sample { max_rows: Some(args.max_rows), seed: args.seed }, kind),
     };
-    let model = args.model.as_ref().map(Model::load).transpose()?;
+    let model = args.model.as_ref().map(shapfusion::load_model).transpose()?;
     let data = match (&args.shap, model) {
         (Some(shap), model) => PlotData::from_files(shap, &args.input, model.as_ref().map(|m| m.feature_names.as_slice()), selection)?,
         (None, Some(model)) => {

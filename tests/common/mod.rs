@@ -73,7 +73,7 @@ pub fn fixtures() -> Vec<Fixture> {
     dirs.into_iter()
         .map(|dir| {
             let model_path = ["model.json", "model.ubj", "model.txt", "model"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
-            let model = Arc::new(Model::load(&model_path).unwrap_or_else(|e| panic!("{}: {e}", dir.display())));
+            let model = Arc::new(shapfusion::load_model(&model_path).unwrap_or_else(|e| panic!("{}: {e}", dir.display())));
             let batch = read_parquet(&dir.join("input.parquet"));
             let expected = serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
             Fixture { name: dir.file_name().unwrap().to_string_lossy().into(), dir: dir.clone(), model_path, model, batch, expected }

@@ -3,7 +3,7 @@
 use arrow::array::{Array, RecordBatch};
 use arrow::compute::concat_batches;
 use datafusion::prelude::SessionContext;
-use shapfusion::explain::{explain_with_model, ExplainOptions};
+use shapfusion::pipeline::{explain_with_model, ExplainOptions};
 use shapfusion::OutputKind;
 
 use super::{read_parquet, Fixture};

@@ -1,0 +1,1056 @@
+//! Interventional TreeSHAP: SHAP values of the game `v(S) = mean_z f(x_S, z_~S)` over a
+//! background set of rows `z` (shap's `feature_perturbation="interventional"`, what
+//! `shap.Explainer(model, X)` computes), exact, in margin space.
+//!
+//! For one leaf with path features `P` (distinct, `d` of them) and value `v`, a hybrid row
+//! reaches the leaf iff, feature by feature, the row it takes the feature from satisfies every
+//! split of that feature on the path. Let `X_f` be the path features the explained row fails and
+//! `F` those the background row fails. If they meet, no hybrid reaches the leaf. Otherwise the
+//! leaf is reached iff every feature of `F` comes from `x` and every feature of `X_f` from `z`,
+//! a game whose Shapley values are, with `a = |F|` and `b = |X_f|`,
+//!
+//! ```text
+//!   i ∈ F:    v · (a-1)! b! / (a+b)!  =  v / (a · C(a+b, a))
+//!   j ∈ X_f: -v · a! (b-1)! / (a+b)!  = -v / (b · C(a+b, a))
+//! ```
+//!
+//! (Lundberg et al. 2020, the interventional algorithm). The background enters a leaf only
+//! through how many of its rows have each fail set `F`, so it is aggregated once:
+//!
+//! * **tables** (a leaf with at most [`MAX_TABLE_BITS`] path features): for every possible `X_f`
+//!   the leaf's contribution to each of its `d` features, summed over the background; a row
+//!   then costs one table row per leaf, whatever the background's size. The rows are packed:
+//!   every feature of `X_f` gets the same value (the cold sum), so a row holds it once plus one
+//!   value per feature outside `X_f`, `2^d·(1 + d/2)` values instead of `2^d·d`; and two sibling
+//!   leaves under the first split on their last path feature share one table (the explained
+//!   row fails that feature at exactly one of them, so the left leaf's `X_f` indexes both),
+//!   `2^d·(3/2 + d/2)` values for the two. See [`PackedRows`];
+//! * **patterns** (deeper leaves, or tables over the memory bound): the distinct fail sets and
+//!   their counts; a row costs one pass over them per leaf (at most the background's size, and
+//!   at most `2^d`).
+//!
+//! A tree with a path of more than 64 distinct features (deep forests on wide sparse data) keeps
+//! patterns too, its fail sets as bitsets of as many 64-bit words as its widest path needs
+//! (`LeafData::WidePatterns`): the same arithmetic, any path length.
+//!
+//! The bias is the background's mean margin. [`InterventionalReference`] follows the definition
+//! row pair by row pair (x against each background row) and is the oracle the tests hold the
+//! aggregated engine to.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::block::FeatureBlock;
+use super::decision::Decision;
+use super::drivers::{check_block, rows_per_task, shap_by_task_from};
+use super::explainer::Engine;
+use super::output::{Attributions, Interactions};
+use super::prepared::PreparedModel;
+use crate::error::{Error, Result};
+use crate::model::{Model, Tree};
+
+/// Most distinct features on one path whose fail sets fit one 64-bit mask; trees with wider
+/// paths hold them in several words (see `LeafData::WidePatterns`).
+pub const MAX_INTERVENTIONAL_PATH_FEATURES: usize = 64;
+
+/// Most path features a leaf is tabulated for: `2^12 · 12` values (384 KiB) per leaf.
+const MAX_TABLE_BITS: usize = 12;
+
+/// Default bound on the aggregated background (tables and patterns together): 1 GiB.
+pub const DEFAULT_INTERVENTIONAL_MEMORY_BYTES: usize = 1 << 30;
+
+/// The Shapley weights of one leaf's game, by `a = |F|` and `b = |X_f|`.
+pub(super) struct Weights {
+    stride: usize,
+    /// `1 / (a · C(a+b, a))`, for the features only the background row fails.
+    hot: Vec<f64>,
+    /// `1 / (b · C(a+b, a))`, for the features only the explained row fails.
+    cold: Vec<f64>,
+}
+
+impl Weights {
+    pub(super) fn new(max_bits: usize) -> Weights {
+        let stride = max_bits + 1;
+        let (mut hot, mut cold) = (vec![0.0; stride * stride], vec![0.0; stride * stride]);
+        for a in 0..stride {
+            for b in 0..stride {
+                let (h, c) = Self::compute(a, b);
+                hot[a * stride + b] = h;
+                cold[a * stride + b] = c;
+            }
+        }
+        Weights { stride, hot, cold }
+    }
+
+    /// `(hot(a, b), cold(a, b))`, 0 where `a` (or `b`) is 0.
+    fn compute(a: usize, b: usize) -> (f64, f64) {
+        // C(a+b, a) = Π_{k=1..a} (b+k)/k, exact in f64 for the small cases.
+        let choose = (1..=a).fold(1.0f64, |c, k| c * (b + k) as f64 / k as f64);
+        let hot = if a > 0 { 1.0 / (a as f64 * choose) } else { 0.0 };
+        let cold = if b > 0 { 1.0 / (b as f64 * choose) } else { 0.0 };
+        (hot, cold)
+    }
+
+    /// `(hot(a, b), cold(a, b))` for any `a` and `b`: from the table where it reaches, else
+    /// computed the same way (the same bits), in O(a).
+    #[inline]
+    pub(super) fn pair(&self, a: usize, b: usize) -> (f64, f64) {
+        if a < self.stride && b < self.stride {
+            (self.hot[a * self.stride + b], self.cold[a * self.stride + b])
+        } else {
+            Self::compute(a, b)
+        }
+    }
+
+    #[inline]
+    pub(super) fn hot(&self, a: usize, b: usize) -> f64 {
+        self.hot[a * self.stride + b]
+    }
+
+    #[inline]
+    pub(super) fn cold(&self, a: usize, b: usize) -> f64 {
+        self.cold[a * self.stride + b]
+    }
+}
+
+/// One reachable internal node, compiled for the fail-set walk.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    test: Decision,
+    feature: u32,
+    /// The feature's bit in the fail sets below this node (its place among the path's
+    /// distinct features).
+    bit: u32,
+    slot: u32,
+    left: u32,
+    right: u32,
+}
+
+/// One reachable leaf: its walk slot, its value (times the tree weight) and its path features
+/// by bit.
+#[derive(Debug, Clone)]
+pub(super) struct LeafPath {
+    pub(super) slot: u32,
+    pub(super) value: f64,
+    pub(super) features: Vec<u32>,
+    /// This leaf is the left child of a split that is the path's first on its feature (the
+    /// last path feature), and the next leaf is the right child: the two share their features,
+    /// and the explained row fails that feature at exactly one of them.
+    pub(super) first_split_pair: bool,
+}
+
+/// A tree compiled for fail-set walks: every reachable node gets a slot (the root slot 0), and
+/// walking the splits in order sets each child's fail set from its parent's.
+#[derive(Debug)]
+pub(super) struct FailWalk {
+    splits: Vec<Split>,
+    pub(super) slots: usize,
+    pub(super) leaves: Vec<LeafPath>,
+    /// 64-bit words of one fail set: 1 unless a path has more than 64 distinct features.
+    pub(super) words: usize,
+}
+
+impl FailWalk {
+    /// Compiles tree `t` (node indices are checked by the model's validation; `t` names it in
+    /// errors).
+    pub(super) fn new(tree: &Tree, t: usize) -> Result<FailWalk> {
+        let (mut splits, mut leaves) = (Vec::new(), Vec::new());
+        let mut path: Vec<u32> = Vec::new();
+        let mut stack = vec![(0usize, 0u32, 0usize)];
+        let mut slots = 1u32;
+        // Left children that start a first-split pair (see `LeafPath::first_split_pair`).
+        let mut pair_left = Vec::new();
+        while let Some((i, slot, len)) = stack.pop() {
+            path.truncate(len);
+            let node = &tree.nodes[i];
+            if node.is_leaf() {
+                let first_split_pair = pair_left.last() == Some(&i);
+                leaves.push(LeafPath { slot, value: node.value * tree.weight, features: path.clone(), first_split_pair });
+                continue;
+            }
+            let bit = match path.iter().position(|&f| f == node.feature) {
+                Some(b) => b,
+                None => {
+                    path.push(node.feature);
+                    // Both children leaves: the left is popped next and the right right after it.
+                    let (l, r) = (node.left as usize, node.right as usize);
+                    if tree.nodes[l].is_leaf() && tree.nodes[r].is_leaf() {
+                        pair_left.push(l);
+                    }
+                    path.len() - 1
+                }
+            };
+            let Some(next) = slots.checked_add(2) else {
+                return Err(Error::Input(format!("interventional: tree {t} has more nodes than a walk can number")));
+            };
+            let (left, right) = (slots, slots + 1);
+            slots = next;
+            splits.push(Split { test: Decision::of(tree, i), feature: node.feature, bit: bit as u32, slot, left, right });
+            stack.push((node.right as usize, right, path.len()));
+            stack.push((node.left as usize, left, path.len()));
+        }
+        let widest = leaves.iter().map(|l| l.features.len()).max().unwrap_or(0);
+        Ok(FailWalk { splits, slots: slots as usize, leaves, words: widest.div_ceil(64).max(1) })
+    }
+
+    /// Sets `fails[slot]` of every reachable node to the path features `x` fails on the way there
+    /// (a walk of one word; see [`fail_sets_wide`](Self::fail_sets_wide) for the others).
+    #[inline]
+    pub(super) fn fail_sets(&self, tree: &Tree, x: &[f64], fails: &mut [u64]) {
+        debug_assert_eq!(self.words, 1);
+        fails[0] = 0;
+        for s in &self.splits {
+            let above = fails[s.slot as usize];
+            let bit = 1u64 << s.bit;
+            let (left, right) = if s.test.goes_left(tree, x[s.feature as usize]) { (0, bit) } else { (bit, 0) };
+            fails[s.left as usize] = above | left;
+            fails[s.right as usize] = above | right;
+        }
+    }
+}
+
+impl FailWalk {
+    /// [`fail_sets`](Self::fail_sets) for a walk of any width: the fail set of slot `s` is
+    /// `fails[s * words..(s + 1) * words]`, bit `i` in word `i / 64`.
+    pub(super) fn fail_sets_wide(&self, tree: &Tree, x: &[f64], fails: &mut [u64]) {
+        let words = self.words;
+        fails[..words].fill(0);
+        for s in &self.splits {
+            let (above, left, right) = (s.slot as usize * words, s.left as usize * words, s.right as usize * words);
+            fails.copy_within(above..above + words, left);
+            fails.copy_within(above..above + words, right);
+            let (word, bit) = (s.bit as usize / 64, 1u64 << (s.bit % 64));
+            let failed = if s.test.goes_left(tree, x[s.feature as usize]) { right } else { left };
+            fails[failed + word] |= bit;
+        }
+    }
+}
+
+/// Calls `f` with the index of every set bit of a multi-word set, lowest first.
+#[inline]
+pub(super) fn for_each_bit_wide(set: &[u64], mut f: impl FnMut(usize)) {
+    for (w, &word) in set.iter().enumerate() {
+        for_each_bit(word, |i| f(w * 64 + i));
+    }
+}
+
+/// Set bits of a multi-word set.
+#[inline]
+pub(super) fn count_ones_wide(set: &[u64]) -> usize {
+    set.iter().map(|w| w.count_ones() as usize).sum()
+}
+
+/// Whether two multi-word sets share a bit.
+#[inline]
+pub(super) fn meet_wide(a: &[u64], b: &[u64]) -> bool {
+    a.iter().zip(b).any(|(a, b)| a & b != 0)
+}
+
+/// How one leaf holds its aggregated background.
+#[derive(Debug)]
+enum LeafData {
+    /// Packed rows keyed by the leaf's fail set (see [`PackedRows`]); `paired`: they cover the
+    /// next leaf too (its first-split sibling), which then holds [`LeafData::InSibling`].
+    Table { rows: Vec<f64>, paired: bool },
+    /// Distinct background fail sets and how many rows have each, and `value / N`.
+    Patterns { scale: f64, patterns: Vec<(u64, f64)> },
+    /// Patterns of a tree whose fail sets take several words: `masks` holds them one after
+    /// another (`words` each, in increasing order), `counts` how many rows have each.
+    WidePatterns { scale: f64, masks: Vec<u64>, counts: Vec<f64> },
+    /// In the previous leaf's paired table.
+    InSibling,
+}
+
+/// Where each row of a packed table starts, for tables of `d` path features, single or paired.
+///
+/// A row is keyed by the (left) leaf's fail set `key`. Its shared set `S` is `key` for a single
+/// leaf and `key` without the last bit for a pair; the row is `[shared, own…]`: one value every
+/// feature of `S` gets, then one value for each feature outside `S`, lowest bit first, so
+/// `1 + d − |S|` values. The start of each row depends only on `d` and the kind, so one offset
+/// table per kind and size serves every leaf.
+#[derive(Debug)]
+struct PackedRows {
+    /// `offsets[paired][d][key]`, with one more entry at the end: the table's length.
+    offsets: [Vec<Vec<u32>>; 2],
+}
+
+impl PackedRows {
+    fn new(max_bits: usize) -> PackedRows {
+        let kind = |paired: bool| {
+            (0..=max_bits)
+                .map(|d| {
+                    let mut offsets = Vec::with_capacity((1 << d) + 1);
+                    let mut at = 0u32;
+                    for key in 0..1u64 << d {
+                        offsets.push(at);
+                        at += (1 + d - (key & shared_mask(d, paired)).count_ones() as usize) as u32;
+                    }
+                    offsets.push(at);
+                    offsets
+                })
+                .collect()
+        };
+        PackedRows { offsets: [kind(false), kind(true)] }
+    }
+
+    /// The values a packed table of `d` features holds.
+    fn len(&self, d: usize, paired: bool) -> usize {
+        *self.offsets[paired as usize][d].last().expect("one offset per key and the end") as usize
+    }
+
+    /// The row of `key`.
+    #[inline]
+    fn row<'a>(&self, rows: &'a [f64], d: usize, paired: bool, key: u64) -> &'a [f64] {
+        let offsets = &self.offsets[paired as usize][d];
+        &rows[offsets[key as usize] as usize..offsets[key as usize + 1] as usize]
+    }
+
+    /// Packs the dense tables (`2^d · d` values, `table[x_f · d + bit]`) of one leaf, or of a
+    /// first-split pair (left, right): the right leaf's fail set is the left one's with the last
+    /// bit flipped, and the pair's values are their sums.
+    fn pack(&self, d: usize, left: &[f64], right: Option<&[f64]>) -> Vec<f64> {
+        let paired = right.is_some();
+        let (full, last) = (low_bits(d), if d > 0 { 1u64 << (d - 1) } else { 0 });
+        let mut rows = Vec::with_capacity(self.len(d, paired));
+        for key in 0..1u64 << d {
+            let value = |bit: usize| {
+                let l = left[key as usize * d + bit];
+                match right {
+                    Some(r) => l + r[(key ^ last) as usize * d + bit],
+                    None => l,
+                }
+            };
+            let shared = key & shared_mask(d, paired);
+            // Every feature of the shared set holds the same (cold) value in the dense table.
+            rows.push(if shared == 0 { 0.0 } else { value(shared.trailing_zeros() as usize) });
+            for_each_bit(full ^ shared, |i| rows.push(value(i)));
+        }
+        debug_assert_eq!(rows.len(), self.len(d, paired));
+        rows
+    }
+}
+
+/// The low `d` bits.
+fn low_bits(d: usize) -> u64 {
+    if d >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << d) - 1
+    }
+}
+
+/// The bits of a key that form a packed row's shared set: all `d` for a single leaf, all but
+/// the last (the pair's split feature) for a pair.
+fn shared_mask(d: usize, paired: bool) -> u64 {
+    if paired && d > 0 {
+        low_bits(d - 1)
+    } else {
+        low_bits(d)
+    }
+}
+
+/// One tree's walk and its leaves' aggregated background.
+#[derive(Debug)]
+struct AggregatedTree {
+    walk: FailWalk,
+    data: Vec<LeafData>,
+}
+
+/// The aggregated interventional engine.
+pub(crate) struct Interventional {
+    model: Arc<Model>,
+    trees: Vec<AggregatedTree>,
+    bias: Vec<f64>,
+    weights: Weights,
+    packed: PackedRows,
+    max_slots: usize,
+}
+
+/// How a leaf is held, decided before counting (tables have known sizes, patterns do not).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Holding {
+    Patterns,
+    Table,
+    /// A table for this leaf and the next (a first-split pair).
+    PairTable,
+    InSibling,
+}
+
+impl Holding {
+    /// Whether the leaf's background is counted for a table (its own or its pair's).
+    fn tabulated(self) -> bool {
+        self != Holding::Patterns
+    }
+}
+
+/// Counts of the background rows' fail sets at each leaf of one tree: dense (`2^d` per leaf)
+/// for tabulated leaves, a map otherwise.
+fn count_fail_sets(tree: &Tree, walk: &FailWalk, background: &FeatureBlock, holdings: &[Holding]) -> Vec<HashMap<u64, u64>> {
+    let dense: Vec<bool> = holdings.iter().map(|h| h.tabulated()).collect();
+    let mut counts: Vec<HashMap<u64, u64>> = vec![HashMap::new(); walk.leaves.len()];
+    let mut dense_counts: Vec<Vec<u64>> =
+        walk.leaves.iter().zip(&dense).map(|(l, &d)| if d { vec![0; 1 << l.features.len()] } else { Vec::new() }).collect();
+    let mut fails = vec![0u64; walk.slots];
+    for r in 0..background.rows() {
+        walk.fail_sets(tree, background.row(r), &mut fails);
+        for (k, leaf) in walk.leaves.iter().enumerate() {
+            let f = fails[leaf.slot as usize];
+            if dense[k] {
+                dense_counts[k][f as usize] += 1;
+            } else {
+                *counts[k].entry(f).or_insert(0) += 1;
+            }
+        }
+    }
+    for (k, d) in dense_counts.into_iter().enumerate() {
+        if dense[k] {
+            counts[k] = d.into_iter().enumerate().filter(|(_, c)| *c > 0).map(|(f, c)| (f as u64, c)).collect();
+        }
+    }
+    counts
+}
+
+/// The table of one leaf: for every fail set `x_f` of the explained row, the contribution to
+/// each path feature, summed over the background's fail sets (in increasing order, so the sums
+/// are the same on every run) and scaled by `value / N`.
+fn leaf_table(d: usize, counts: &HashMap<u64, u64>, scale: f64, w: &Weights) -> Vec<f64> {
+    let full = (1u64 << d) - 1;
+    let mut table = vec![0.0; (1usize << d) * d];
+    let mut sets: Vec<(u64, u64)> = counts.iter().map(|(f, c)| (*f, *c)).collect();
+    sets.sort_unstable();
+    for (f, count) in sets {
+        let h = count as f64;
+        let a = f.count_ones() as usize;
+        let free = full ^ f;
+        // Every x_f disjoint from f: the submasks of its complement.
+        let mut xf = free;
+        loop {
+            let b = xf.count_ones() as usize;
+            let row = &mut table[xf as usize * d..(xf as usize + 1) * d];
+            if a > 0 {
+                let hot = h * w.hot(a, b);
+                for_each_bit(f, |i| row[i] += hot);
+            }
+            if b > 0 {
+                let cold = h * w.cold(a, b);
+                for_each_bit(xf, |j| row[j] -= cold);
+            }
+            if xf == 0 {
+                break;
+            }
+            xf = (xf - 1) & free;
+        }
+    }
+    table.iter_mut().for_each(|v| *v *= scale);
+    table
+}
+
+/// Calls `f` with the index of every set bit of `mask`, lowest first.
+#[inline]
+pub(super) fn for_each_bit(mut mask: u64, mut f: impl FnMut(usize)) {
+    while mask != 0 {
+        f(mask.trailing_zeros() as usize);
+        mask &= mask - 1;
+    }
+}
+
+impl Interventional {
+    /// Aggregates `background` (rows in the model's feature order and precision) for `model`,
+    /// within `memory_bound` bytes.
+    pub fn new(prepared: Arc<PreparedModel>, background: &FeatureBlock, memory_bound: usize) -> Result<Interventional> {
+        Self::with_table_bits(prepared, background, memory_bound, MAX_TABLE_BITS)
+    }
+
+    /// [`new`](Self::new) tabulating only leaves with at most `table_bits` path features.
+    fn with_table_bits(prepared: Arc<PreparedModel>, background: &FeatureBlock, memory_bound: usize, table_bits: usize) -> Result<Interventional> {
+        let model = prepared.model.clone();
+        check_background(&model, background)?;
+        let walks: Vec<FailWalk> = model.trees.iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
+
+        // Tables where they fit, leaf by leaf in model order, within the bound; a first-split
+        // pair shares one.
+        let packed = PackedRows::new(table_bits.min(MAX_TABLE_BITS));
+        let mut budget = memory_bound;
+        let mut take = |d: usize, paired: bool| {
+            let bytes = packed.len(d, paired) * size_of::<f64>();
+            let fits = bytes <= budget;
+            if fits {
+                budget -= bytes;
+            }
+            fits
+        };
+        let holdings: Vec<Vec<Holding>> = walks
+            .iter()
+            .map(|walk| {
+                let mut holdings = vec![Holding::Patterns; walk.leaves.len()];
+                // A wide tree's fail sets are several words: patterns only.
+                let mut k = if walk.words > 1 { walk.leaves.len() } else { 0 };
+                while k < walk.leaves.len() {
+                    let leaf = &walk.leaves[k];
+                    let d = leaf.features.len();
+                    if d <= table_bits.min(MAX_TABLE_BITS) {
+                        if leaf.first_split_pair && k + 1 < walk.leaves.len() && take(d, true) {
+                            holdings[k] = Holding::PairTable;
+                            holdings[k + 1] = Holding::InSibling;
+                            k += 2;
+                            continue;
+                        }
+                        if take(d, false) {
+                            holdings[k] = Holding::Table;
+                        }
+                    }
+                    k += 1;
+                }
+                holdings
+            })
+            .collect();
+        let n = background.rows() as f64;
+        // Narrow paths index the weight table; wider ones compute their weights as they go.
+        let max_bits = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
+        let weights = Weights::new(max_bits.min(MAX_INTERVENTIONAL_PATH_FEATURES));
+        let counted: Vec<Counts> = model
+            .trees
+            .par_iter()
+            .zip(&walks)
+            .zip(&holdings)
+            .map(|((tree, walk), holdings)| {
+                if walk.words > 1 {
+                    Counts::Wide(count_wide_fail_sets(tree, walk, background))
+                } else {
+                    Counts::Narrow(count_fail_sets(tree, walk, background, holdings))
+                }
+            })
+            .collect();
+
+        // Pattern memory is known only once counted: checked against what the tables left.
+        let pattern_bytes: usize = counted
+            .iter()
+            .zip(&holdings)
+            .zip(&walks)
+            .map(|((counts, holdings), walk)| match counts {
+                Counts::Narrow(c) => c.iter().zip(holdings).filter(|(_, h)| !h.tabulated()).map(|(c, _)| c.len() * 16).sum::<usize>(),
+                Counts::Wide(c) => c.iter().map(|c| c.len() * (walk.words + 1) * 8).sum(),
+            })
+            .sum();
+        if pattern_bytes > budget {
+            return Err(Error::Unavailable(format!(
+                "interventional: the background's {} rows aggregate to {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
+                background.rows(),
+                (memory_bound - budget + pattern_bytes) >> 20,
+                memory_bound >> 20
+            )));
+        }
+
+        let mut bias = model.base_margin.clone();
+        let mut trees = Vec::with_capacity(walks.len());
+        for (((tree, walk), counts), holdings) in model.trees.iter().zip(walks).zip(counted).zip(holdings) {
+            let counts = match counts {
+                Counts::Narrow(counts) => counts,
+                Counts::Wide(counts) => {
+                    let data = wide_leaf_data(&walk, counts, n, &mut bias[tree.group]);
+                    trees.push(AggregatedTree { walk, data });
+                    continue;
+                }
+            };
+            let data: Vec<LeafData> = (0..walk.leaves.len())
+                .into_par_iter()
+                .map(|k| {
+                    let leaf = &walk.leaves[k];
+                    let d = leaf.features.len();
+                    let scale = leaf.value / n;
+                    match holdings[k] {
+                        Holding::Table => LeafData::Table { rows: packed.pack(d, &leaf_table(d, &counts[k], scale, &weights), None), paired: false },
+                        Holding::PairTable => {
+                            let right = leaf_table(d, &counts[k + 1], walk.leaves[k + 1].value / n, &weights);
+                            LeafData::Table { rows: packed.pack(d, &leaf_table(d, &counts[k], scale, &weights), Some(&right)), paired: true }
+                        }
+                        Holding::InSibling => LeafData::InSibling,
+                        Holding::Patterns => {
+                            let mut patterns: Vec<(u64, f64)> = counts[k].iter().map(|(f, c)| (*f, *c as f64)).collect();
+                            patterns.sort_unstable_by_key(|p| p.0);
+                            LeafData::Patterns { scale, patterns }
+                        }
+                    }
+                })
+                .collect();
+            // The mean over the background of this tree's output: the rows that fail nothing.
+            for (leaf, counts) in walk.leaves.iter().zip(&counts) {
+                bias[tree.group] += leaf.value * (counts.get(&0).copied().unwrap_or(0) as f64 / n);
+            }
+            trees.push(AggregatedTree { walk, data });
+        }
+        if bias.iter().any(|b| !b.is_finite()) {
+            return Err(Error::Input("interventional: the background's mean margin is not finite".into()));
+        }
+        let max_slots = trees.iter().map(|t| t.walk.slots * t.walk.words).max().unwrap_or(1);
+        Ok(Interventional { model, trees, bias, weights, packed, max_slots })
+    }
+
+    /// Adds tree `t`'s attributions for row `x` to `phi` (its group's F + 1 values).
+    fn tree_row(&self, t: usize, x: &[f64], phi: &mut [f64], fails: &mut [u64]) {
+        let tree = &self.model.trees[t];
+        let agg = &self.trees[t];
+        if agg.walk.words > 1 {
+            agg.walk.fail_sets_wide(tree, x, fails);
+            return self.wide_tree_row(agg, fails, phi);
+        }
+        agg.walk.fail_sets(tree, x, fails);
+        for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
+            let xf = fails[leaf.slot as usize];
+            let d = leaf.features.len();
+            match data {
+                LeafData::Table { rows, paired } => {
+                    let row = self.packed.row(rows, d, *paired, xf);
+                    let shared = xf & shared_mask(d, *paired);
+                    let features = &leaf.features;
+                    for_each_bit(shared, |j| phi[features[j] as usize] += row[0]);
+                    let mut own = 1;
+                    for_each_bit(low_bits(d) ^ shared, |i| {
+                        phi[features[i] as usize] += row[own];
+                        own += 1;
+                    });
+                }
+                LeafData::InSibling | LeafData::WidePatterns { .. } => {}
+                LeafData::Patterns { scale, patterns } => {
+                    let b = xf.count_ones() as usize;
+                    let mut cold = 0.0;
+                    for &(f, h) in patterns {
+                        if f & xf != 0 {
+                            continue;
+                        }
+                        let a = f.count_ones() as usize;
+                        if a > 0 {
+                            let hot = scale * h * self.weights.hot(a, b);
+                            for_each_bit(f, |i| phi[leaf.features[i] as usize] += hot);
+                        }
+                        if b > 0 {
+                            cold += h * self.weights.cold(a, b);
+                        }
+                    }
+                    if b > 0 {
+                        let cold = scale * cold;
+                        for_each_bit(xf, |j| phi[leaf.features[j] as usize] -= cold);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Interventional {
+    /// [`tree_row`](Self::tree_row) of a wide tree, its fail sets (`words` per slot) in `fails`.
+    fn wide_tree_row(&self, agg: &AggregatedTree, fails: &[u64], phi: &mut [f64]) {
+        let words = agg.walk.words;
+        for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
+            let LeafData::WidePatterns { scale, masks, counts } = data else { continue };
+            let xf = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+            let b = count_ones_wide(xf);
+            let mut cold = 0.0;
+            for (f, &h) in masks.chunks_exact(words).zip(counts) {
+                if meet_wide(f, xf) {
+                    continue;
+                }
+                let a = count_ones_wide(f);
+                let (hot_weight, cold_weight) = self.weights.pair(a, b);
+                if a > 0 {
+                    let hot = scale * h * hot_weight;
+                    for_each_bit_wide(f, |i| phi[leaf.features[i] as usize] += hot);
+                }
+                if b > 0 {
+                    cold += h * cold_weight;
+                }
+            }
+            if b > 0 {
+                let cold = scale * cold;
+                for_each_bit_wide(xf, |j| phi[leaf.features[j] as usize] -= cold);
+            }
+        }
+    }
+}
+
+/// How many background rows have each fail set at each leaf, per tree.
+enum Counts {
+    /// One-word fail sets (dense counts for tabulated leaves, see [`count_fail_sets`]).
+    Narrow(Vec<HashMap<u64, u64>>),
+    /// Fail sets of several words.
+    Wide(Vec<HashMap<Vec<u64>, u64>>),
+}
+
+/// [`count_fail_sets`] for a wide tree (patterns only).
+fn count_wide_fail_sets(tree: &Tree, walk: &FailWalk, background: &FeatureBlock) -> Vec<HashMap<Vec<u64>, u64>> {
+    let words = walk.words;
+    let mut counts: Vec<HashMap<Vec<u64>, u64>> = vec![HashMap::new(); walk.leaves.len()];
+    let mut fails = vec![0u64; walk.slots * words];
+    for r in 0..background.rows() {
+        walk.fail_sets_wide(tree, background.row(r), &mut fails);
+        for (k, leaf) in walk.leaves.iter().enumerate() {
+            let set = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+            match counts[k].get_mut(set) {
+                Some(c) => *c += 1,
+                None => {
+                    counts[k].insert(set.to_vec(), 1);
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// A wide tree's leaves as [`LeafData::WidePatterns`] (in increasing set order, so the sums run
+/// the same way on every run), adding the tree's mean output over the background to `bias`.
+fn wide_leaf_data(walk: &FailWalk, counts: Vec<HashMap<Vec<u64>, u64>>, n: f64, bias: &mut f64) -> Vec<LeafData> {
+    walk.leaves
+        .iter()
+        .zip(counts)
+        .map(|(leaf, counts)| {
+            let mut sets: Vec<(Vec<u64>, u64)> = counts.into_iter().collect();
+            sets.sort_unstable();
+            let none = sets.iter().find(|(f, _)| f.iter().all(|&w| w == 0)).map_or(0, |(_, c)| *c);
+            *bias += leaf.value * (none as f64 / n);
+            let counts = sets.iter().map(|(_, c)| *c as f64).collect();
+            let masks = sets.into_iter().flat_map(|(f, _)| f).collect();
+            LeafData::WidePatterns { scale: leaf.value / n, masks, counts }
+        })
+        .collect()
+}
+
+impl Engine for Interventional {
+    fn name(&self) -> &'static str {
+        "interventional"
+    }
+
+    fn model(&self) -> &Model {
+        &self.model
+    }
+
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let w = self.model.num_features() + 1;
+        let width = self.model.num_groups * w;
+        let per_task = rows_per_task(block.rows());
+        shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            per_task,
+            || vec![0u64; self.max_slots],
+            |fails, first, chunk| {
+                // Tree-major within the task, so a tree's tables stay in cache across its rows.
+                for (t, tree) in self.model.trees.iter().enumerate() {
+                    let g = tree.group;
+                    for (i, out) in chunk.chunks_mut(width).enumerate() {
+                        self.tree_row(t, block.row(first + i), &mut out[g * w..(g + 1) * w], fails);
+                    }
+                }
+            },
+        )
+    }
+
+    fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
+        Err(interactions_unavailable())
+    }
+
+    fn memory_bytes(&self) -> Option<usize> {
+        let data: usize = self
+            .trees
+            .iter()
+            .flat_map(|t| &t.data)
+            .map(|d| match d {
+                LeafData::Table { rows, .. } => rows.len() * size_of::<f64>(),
+                LeafData::Patterns { patterns, .. } => patterns.len() * size_of::<(u64, f64)>(),
+                LeafData::WidePatterns { masks, counts, .. } => (masks.len() + counts.len()) * size_of::<u64>(),
+                LeafData::InSibling => 0,
+            })
+            .sum();
+        let offsets: usize = self.packed.offsets.iter().flatten().map(|o| o.len() * size_of::<u32>()).sum();
+        Some(data + offsets)
+    }
+}
+
+/// Why interventional interaction values are refused.
+pub(crate) fn interactions_unavailable() -> Error {
+    Error::Unavailable(
+        "interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into(),
+    )
+}
+
+/// Refuses an empty background or one with the wrong number of columns.
+pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Result<()> {
+    if background.rows() == 0 {
+        return Err(Error::Input("the background has no rows; interventional SHAP needs at least one".into()));
+    }
+    check_block(model, background).map_err(|e| Error::Input(format!("background: {e}")))
+}
+
+/// The definition, background row by background row (Lundberg et al. 2020's interventional
+/// algorithm): for each pair of the explained row `x` and a background row `z`, every path of
+/// the hybrid rows through each tree, branching where `x` and `z` part on a feature not yet
+/// taken from either, then the mean over the background. Cost per row grows with the
+/// background: the oracle for [`Interventional`], not a production engine.
+pub(crate) struct InterventionalReference {
+    model: Arc<Model>,
+    background: FeatureBlock,
+    bias: Vec<f64>,
+    weights: Weights,
+}
+
+impl InterventionalReference {
+    /// The oracle for `background` (rows in the model's feature order and precision).
+    pub fn new(prepared: Arc<PreparedModel>, background: &FeatureBlock) -> Result<InterventionalReference> {
+        let model = prepared.model.clone();
+        check_background(&model, background)?;
+        let n = background.rows() as f64;
+        let mut bias = vec![0.0; model.num_groups];
+        let mut margin = vec![0.0; model.num_groups];
+        for r in 0..background.rows() {
+            model.predict_row(background.row(r), &mut margin);
+            bias.iter_mut().zip(&margin).for_each(|(b, m)| *b += m);
+        }
+        bias.iter_mut().for_each(|b| *b /= n);
+        // The widest path bounds a + b; FailWalk refuses paths wider than the weights can index.
+        let mut widest = 0;
+        for (t, tree) in model.trees.iter().enumerate() {
+            widest = FailWalk::new(tree, t)?.leaves.iter().map(|l| l.features.len()).fold(widest, usize::max);
+        }
+        Ok(InterventionalReference { model, background: background.clone(), bias, weights: Weights::new(widest) })
+    }
+
+    /// Adds `tree`'s attributions for `x` against background row `z` to `phi`.
+    fn pair(&self, tree: &Tree, x: &[f64], z: &[f64], phi: &mut [f64], scale: f64) {
+        // (node, features taken from x, features taken from z), depth-first.
+        let mut stack: Vec<(usize, Vec<u32>, Vec<u32>)> = vec![(0, Vec::new(), Vec::new())];
+        while let Some((i, from_x, from_z)) = stack.pop() {
+            let node = &tree.nodes[i];
+            if node.is_leaf() {
+                let (a, b) = (from_x.len(), from_z.len());
+                let v = node.value * tree.weight * scale;
+                if a > 0 {
+                    let hot = v * self.weights.hot(a, b);
+                    from_x.iter().for_each(|&k| phi[k as usize] += hot);
+                }
+                if b > 0 {
+                    let cold = v * self.weights.cold(a, b);
+                    from_z.iter().for_each(|&k| phi[k as usize] -= cold);
+                }
+                continue;
+            }
+            let k = node.feature;
+            let child = |left: bool| if left { node.left as usize } else { node.right as usize };
+            let x_left = tree.goes_left(node, x[k as usize]);
+            let z_left = tree.goes_left(node, z[k as usize]);
+            if from_x.contains(&k) {
+                stack.push((child(x_left), from_x, from_z));
+            } else if from_z.contains(&k) {
+                stack.push((child(z_left), from_x, from_z));
+            } else if x_left == z_left {
+                stack.push((child(x_left), from_x, from_z));
+            } else {
+                let mut with_x = from_x.clone();
+                with_x.push(k);
+                let mut with_z = from_z.clone();
+                with_z.push(k);
+                stack.push((child(x_left), with_x, from_z));
+                stack.push((child(z_left), from_x, with_z));
+            }
+        }
+    }
+}
+
+impl Engine for InterventionalReference {
+    fn name(&self) -> &'static str {
+        "interventional-reference"
+    }
+
+    fn model(&self) -> &Model {
+        &self.model
+    }
+
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let w = self.model.num_features() + 1;
+        let width = self.model.num_groups * w;
+        let scale = 1.0 / self.background.rows() as f64;
+        shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            rows_per_task(block.rows()),
+            || (),
+            |_, first, chunk| {
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    let x = block.row(first + i);
+                    for tree in &self.model.trees {
+                        let phi = &mut out[tree.group * w..(tree.group + 1) * w];
+                        for r in 0..self.background.rows() {
+                            self.pair(tree, x, self.background.row(r), phi, scale);
+                        }
+                    }
+                }
+            },
+        )
+    }
+
+    fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
+        Err(interactions_unavailable())
+    }
+}
+
+// The fixtures are read from Parquet.
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    use crate::model::Precision;
+    use crate::test_fixtures::{block_rows as rows, fixtures, max_row_rel_error};
+
+    #[test]
+    fn tables_and_patterns_equal_the_reference_on_every_fixture() {
+        for f in &fixtures() {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let background = rows(&f.block, 0, 25);
+            let explained = rows(&f.block, 25, 45);
+            let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+            let tables = Interventional::new(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES).unwrap();
+            let patterns = Interventional::with_table_bits(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, 0).unwrap();
+            let width = f.model.num_groups * (f.model.num_features() + 1);
+            for (name, engine) in [("tables", tables), ("patterns", patterns)] {
+                let got = engine.shap(&explained).unwrap();
+                let (err, row) = max_row_rel_error(&got.values, &reference.values, width);
+                assert!(err <= 1e-9, "{}: {name} row {row} off the reference by {err:e}", f.name);
+                // Additivity: the values and the bias add up to the margin.
+                let margins = engine.predict(&explained).unwrap();
+                for r in 0..explained.rows() {
+                    for g in 0..f.model.num_groups {
+                        let total: f64 = got.row(r, g).iter().sum();
+                        let m = margins.values[r * f.model.num_groups + g];
+                        assert!((total - m).abs() <= 1e-9 * m.abs().max(1.0), "{}: {name} row {r} group {g}: {total} vs {m}", f.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A full tree of `depth` splitting on feature `level` at each level (so every path has
+    /// `depth` distinct features and every leaf has a first-split sibling).
+    fn deep_model(depth: usize, seed: u64) -> Model {
+        let tree = crate::test_support::full_tree(&mut { seed }, depth, |level, _| level as u32);
+        crate::test_support::numeric_model(depth, vec![tree], 0.5)
+    }
+
+    #[test]
+    fn packed_tables_take_under_half_the_dense_ones_and_keep_the_values() {
+        let depth = 10;
+        let model = Arc::new(deep_model(depth, 7));
+        let prepared = Arc::new(PreparedModel::new(model.clone()).unwrap());
+        let uniform = |rows: usize, salt: usize| {
+            let values = (0..rows * depth).map(|i| ((i * 7919 + salt * 104729) % 1000) as f64 / 1000.0).collect();
+            FeatureBlock::new(rows, depth, values, Precision::F64)
+        };
+        let (background, explained) = (uniform(40, 1), uniform(12, 2));
+        let engine = Interventional::new(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES).unwrap();
+        // Every leaf is in a first-split pair: one packed table per pair.
+        let tables = engine.trees[0].data.iter().filter(|d| matches!(d, LeafData::Table { paired: true, .. })).count();
+        assert_eq!(tables, 1 << (depth - 1));
+        let dense_bytes = (1usize << depth) * (1 << depth) * depth * 8;
+        let packed_bytes = engine.memory_bytes().unwrap();
+        assert!(packed_bytes * 2 <= dense_bytes, "packed {packed_bytes} bytes against {dense_bytes} dense");
+        // The values: the definition, row pair by row pair.
+        let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+        let got = engine.shap(&explained).unwrap();
+        let (err, row) = max_row_rel_error(&got.values, &reference.values, depth + 1);
+        assert!(err <= 1e-9, "row {row} off the reference by {err:e}");
+        assert!(got.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+    }
+
+    /// A caterpillar of `depth` splits, each on its own feature (one leaf and the next split
+    /// below each): paths of up to `depth` distinct features.
+    pub(crate) fn chain_model(depth: usize, seed: u64) -> Model {
+        use crate::model::{Node, SplitRule};
+        let mut seed = seed;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut nodes = Vec::new();
+        for level in 0..depth {
+            let (split, leaf) = (nodes.len(), nodes.len() + 1);
+            nodes.push(Node::leaf(0.0, 1.0));
+            nodes.push(Node::leaf(next() - 0.5, 1.0));
+            let n = &mut nodes[split];
+            // Most rows go on down the chain, so deep leaves are reached.
+            n.rule = SplitRule::XgbLess { threshold: 0.08 + 0.1 * next() };
+            n.feature = level as u32;
+            n.default_left = next() < 0.5;
+            (n.left, n.right) = (leaf as u32, leaf as u32 + 1);
+        }
+        nodes.push(Node::leaf(next() - 0.5, 1.0));
+        let tree = crate::model::Tree { nodes, category_words: vec![], group: 0, weight: 1.0 };
+        crate::test_support::numeric_model(depth, vec![tree], 0.25)
+    }
+
+    /// Rows whose values fall on both sides of the chain's thresholds.
+    pub(crate) fn uniform_rows(rows: usize, cols: usize, salt: usize) -> FeatureBlock {
+        let values = (0..rows * cols).map(|i| ((i * 7919 + salt * 104729) % 1000) as f64 / 1000.0).collect();
+        FeatureBlock::new(rows, cols, values, Precision::F64)
+    }
+
+    #[test]
+    fn paths_of_more_than_64_distinct_features_are_explained_exactly() {
+        for depth in [65, 130] {
+            let model = Arc::new(chain_model(depth, depth as u64));
+            let prepared = Arc::new(PreparedModel::new(model.clone()).unwrap());
+            let (background, explained) = (uniform_rows(30, depth, 1), uniform_rows(8, depth, 2));
+            let engine = Interventional::new(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES).unwrap();
+            assert!(engine.trees[0].walk.words > 1, "a wide walk");
+            let got = engine.shap(&explained).unwrap();
+            let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+            let (err, row) = max_row_rel_error(&got.values, &reference.values, depth + 1);
+            assert!(err <= 1e-9, "depth {depth}: row {row} off the reference by {err:e}");
+            let margins = engine.predict(&explained).unwrap();
+            for r in 0..explained.rows() {
+                let total: f64 = got.row(r, 0).iter().sum();
+                assert!((total - margins.values[r]).abs() <= 1e-9, "depth {depth} row {r}: {total} vs {}", margins.values[r]);
+            }
+            // Features deep in the chain are credited: the walk's second word is used.
+            assert!(got.values.iter().skip(64).step_by(1).any(|v| v.abs() > 0.0));
+        }
+    }
+
+    #[test]
+    fn a_bound_too_small_for_the_patterns_is_refused_with_the_sizes() {
+        let f = &fixtures()[0];
+        let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+        let e = Interventional::new(prepared, &f.block, 0).err().unwrap().to_string();
+        assert!(e.contains("over the bound of 0 MiB") && e.contains(&format!("{} rows", f.block.rows())), "{e}");
+    }
+
+    #[test]
+    fn weights_are_the_shapley_weights_of_the_leaf_game() {
+        let w = Weights::new(6);
+        let factorial = |n: usize| (1..=n).map(|k| k as f64).product::<f64>();
+        for a in 0..=6 {
+            for b in 0..=6 {
+                if a > 0 {
+                    let want = factorial(a - 1) * factorial(b) / factorial(a + b);
+                    assert!((w.hot(a, b) - want).abs() <= 1e-15 * want, "hot {a} {b}");
+                }
+                if b > 0 {
+                    let want = factorial(a) * factorial(b - 1) / factorial(a + b);
+                    assert!((w.cold(a, b) - want).abs() <= 1e-15 * want, "cold {a} {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_leaf_game_adds_up_to_its_value_difference() {
+        // With both sets non-empty neither x nor z reaches the leaf (v(all) = v(none) = 0), so
+        // the leaf's values sum to zero: a·hot(a, b) = b·cold(a, b).
+        let w = Weights::new(8);
+        for a in 1..=8 {
+            for b in 1..=8 {
+                assert!((a as f64 * w.hot(a, b) - b as f64 * w.cold(a, b)).abs() < 1e-15);
+            }
+        }
+    }
+}

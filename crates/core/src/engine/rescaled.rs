@@ -1,0 +1,354 @@
+//! Interventional SHAP of a transformed output (shap's `model_output="probability"`): for each
+//! pair of an explained row `x` and a background row `z`, the margin's interventional values
+//! against `z` alone, scaled by `(T(f(x)) - T(f(z))) / (f(x) - f(z))` (1 where the margins are
+//! equal), then the mean over the background; the bias is the mean of `T(f(z))`. Each pair's
+//! values add up to `T(f(x)) - T(f(z))`, so each row's add up to `T(f(x))`.
+//!
+//! This is the algorithm of shap's `TreeExplainer` (its `dense_independent` with a transform),
+//! so the values are shap's: a per-reference rescaling of the margin's Shapley values, not the
+//! Shapley values of the game `mean_z T(f(x_S, z_~S))`.
+//!
+//! The scale `s(x, z)` differs per pair, so the background cannot be aggregated into tables as
+//! [`Interventional`] does; but a leaf's margin values against `z` depend on `z` only through
+//! `z`'s fail set there. So each leaf keeps its background rows grouped by fail set (once, at
+//! construction), and a row costs, per leaf, one sum of `s(x, z)` over each group's rows and one
+//! Shapley term per group: `O(leaves × background)` additions per row, with the per-feature work
+//! done per distinct fail set rather than per background row. A tree with a path of more than
+//! 64 distinct features keeps its fail sets in several words (`LeafGroups::wide_sets`).
+//!
+//! [`Interventional`]: super::interventional::Interventional
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::block::FeatureBlock;
+use super::drivers::{rows_per_task, shap_by_task_from};
+use super::explainer::Engine;
+use super::interventional::{
+    check_background, count_ones_wide, for_each_bit, for_each_bit_wide, interactions_unavailable, meet_wide, FailWalk, Weights,
+};
+use super::options::OutputTransform;
+use super::output::{Attributions, Interactions};
+use super::prepared::PreparedModel;
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// One leaf's background, grouped by fail set.
+struct LeafGroups {
+    /// (fail set, first, end): background rows `members[first..end]` fail exactly that set (the
+    /// set's first word; all of it in a one-word walk).
+    groups: Vec<(u64, u32, u32)>,
+    /// In a walk of several words, each group's whole fail set, one after another.
+    wide_sets: Vec<u64>,
+}
+
+/// Interventional SHAP of `T(margin)`, with each leaf's background rows grouped by fail set.
+pub(crate) struct RescaledInterventional {
+    model: Arc<Model>,
+    transform: OutputTransform,
+    walks: Vec<FailWalk>,
+    /// Per tree, per leaf (in its walk's order): the groups.
+    leaves: Vec<Vec<LeafGroups>>,
+    /// Background row indices, grouped per leaf (the ranges of [`LeafGroups`]).
+    members: Vec<u32>,
+    background_rows: usize,
+    /// The background rows' margins: `rows × groups`.
+    background_margins: Vec<f64>,
+    /// Mean of `T(f(z))` over the background, per group.
+    bias: Vec<f64>,
+    weights: Weights,
+    max_slots: usize,
+}
+
+/// What one task reuses across its rows.
+struct Scratch {
+    slots: Vec<u64>,
+    margins: Vec<f64>,
+    /// `s(x, z)`, per group then background row.
+    scales: Vec<f64>,
+}
+
+impl RescaledInterventional {
+    /// Prepares `transform`'s explanations over `background` (rows in the model's feature order
+    /// and precision); the grouped background rows (4 bytes per row and leaf) must fit in
+    /// `memory_bound` bytes.
+    pub fn new(
+        prepared: Arc<PreparedModel>,
+        background: &FeatureBlock,
+        transform: OutputTransform,
+        memory_bound: usize,
+    ) -> Result<RescaledInterventional> {
+        let model = prepared.model.clone();
+        check_background(&model, background)?;
+        let walks: Vec<FailWalk> = model.trees.iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
+        let total_leaves: usize = walks.iter().map(|w| w.leaves.len()).sum();
+        let rows = background.rows();
+        let bytes = rows.checked_mul(total_leaves).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX);
+        if bytes > memory_bound || rows > u32::MAX as usize {
+            return Err(Error::Unavailable(format!(
+                "interventional {transform} output: the background's {rows} rows × {total_leaves} leaves take {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
+                bytes >> 20,
+                memory_bound >> 20
+            )));
+        }
+        let g = model.num_groups;
+        let mut margins = vec![0.0; rows * g];
+        let mut bias = vec![0.0; g];
+        for r in 0..rows {
+            let m = &mut margins[r * g..(r + 1) * g];
+            model.predict_row(background.row(r), m);
+            for (b, m) in bias.iter_mut().zip(m.iter()) {
+                *b += transform.apply(*m);
+            }
+        }
+        bias.iter_mut().for_each(|b| *b /= rows as f64);
+        if bias.iter().any(|b| !b.is_finite()) {
+            return Err(Error::Input(format!("interventional {transform} output: the background's mean output is not finite")));
+        }
+        // Each leaf's background rows by fail set, in increasing set then row order, so every
+        // sum below runs in the same order on every run.
+        let mut members = Vec::with_capacity(rows * total_leaves);
+        let mut leaves = Vec::with_capacity(walks.len());
+        let mut slots = vec![0u64; walks.iter().map(|w| w.slots * w.words).max().unwrap_or(1)];
+        for (tree, walk) in model.trees.iter().zip(&walks) {
+            let words = walk.words;
+            let mut by_leaf: Vec<BTreeMap<Vec<u64>, Vec<u32>>> = vec![BTreeMap::new(); walk.leaves.len()];
+            for r in 0..rows {
+                if words == 1 {
+                    walk.fail_sets(tree, background.row(r), &mut slots);
+                } else {
+                    walk.fail_sets_wide(tree, background.row(r), &mut slots);
+                }
+                for (k, leaf) in walk.leaves.iter().enumerate() {
+                    let set = &slots[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+                    match by_leaf[k].get_mut(set) {
+                        Some(members) => members.push(r as u32),
+                        None => {
+                            by_leaf[k].insert(set.to_vec(), vec![r as u32]);
+                        }
+                    }
+                }
+            }
+            let groups = by_leaf
+                .into_iter()
+                .map(|sets| {
+                    let mut wide_sets = Vec::new();
+                    let groups = sets
+                        .into_iter()
+                        .map(|(set, rows)| {
+                            let first = members.len() as u32;
+                            members.extend_from_slice(&rows);
+                            if words > 1 {
+                                wide_sets.extend_from_slice(&set);
+                            }
+                            (set[0], first, members.len() as u32)
+                        })
+                        .collect();
+                    LeafGroups { groups, wide_sets }
+                })
+                .collect();
+            leaves.push(groups);
+        }
+        let widest = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
+        let max_slots = slots.len();
+        Ok(RescaledInterventional {
+            weights: Weights::new(widest.min(super::interventional::MAX_INTERVENTIONAL_PATH_FEATURES)),
+            model,
+            transform,
+            walks,
+            leaves,
+            members,
+            background_rows: rows,
+            background_margins: margins,
+            bias,
+            max_slots,
+        })
+    }
+
+    /// Adds row `x`'s values to `out` (G × (F+1)); its margins are in `scratch.margins`.
+    fn explain_row(&self, x: &[f64], scratch: &mut Scratch, out: &mut [f64]) {
+        let w = self.model.num_features() + 1;
+        let (g, n) = (self.model.num_groups, self.background_rows);
+        // s(x, z) / n for every background row, per group.
+        for group in 0..g {
+            let mx = scratch.margins[group];
+            let tx = self.transform.apply(mx);
+            for z in 0..n {
+                let mz = self.background_margins[z * g + group];
+                let s = if mx == mz { 1.0 } else { (tx - self.transform.apply(mz)) / (mx - mz) };
+                scratch.scales[group * n + z] = s / n as f64;
+            }
+        }
+        for ((tree, walk), leaves) in self.model.trees.iter().zip(&self.walks).zip(&self.leaves) {
+            let scales = &scratch.scales[tree.group * n..(tree.group + 1) * n];
+            let phi = &mut out[tree.group * w..(tree.group + 1) * w];
+            if walk.words > 1 {
+                walk.fail_sets_wide(tree, x, &mut scratch.slots);
+                self.wide_tree_row(walk, leaves, &scratch.slots, scales, phi);
+                continue;
+            }
+            walk.fail_sets(tree, x, &mut scratch.slots);
+            for (leaf, groups) in walk.leaves.iter().zip(leaves) {
+                let x_f = scratch.slots[leaf.slot as usize];
+                let b = x_f.count_ones() as usize;
+                for &(z_f, first, end) in &groups.groups {
+                    if z_f & x_f != 0 || (z_f | x_f) == 0 {
+                        continue; // no hybrid reaches the leaf, or both rows do: nothing to share
+                    }
+                    let scale: f64 = self.members[first as usize..end as usize].iter().map(|&z| scales[z as usize]).sum();
+                    let a = z_f.count_ones() as usize;
+                    let v = leaf.value * scale;
+                    if a > 0 {
+                        let hot = v * self.weights.hot(a, b);
+                        for_each_bit(z_f, |i| phi[leaf.features[i] as usize] += hot);
+                    }
+                    if b > 0 {
+                        let cold = v * self.weights.cold(a, b);
+                        for_each_bit(x_f, |j| phi[leaf.features[j] as usize] -= cold);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl RescaledInterventional {
+    /// One wide tree's part of [`explain_row`](Self::explain_row): the same sums over fail
+    /// sets of `walk.words` words (`fails`, per slot).
+    fn wide_tree_row(&self, walk: &FailWalk, leaves: &[LeafGroups], fails: &[u64], scales: &[f64], phi: &mut [f64]) {
+        let words = walk.words;
+        for (leaf, groups) in walk.leaves.iter().zip(leaves) {
+            let x_f = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+            let b = count_ones_wide(x_f);
+            for (&(_, first, end), z_f) in groups.groups.iter().zip(groups.wide_sets.chunks_exact(words)) {
+                let a = count_ones_wide(z_f);
+                if meet_wide(z_f, x_f) || a + b == 0 {
+                    continue; // no hybrid reaches the leaf, or both rows do: nothing to share
+                }
+                let scale: f64 = self.members[first as usize..end as usize].iter().map(|&z| scales[z as usize]).sum();
+                let v = leaf.value * scale;
+                let (hot_weight, cold_weight) = self.weights.pair(a, b);
+                if a > 0 {
+                    let hot = v * hot_weight;
+                    for_each_bit_wide(z_f, |i| phi[leaf.features[i] as usize] += hot);
+                }
+                if b > 0 {
+                    let cold = v * cold_weight;
+                    for_each_bit_wide(x_f, |j| phi[leaf.features[j] as usize] -= cold);
+                }
+            }
+        }
+    }
+}
+
+impl Engine for RescaledInterventional {
+    fn name(&self) -> &'static str {
+        "interventional-rescaled"
+    }
+
+    fn model(&self) -> &Model {
+        &self.model
+    }
+
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let g = self.model.num_groups;
+        let width = g * (self.model.num_features() + 1);
+        shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            rows_per_task(block.rows()),
+            || Scratch { slots: vec![0; self.max_slots], margins: vec![0.0; g], scales: vec![0.0; g * self.background_rows] },
+            |scratch, first, chunk| {
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    let x = block.row(first + i);
+                    self.model.predict_row(x, &mut scratch.margins);
+                    self.explain_row(x, scratch, out);
+                }
+            },
+        )
+    }
+
+    fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
+        Err(interactions_unavailable())
+    }
+}
+
+// The fixtures are read from Parquet.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::engine::interventional::InterventionalReference;
+    use crate::test_fixtures::{block_rows as rows, fixtures, max_row_rel_error};
+
+    #[test]
+    fn identity_is_the_interventional_reference_on_every_fixture() {
+        for f in &fixtures() {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let (background, explained) = (rows(&f.block, 0, 12), rows(&f.block, 12, 30));
+            let want = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+            let got = RescaledInterventional::new(prepared, &background, OutputTransform::Identity, 1 << 30).unwrap().shap(&explained).unwrap();
+            let width = f.model.num_groups * (f.model.num_features() + 1);
+            let (err, row) = max_row_rel_error(&got.values, &want.values, width);
+            assert!(err <= 1e-9, "{}: row {row} off the reference by {err:e}", f.name);
+        }
+    }
+
+    #[test]
+    fn logistic_values_add_up_to_each_row_probability_and_rescale_each_pair() {
+        for f in fixtures().iter().filter(|f| f.model.num_groups == 1) {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let (background, explained) = (rows(&f.block, 0, 9), rows(&f.block, 9, 25));
+            let engine = RescaledInterventional::new(prepared.clone(), &background, OutputTransform::Logistic, 1 << 30).unwrap();
+            let got = engine.shap(&explained).unwrap();
+            let margins = engine.predict(&explained).unwrap();
+            for r in 0..explained.rows() {
+                let total: f64 = got.row(r, 0).iter().sum();
+                let want = OutputTransform::Logistic.apply(margins.values[r]);
+                assert!((total - want).abs() <= 1e-12, "{}: row {r}: {total} vs {want}", f.name);
+            }
+            // Row 0 by hand: the margin's values against each background row alone, scaled.
+            let x = rows(&explained, 0, 1);
+            let mut want = vec![0.0; f.model.num_features()];
+            let sigma = |m: f64| OutputTransform::Logistic.apply(m);
+            let mx = engine.predict(&x).unwrap().values[0];
+            for z in 0..background.rows() {
+                let one = rows(&background, z, z + 1);
+                let pair = InterventionalReference::new(prepared.clone(), &one).unwrap().shap(&x).unwrap();
+                let mz = engine.predict(&one).unwrap().values[0];
+                let factor = if mx == mz { 1.0 } else { (sigma(mx) - sigma(mz)) / (mx - mz) };
+                want.iter_mut().zip(pair.row(0, 0)).for_each(|(w, p)| *w += p * factor / background.rows() as f64);
+            }
+            let (err, _) = max_row_rel_error(&got.row(0, 0)[..want.len()], &want, want.len());
+            assert!(err <= 1e-9, "{}: row 0 off the pairwise definition by {err:e}", f.name);
+        }
+    }
+
+    #[test]
+    fn paths_of_more_than_64_distinct_features_are_the_reference_and_add_up() {
+        use crate::engine::interventional::tests::{chain_model, uniform_rows};
+        let depth = 90;
+        let prepared = Arc::new(PreparedModel::new(Arc::new(chain_model(depth, 5))).unwrap());
+        let (background, explained) = (uniform_rows(25, depth, 3), uniform_rows(6, depth, 4));
+        let want = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
+        let got = RescaledInterventional::new(prepared.clone(), &background, OutputTransform::Identity, 1 << 30).unwrap().shap(&explained).unwrap();
+        let (err, row) = max_row_rel_error(&got.values, &want.values, depth + 1);
+        assert!(err <= 1e-9, "row {row} off the reference by {err:e}");
+        let engine = RescaledInterventional::new(prepared, &background, OutputTransform::Logistic, 1 << 30).unwrap();
+        let (got, margins) = (engine.shap(&explained).unwrap(), engine.predict(&explained).unwrap());
+        for r in 0..explained.rows() {
+            let total: f64 = got.row(r, 0).iter().sum();
+            let p = OutputTransform::Logistic.apply(margins.values[r]);
+            assert!((total - p).abs() <= 1e-12, "row {r}: {total} vs {p}");
+        }
+    }
+
+    #[test]
+    fn a_background_over_the_bound_is_refused_with_the_sizes() {
+        let f = &fixtures()[0];
+        let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+        let e = RescaledInterventional::new(prepared, &f.block, OutputTransform::Logistic, 0).err().unwrap().to_string();
+        assert!(e.contains("over the bound of 0 MiB") && e.contains(&format!("{} rows", f.block.rows())), "{e}");
+    }
+}

@@ -1,0 +1,349 @@
+//! [`Explainer`]: a model, an engine and the threads to run it, ready to turn Arrow record
+//! batches into attributions. The one-call entry point of the library:
+//!
+//! ```no_run
+//! use shapfusion_core::{Algorithm, Explainer, Model};
+//! # fn rows() -> arrow::array::RecordBatch { unimplemented!() }
+//! let model = Model::load("examples/models/fraud.json")?;
+//! let explainer = Explainer::builder(model).algorithm(Algorithm::Linear).threads(4).build()?;
+//! let shap = explainer.explain_batch(&rows())?; // one column per feature, then `bias`
+//! # Ok::<(), shapfusion_core::Error>(())
+//! ```
+
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{Schema, SchemaRef};
+
+use crate::batch::{compute_pool, explain_batch, explain_block, output_fields, OutputKind};
+use crate::device::{engine_on, interventional_on, Device};
+use crate::engine::{
+    covers_counted_from, interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, OutputTransform,
+    Predictions, Saabas,
+};
+use crate::error::{Error, Result};
+use crate::features::block_from_columns;
+use crate::features::FeatureColumns;
+use crate::model::Model;
+use crate::settings::ComputeSettings;
+
+/// A model bound to an engine and a compute pool. Cheap to clone; share it across threads.
+#[derive(Clone)]
+pub struct Explainer {
+    engine: Arc<dyn Engine>,
+    model: Arc<Model>,
+    /// Saabas values' node expectations, made by the first call that asks.
+    saabas: Arc<OnceLock<Saabas>>,
+    pool: Arc<rayon::ThreadPool>,
+    output: OutputKind,
+    schema: SchemaRef,
+    settings: ComputeSettings,
+}
+
+/// Settings of an [`Explainer`], each with the default every front end uses.
+#[derive(Debug, Clone)]
+pub struct ExplainerBuilder {
+    model: Arc<Model>,
+    settings: ComputeSettings,
+    output: OutputKind,
+    rows_hint: Option<usize>,
+    background: Option<RecordBatch>,
+    cover_rows: Option<RecordBatch>,
+    transform: OutputTransform,
+}
+
+impl Explainer {
+    /// Starts an explainer for `model`: engine `auto`, device `auto`, all cores, SHAP values.
+    pub fn builder(model: impl Into<Arc<Model>>) -> ExplainerBuilder {
+        ExplainerBuilder {
+            model: model.into(),
+            settings: ComputeSettings::default(),
+            output: OutputKind::default(),
+            rows_hint: None,
+            background: None,
+            cover_rows: None,
+            transform: OutputTransform::Identity,
+        }
+    }
+
+    /// Attributions of every row of `batch`, with the [`schema`](Self::schema): features are
+    /// found by name (any column order, extra columns ignored; a missing feature is an error
+    /// naming it and what the batch has).
+    pub fn explain_batch(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let columns = self.explain_columns(batch)?;
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| Error::arrow("assembling the output batch", e))
+    }
+
+    /// The output columns of [`explain_batch`](Self::explain_batch) without their schema, for
+    /// callers that put them beside columns of their own.
+    pub fn explain_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.output_columns(batch, self.output)
+    }
+
+    /// `output`'s columns for `batch` (features by name), whatever this explainer's own output
+    /// kind: what servers use, one cached explainer answering every kind of call.
+    pub fn output_columns(&self, batch: &RecordBatch, output: OutputKind) -> Result<Vec<ArrayRef>> {
+        let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
+        self.pool.install(|| explain_batch(self.engine.as_ref(), &features, batch, output))
+    }
+
+    /// `output`'s columns for `columns`, the model's features in its order (the arguments of a
+    /// SQL function).
+    pub fn output_columns_of(&self, columns: &[ArrayRef], output: OutputKind) -> Result<Vec<ArrayRef>> {
+        let model = self.model();
+        self.pool.install(|| explain_block(self.engine.as_ref(), &block_from_columns(columns, &model.feature_names, model)?, output))
+    }
+
+    /// SHAP values of `block` (from [`Model::feature_block`] or
+    /// [`Model::feature_block_from_values`]) on this explainer's threads, row-major in
+    /// XGBoost's `pred_contribs` layout: per row and output group, F values then the bias.
+    pub fn shap_values(&self, block: &FeatureBlock) -> Result<Attributions> {
+        self.pool.install(|| self.engine.shap(block))
+    }
+
+    /// SHAP interaction values of `block` in XGBoost's `pred_interactions` layout (an error for
+    /// an interventional explainer: interactions are path-dependent only).
+    pub fn interaction_values(&self, block: &FeatureBlock) -> Result<Interactions> {
+        self.pool.install(|| self.engine.interactions(block))
+    }
+
+    /// Margin (raw score) predictions of `block`, `rows × G`.
+    pub fn margins(&self, block: &FeatureBlock) -> Result<Predictions> {
+        self.pool.install(|| self.engine.predict(block))
+    }
+
+    /// Saabas values of `block` (the approximation of XGBoost's `approx_contribs` and shap's
+    /// `approximate=True`; see [`Saabas`]), in the layout of [`shap_values`](Self::shap_values).
+    /// They follow the model's paths whatever the engine: a background plays no part.
+    pub fn saabas_values(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let saabas = self.saabas.get_or_init(|| Saabas::new(self.model.clone()));
+        self.pool.install(|| saabas.values(block))
+    }
+
+    /// `output` for `block` as a record batch: the columns `explain` writes for that output,
+    /// whatever this explainer's own output kind.
+    pub fn explain_block(&self, block: &FeatureBlock, output: OutputKind) -> Result<RecordBatch> {
+        let columns = self.pool.install(|| explain_block(self.engine.as_ref(), block, output))?;
+        let schema = Arc::new(Schema::new(output_fields(self.model(), output)));
+        RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the output batch", e))
+    }
+
+    /// The schema of every output batch: one Float64 column per feature then `bias` (SHAP
+    /// values; lists of G values for multi-output models), or one `interactions` or
+    /// `prediction` column.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The model being explained.
+    pub fn model(&self) -> &Model {
+        self.engine.model()
+    }
+
+    /// The engine that runs (what `auto` picked).
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// Compute threads in this explainer's pool.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// The settings it was built with.
+    pub fn settings(&self) -> &ComputeSettings {
+        &self.settings
+    }
+}
+
+impl std::fmt::Debug for Explainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Explainer").field("engine", &self.engine.name()).field("threads", &self.threads()).field("output", &self.output).finish()
+    }
+}
+
+impl ExplainerBuilder {
+    /// All compute settings at once (what every front end passes, parsed from its options).
+    pub fn settings(mut self, settings: ComputeSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The engine, by [`Algorithm`] (default `auto`: picked from the model's shape).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.settings.algorithm = algorithm;
+        self
+    }
+
+    /// Where to compute (default `auto`: the GPU when one is usable and the algorithm is
+    /// `auto`, else the CPU).
+    pub fn device(mut self, device: Device) -> Self {
+        self.settings.device = device;
+        self
+    }
+
+    /// Compute threads (default: all cores; 0 also means all cores). Pools are shared in the
+    /// process and capped at its cores; results never depend on the thread count.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.settings.threads = crate::settings::thread_count(Some(threads));
+        self
+    }
+
+    /// What to compute (default SHAP values).
+    pub fn output(mut self, output: OutputKind) -> Self {
+        self.output = output;
+        self
+    }
+
+    /// Rows expected per call, if known: lets `auto` weigh an engine's set-up against its
+    /// per-row cost. Left unset, every front end picks the same engine for a model.
+    pub fn rows_hint(mut self, rows: usize) -> Self {
+        self.rows_hint = Some(rows);
+        self
+    }
+
+    /// Most memory fast-v2's tables may take, in bytes (default 256 MiB).
+    pub fn v2_memory_bytes(mut self, bytes: usize) -> Self {
+        self.settings.v2_memory_bytes = bytes;
+        self
+    }
+
+    /// Interventional SHAP over these background rows (features found by name, as in
+    /// [`Explainer::explain_batch`]): each feature left out of a coalition takes the background
+    /// rows' values, as `shap.TreeExplainer(model, data=background)` does, and the bias is the
+    /// background's mean margin. Without a background, SHAP values are path-dependent (the
+    /// training covers stand in for a missing feature), as XGBoost's and LightGBM's own.
+    pub fn background(mut self, rows: RecordBatch) -> Self {
+        self.background = Some(rows);
+        self
+    }
+
+    /// Path-dependent SHAP with every node's cover counted from these rows (features found by
+    /// name) instead of the training covers, as `shap.TreeExplainer(model, data,
+    /// feature_perturbation="tree_path_dependent")` computes them: the bias is the rows' mean
+    /// margin (a node none of them reaches weighs [`UNREACHED_COVER`](crate::engine::UNREACHED_COVER)),
+    /// and each row's values add up to its margin. Not with a [`background`](Self::background).
+    pub fn cover_rows(mut self, rows: RecordBatch) -> Self {
+        self.cover_rows = Some(rows);
+        self
+    }
+
+    /// What interventional values attribute (default the margin): `Logistic` gives shap's
+    /// `model_output="probability"` values of a log-odds model, each background row's margin
+    /// values rescaled to the change in probability, the bias the background's mean
+    /// probability. Needs a [`background`](Self::background).
+    pub fn output_transform(mut self, transform: OutputTransform) -> Self {
+        self.transform = transform;
+        self
+    }
+
+    /// Most memory the interventional engine's aggregated background may take, in bytes
+    /// (default 1 GiB); leaves beyond it keep their background patterns instead of tables.
+    pub fn interventional_memory_bytes(mut self, bytes: usize) -> Self {
+        self.settings.interventional_memory_bytes = bytes;
+        self
+    }
+
+    /// Builds the engine (and any tables it needs, on the compute pool).
+    pub fn build(self) -> Result<Explainer> {
+        let pool = compute_pool(self.settings.threads_to_run())?;
+        let (device, algorithm, options) = (self.settings.device, self.settings.algorithm, self.settings.engine_options());
+        let mut model = self.model;
+        if let Some(rows) = &self.cover_rows {
+            if self.background.is_some() {
+                return Err(Error::Input(
+                    "give either background rows (interventional SHAP) or rows to count covers from (path-dependent SHAP over those rows), not both"
+                        .into(),
+                ));
+            }
+            let block = model.feature_block(rows).map_err(|e| Error::Input(format!("rows to count covers from: {e}")))?;
+            model = Arc::new(pool.install(|| covers_counted_from(&model, &block))?);
+        }
+        let engine = match &self.background {
+            None if self.transform != OutputTransform::Identity => {
+                return Err(Error::Input(format!(
+                    "the {} output transform is interventional only: give background rows (path-dependent values attribute the margin)",
+                    self.transform
+                )))
+            }
+            None => pool.install(|| engine_on(device, model.clone(), algorithm, self.rows_hint, &options))?,
+            Some(rows) => {
+                // Refused here, before the background is aggregated, rather than at the first batch.
+                if self.output == OutputKind::Interactions {
+                    return Err(interventional_interactions_unavailable());
+                }
+                let background = model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
+                pool.install(|| interventional_on(device, model.clone(), &background, algorithm, self.transform, &options))?
+            }
+        };
+        let schema = Arc::new(Schema::new(output_fields(&model, self.output)));
+        Ok(Explainer { engine, model, saabas: Arc::new(OnceLock::new()), pool, output: self.output, schema, settings: self.settings })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, Float64Array};
+    use arrow::datatypes::{DataType, Field};
+
+    use super::*;
+
+    fn fixture_model() -> Model {
+        Model::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/models/fraud.json")).unwrap()
+    }
+
+    /// A batch of the model's features in reverse order, with one column the model lacks.
+    fn shuffled_rows(model: &Model, rows: usize) -> RecordBatch {
+        let mut fields = vec![Field::new("id", DataType::Float64, false)];
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Float64Array::from_iter_values((0..rows).map(|r| r as f64)))];
+        for (j, name) in model.feature_names.iter().enumerate().rev() {
+            fields.push(Field::new(name, DataType::Float64, true));
+            columns.push(Arc::new(Float64Array::from_iter_values((0..rows).map(|r| ((r * 7 + j * 3) % 11) as f64 - 2.0))));
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    #[test]
+    fn a_batch_in_a_batch_out_with_its_schema_and_additive() {
+        let model = fixture_model();
+        let rows = shuffled_rows(&model, 40);
+        let explainer = Explainer::builder(model.clone()).algorithm(Algorithm::TreeShap).threads(1).build().unwrap();
+        let shap = explainer.explain_batch(&rows).unwrap();
+        assert_eq!(shap.schema(), explainer.schema());
+        assert_eq!(shap.num_rows(), 40);
+        assert_eq!(shap.num_columns(), model.num_features() + 1);
+        let margins = Explainer::builder(model).output(OutputKind::Margin).build().unwrap().explain_batch(&rows).unwrap();
+        let margin = margins.column(0).as_any().downcast_ref::<Float64Array>().unwrap();
+        for r in 0..40 {
+            let sum: f64 = shap.columns().iter().map(|c| c.as_any().downcast_ref::<Float64Array>().unwrap().value(r)).sum();
+            assert!((sum - margin.value(r)).abs() < 1e-9, "row {r}: {sum} vs {}", margin.value(r));
+        }
+    }
+
+    #[test]
+    fn every_engine_and_thread_count_gives_the_same_batch() {
+        let model = fixture_model();
+        let rows = shuffled_rows(&model, 70);
+        let reference = Explainer::builder(model.clone()).algorithm(Algorithm::TreeShap).threads(1).build().unwrap().explain_batch(&rows).unwrap();
+        for name in Algorithm::NAMES {
+            let explainer = Explainer::builder(model.clone()).algorithm(name.parse().unwrap()).device(Device::Cpu).threads(2).build().unwrap();
+            let got = explainer.explain_batch(&rows).unwrap();
+            for (a, b) in got.columns().iter().zip(reference.columns()) {
+                let (a, b) = (a.as_any().downcast_ref::<Float64Array>().unwrap(), b.as_any().downcast_ref::<Float64Array>().unwrap());
+                for r in 0..a.len() {
+                    assert!((a.value(r) - b.value(r)).abs() < 1e-12, "{name} row {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_feature_is_named() {
+        let model = fixture_model();
+        let rows = shuffled_rows(&model, 3);
+        let without = rows.project(&(0..rows.num_columns() - 1).collect::<Vec<_>>()).unwrap();
+        let missing = &model.feature_names[0];
+        let e = Explainer::builder(model.clone()).build().unwrap().explain_batch(&without).unwrap_err().to_string();
+        assert!(e.contains(missing.as_str()), "{e}");
+    }
+}

@@ -1,0 +1,234 @@
+//! The GPU engine: `kernels/treeshap.cu` compiled by NVRTC for the device found, the model's
+//! paths uploaded once, and per batch: rows up, the warp kernel and (for paths longer than a
+//! warp) the quadrature kernel into one output, attributions down.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+
+use super::launch::{interaction_values, shap_values, DeviceLimits, Kernel, KernelCall};
+use super::paths::WARP_LANES;
+use super::warps::PathProgram;
+use crate::engine::drivers::check_block;
+use crate::engine::{Attributions, Engine, FeatureBlock, Interactions};
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// The kernels' source, compiled at run time for the device's architecture.
+pub const KERNEL_SOURCE: &str = include_str!("../../../../kernels/treeshap.cu");
+
+/// Compiles the kernels to PTX for compute capability `major.minor` (no device needed).
+pub fn compile_kernels(major: i32, minor: i32) -> Result<Ptx> {
+    let options = CompileOptions {
+        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
+        name: Some("treeshap.cu".into()),
+        ..Default::default()
+    };
+    compile_ptx_with_opts(KERNEL_SOURCE, options).map_err(|e| Error::Unavailable(format!("NVRTC could not compile kernels/treeshap.cu: {e}")))
+}
+
+fn gpu_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
+    move |e| Error::Unavailable(format!("GPU: {what}: {e}"))
+}
+
+/// Device 0's context and the kernels compiled for it, shared by every model in the process.
+struct Kernels {
+    stream: Arc<CudaStream>,
+    shap: CudaFunction,
+    interactions: CudaFunction,
+    quadrature_shap: CudaFunction,
+    quadrature_interactions: CudaFunction,
+    multiprocessors: usize,
+}
+
+impl Kernels {
+    fn function(&self, kernel: Kernel) -> &CudaFunction {
+        match kernel {
+            Kernel::Shap => &self.shap,
+            Kernel::InteractionPairs => &self.interactions,
+            Kernel::QuadratureShap => &self.quadrature_shap,
+            Kernel::QuadratureInteractionPairs => &self.quadrature_interactions,
+        }
+    }
+}
+
+fn kernels() -> Result<&'static Kernels> {
+    static KERNELS: OnceLock<std::result::Result<Kernels, String>> = OnceLock::new();
+    KERNELS
+        .get_or_init(|| {
+            super::probe()?;
+            let load = || -> Result<Kernels> {
+                let ctx = CudaContext::new(0).map_err(gpu_error("open device 0"))?;
+                let (major, minor) = ctx.compute_capability().map_err(gpu_error("read the compute capability"))?;
+                let module = ctx.load_module(compile_kernels(major, minor)?).map_err(gpu_error("load the compiled kernels"))?;
+                let function = |name| module.load_function(name).map_err(gpu_error("find a kernel"));
+                let multiprocessors = ctx
+                    .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                    .map_err(gpu_error("count multiprocessors"))? as usize;
+                Ok(Kernels {
+                    stream: ctx.default_stream(),
+                    shap: function(Kernel::Shap.name())?,
+                    interactions: function(Kernel::InteractionPairs.name())?,
+                    quadrature_shap: function(Kernel::QuadratureShap.name())?,
+                    quadrature_interactions: function(Kernel::QuadratureInteractionPairs.name())?,
+                    multiprocessors,
+                })
+            };
+            load().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|why| Error::Unavailable(why.clone()))
+}
+
+/// The model's paths on the device, and the per-batch buffers reused across batches.
+struct DeviceModel {
+    lane_ints: CudaSlice<i32>,
+    lane_reals: CudaSlice<f64>,
+    bin_len: CudaSlice<i32>,
+    thresholds: CudaSlice<f64>,
+    split_ints: CudaSlice<u32>,
+    categories: CudaSlice<u32>,
+    long_path_ints: CudaSlice<i32>,
+    long_path_values: CudaSlice<f64>,
+    long_element_ints: CudaSlice<i32>,
+    long_element_zero: CudaSlice<f64>,
+    quadrature: CudaSlice<f64>,
+    x: Option<CudaSlice<f64>>,
+    out: Option<CudaSlice<f64>>,
+}
+
+/// Copies `values` to the device; empty arrays get one element (a zero-byte allocation fails).
+fn upload<T: cudarc::driver::DeviceRepr + Default + Clone>(stream: &Arc<CudaStream>, values: &[T]) -> Result<CudaSlice<T>> {
+    let padded: Vec<T> = if values.is_empty() { vec![T::default()] } else { values.to_vec() };
+    stream.clone_htod(&padded).map_err(gpu_error("copy the model's paths to the device"))
+}
+
+/// A device buffer of at least `len` elements, reusing `slot`'s when it is large enough.
+fn buffer<'a>(stream: &Arc<CudaStream>, slot: &'a mut Option<CudaSlice<f64>>, len: usize) -> Result<&'a mut CudaSlice<f64>> {
+    if slot.as_ref().is_none_or(|b| b.len() < len) {
+        *slot = None; // free the old one first
+        *slot = Some(stream.alloc_zeros::<f64>(len.max(1)).map_err(gpu_error("allocate device memory for a batch"))?);
+    }
+    Ok(slot.as_mut().expect("allocated above"))
+}
+
+/// Exact SHAP values and interactions on an NVIDIA GPU.
+pub struct GpuEngine {
+    model: Arc<Model>,
+    program: PathProgram,
+    device: Mutex<DeviceModel>,
+}
+
+impl GpuEngine {
+    /// Extracts the model's paths, packs those that fit a warp, and uploads them. `None` (with
+    /// a log line saying why) when a tree is deeper than the engines' recursion bound: the
+    /// caller uses the CPU. An error when there is no usable GPU.
+    pub fn new(model: Arc<Model>) -> Result<Option<Self>> {
+        GpuEngine::with_warp_limit(model, WARP_LANES)
+    }
+
+    /// As [`GpuEngine::new`], with paths of more than `warp_max_len` elements on the quadrature
+    /// kernel (0: every path; 32, the most, is what `new` does): for comparing the kernels.
+    pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<Self>> {
+        let kernels = kernels()?;
+        let Some(program) = PathProgram::with_warp_limit(model.clone(), warp_max_len)? else { return Ok(None) };
+        let s = &kernels.stream;
+        let device = DeviceModel {
+            lane_ints: upload(s, &program.lane_ints)?,
+            lane_reals: upload(s, &program.lane_reals)?,
+            bin_len: upload(s, &program.bin_len)?,
+            thresholds: upload(s, &program.split_thresholds)?,
+            split_ints: upload(s, &program.split_ints)?,
+            categories: upload(s, &program.categories)?,
+            long_path_ints: upload(s, &program.long.path_ints)?,
+            long_path_values: upload(s, &program.long.path_values)?,
+            long_element_ints: upload(s, &program.long.element_ints)?,
+            long_element_zero: upload(s, &program.long.element_zero)?,
+            quadrature: upload(s, &program.long.quadrature)?,
+            x: None,
+            out: None,
+        };
+        tracing::info!(warps = program.bins, long_paths = program.long.count, "GPU engine: model uploaded");
+        Ok(Some(GpuEngine { model, program, device: Mutex::new(device) }))
+    }
+
+    /// Runs the planned launches over some rows on the device: the rows up, each kernel into
+    /// one zeroed output, the sums down.
+    fn launch(&self, call: &KernelCall) -> Result<Vec<f64>> {
+        let kernels = kernels()?;
+        let (n, width) = (call.plan.rows, call.width);
+        let stream = &kernels.stream;
+        let mut device = self.device.lock().unwrap_or_else(|p| p.into_inner());
+        let device = &mut *device;
+        let x = buffer(stream, &mut device.x, call.x.len())?;
+        if !call.x.is_empty() {
+            stream.memcpy_htod(call.x, &mut x.slice_mut(0..call.x.len())).map_err(gpu_error("copy rows to the device"))?;
+        }
+        let out = buffer(stream, &mut device.out, n * width)?;
+        stream.memset_zeros(&mut out.slice_mut(0..n * width)).map_err(gpu_error("clear the output"))?;
+        let program = call.program;
+        let (rows_i64, cols, groups) = (n as i64, program.features as i32, program.groups as i32);
+        for plan in &call.plan.launches {
+            let config =
+                LaunchConfig { grid_dim: (plan.grid.0, plan.grid.1, 1), block_dim: (plan.block_threads, 1, 1), shared_mem_bytes: plan.shared_bytes };
+            let units = plan.kernel.units(program) as i32;
+            let (rpb, use_shared) = (plan.rows_per_block as i32, i32::from(plan.use_shared));
+            let mut launch = stream.launch_builder(kernels.function(plan.kernel));
+            if plan.kernel.is_quadrature() {
+                launch
+                    .arg(&device.long_path_ints)
+                    .arg(&device.long_path_values)
+                    .arg(&device.long_element_ints)
+                    .arg(&device.long_element_zero)
+                    .arg(&device.quadrature);
+            } else {
+                launch.arg(&device.lane_ints).arg(&device.lane_reals).arg(&device.bin_len);
+            }
+            launch
+                .arg(&units)
+                .arg(&device.thresholds)
+                .arg(&device.split_ints)
+                .arg(&device.categories)
+                .arg(&*x)
+                .arg(&rows_i64)
+                .arg(&cols)
+                .arg(&groups)
+                .arg(&rpb)
+                .arg(&use_shared)
+                .arg(&mut *out);
+            // SAFETY: the argument list matches the kernel's signature in kernels/treeshap.cu
+            // (the warp and quadrature kernels differ only in their path arrays), and every
+            // buffer holds what the kernel reads or writes for `n` rows.
+            unsafe { launch.launch(config) }.map_err(gpu_error("launch the kernel"))?;
+        }
+        let mut values = vec![0.0; n * width];
+        stream.memcpy_dtoh(&out.slice(0..n * width), &mut values).map_err(gpu_error("copy results back"))?;
+        stream.synchronize().map_err(gpu_error("run the kernel"))?;
+        Ok(values)
+    }
+
+    fn limits(&self) -> Result<DeviceLimits> {
+        Ok(DeviceLimits::new(kernels()?.multiprocessors))
+    }
+}
+
+impl Engine for GpuEngine {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn model(&self) -> &Model {
+        &self.model
+    }
+
+    fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
+        check_block(&self.model, block)?;
+        shap_values(&self.program, block, &self.limits()?, &mut |call| self.launch(call))
+    }
+
+    fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        check_block(&self.model, block)?;
+        interaction_values(&self.program, block, &self.limits()?, &mut |call| self.launch(call))
+    }
+}

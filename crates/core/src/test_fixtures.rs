@@ -1,0 +1,63 @@
+//! The committed fixtures (`tests/fixtures/*`: a model, its input rows and the library's own
+//! outputs) for the crate's unit tests; the integration tests have their own loader.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::engine::FeatureBlock;
+use crate::model::Model;
+
+/// One fixture's model and input rows.
+pub(crate) struct Fixture {
+    pub name: String,
+    pub model: Arc<Model>,
+    pub block: FeatureBlock,
+}
+
+/// Every fixture directory with an `expected.json`, in name order, but Spark ML's (model
+/// directories of Parquet, which `shapfusion-files` reads; the workspace's tests cover them).
+pub(crate) fn fixtures() -> Vec<Fixture> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("expected.json").exists() && !p.join("model").is_dir())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 10, "fixtures missing under {}", root.display());
+    dirs.into_iter()
+        .map(|dir| {
+            let model_path = ["model.json", "model.ubj", "model.txt"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
+            let model = Arc::new(Model::load(&model_path).unwrap());
+            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(dir.join("input.parquet")).unwrap()).unwrap().build().unwrap();
+            let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+            let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+            let block = model.feature_block(&batch).unwrap();
+            Fixture { name: dir.file_name().unwrap().to_string_lossy().into(), model, block }
+        })
+        .collect()
+}
+
+/// Rows `from..to` of a fixture's block (`to` capped at its row count).
+pub(crate) fn block_rows(block: &FeatureBlock, from: usize, to: usize) -> FeatureBlock {
+    let to = to.min(block.rows());
+    FeatureBlock::new(to - from, block.cols(), block.values()[from * block.cols()..to * block.cols()].to_vec(), crate::model::Precision::F64)
+}
+
+/// Largest |a − b| over a row relative to that row's largest |b| (floored at 1e-12), and the row.
+pub(crate) fn max_row_rel_error(a: &[f64], b: &[f64], row_width: usize) -> (f64, usize) {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let mut worst = (0.0, 0);
+    for (r, (ra, rb)) in a.chunks(row_width).zip(b.chunks(row_width)).enumerate() {
+        let scale = rb.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+        let err = ra.iter().zip(rb).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale;
+        if err > worst.0 || err.is_nan() {
+            worst = (err, r);
+        }
+    }
+    worst
+}

@@ -1,0 +1,371 @@
+//! Reading rows from Parquet or CSV, from a file or from bytes already fetched (an object
+//! store): the inputs of `explain`, and background sets for interventional SHAP, sampled
+//! reproducibly with bounded memory.
+
+use std::fs::File;
+use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float64Array, RecordBatch, RecordBatchReader};
+use arrow::csv::reader::Format;
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use parquet::file::reader::ChunkReader;
+
+use shapfusion_core::error::{Error, Result};
+use shapfusion_core::model::Model;
+
+/// Input file formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputFormat {
+    /// Apache Parquet.
+    Parquet,
+    /// Comma-separated values with a header line.
+    Csv,
+    /// The Arrow IPC file format (Feather v2, `.arrow`).
+    ArrowIpc,
+}
+
+impl InputFormat {
+    /// Parquet or Arrow IPC by their magic bytes (`PAR1`, `ARROW1`), else CSV.
+    fn of(head: &[u8]) -> InputFormat {
+        if head.starts_with(b"PAR1") {
+            InputFormat::Parquet
+        } else if head.starts_with(b"ARROW1") {
+            InputFormat::ArrowIpc
+        } else {
+            InputFormat::Csv
+        }
+    }
+}
+
+/// Detects the input format: Parquet or Arrow IPC by their magic bytes, else CSV.
+pub fn detect_input_format(path: &Path) -> Result<InputFormat> {
+    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut magic = [0u8; 6];
+    let n = f.read(&mut magic).map_err(|e| Error::io(path, e))?;
+    Ok(InputFormat::of(&magic[..n]))
+}
+
+/// A streaming reader over the input's batches, with the total row count when known.
+pub struct InputReader {
+    reader: Box<dyn RecordBatchReader + Send>,
+    total_rows: Option<usize>,
+    label: String,
+}
+
+impl InputReader {
+    /// Opens `path`, reading only the columns in `wanted` (plus none else), `batch_rows` at a
+    /// time. For CSV, columns named in `numeric` are parsed as Float64.
+    pub fn open(path: &Path, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
+        let label = path.display().to_string();
+        match detect_input_format(path)? {
+            InputFormat::Parquet => parquet_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, Some(wanted), batch_rows),
+            InputFormat::Csv => csv_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, numeric, batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(File::open(path).map_err(|e| Error::io(path, e))?), label, Some(wanted)),
+        }
+    }
+
+    /// Opens `path` with every column it has (the SHAP files `plot` reads back).
+    pub fn open_all(path: &Path, batch_rows: usize) -> Result<InputReader> {
+        let label = path.display().to_string();
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        match detect_input_format(path)? {
+            InputFormat::Parquet => parquet_reader(file, label, None, batch_rows),
+            InputFormat::Csv => csv_reader(file, label, &[], batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, None),
+        }
+    }
+
+    /// Reads Parquet or CSV `bytes` (named `label` in errors), as [`open`](Self::open) does.
+    pub fn from_bytes(bytes: Bytes, label: &str, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
+        match InputFormat::of(&bytes) {
+            InputFormat::Parquet => parquet_reader(bytes, label.to_string(), Some(wanted), batch_rows),
+            InputFormat::Csv => csv_reader(Cursor::new(bytes), label.to_string(), numeric, batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label.to_string(), Some(wanted)),
+        }
+    }
+
+    /// Schema of the batches.
+    pub fn schema(&self) -> SchemaRef {
+        self.reader.schema()
+    }
+
+    /// Total rows, when the format says (Parquet).
+    pub fn total_rows(&self) -> Option<usize> {
+        self.total_rows
+    }
+}
+
+impl Iterator for InputReader {
+    type Item = Result<RecordBatch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.reader.next().map(|r| r.map_err(|e| Error::arrow(format!("reading {}", self.label), e)))
+    }
+}
+
+/// A Parquet reader over `source` projected to the `wanted` columns it has (all: `None`).
+fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: Option<&[String]>, batch_rows: usize) -> Result<InputReader> {
+    let ctx = || format!("reading {label}");
+    let builder = ParquetRecordBatchReaderBuilder::try_new(source).map_err(|e| Error::external(ctx(), e))?;
+    let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
+    // Read only what we need: each model feature plus the kept columns.
+    let schema = builder.schema().clone();
+    let mask = match wanted {
+        Some(wanted) => ProjectionMask::roots(builder.parquet_schema(), wanted.iter().filter_map(|n| schema.index_of(n).ok())),
+        None => ProjectionMask::all(),
+    };
+    let reader = builder.with_projection(mask).with_batch_size(batch_rows).build().map_err(|e| Error::external(ctx(), e))?;
+    Ok(InputReader { reader: Box::new(reader), total_rows: Some(total), label })
+}
+
+/// An Arrow IPC file reader over `source` projected to the `wanted` columns it has (all:
+/// `None`); batches come as the file holds them.
+fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wanted: Option<&[String]>) -> Result<InputReader> {
+    let Some(wanted) = wanted else {
+        let reader = arrow::ipc::reader::FileReader::try_new(source, None).map_err(|e| Error::arrow(format!("reading {label}"), e))?;
+        return Ok(InputReader { reader: Box::new(reader), total_rows: None, label });
+    };
+    let ctx = || format!("reading {label}");
+    // The footer first, for the column indices of the projection.
+    let schema = arrow::ipc::reader::FileReader::try_new(&mut source, None).map_err(|e| Error::arrow(ctx(), e))?.schema();
+    let projection: Vec<usize> = wanted.iter().filter_map(|n| schema.index_of(n).ok()).collect();
+    source.seek(SeekFrom::Start(0)).map_err(|e| Error::Input(format!("{}: {e}", ctx())))?;
+    let reader = arrow::ipc::reader::FileReader::try_new(source, Some(projection)).map_err(|e| Error::arrow(ctx(), e))?;
+    Ok(InputReader { reader: Box::new(reader), total_rows: None, label })
+}
+
+/// A CSV reader over `source` (a header line, then rows); the `numeric` columns are Float64
+/// whatever their first rows look like (e.g. all empty).
+fn csv_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, numeric: &[String], batch_rows: usize) -> Result<InputReader> {
+    let ctx = || format!("reading {label}");
+    let (inferred, _) =
+        Format::default().with_header(true).infer_schema(BufReader::new(&mut source), Some(1000)).map_err(|e| Error::arrow(ctx(), e))?;
+    if inferred.fields().is_empty() {
+        return Err(Error::Input(format!("{label}: empty CSV (no header line)")));
+    }
+    let fields: Vec<FieldRef> = inferred
+        .fields()
+        .iter()
+        .map(|f| {
+            if numeric.contains(f.name()) && !f.data_type().is_numeric() && *f.data_type() != DataType::Boolean {
+                Arc::new(Field::new(f.name(), DataType::Float64, true))
+            } else {
+                f.clone()
+            }
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    source.seek(SeekFrom::Start(0)).map_err(|e| Error::Input(format!("{}: {e}", ctx())))?;
+    let reader = arrow::csv::ReaderBuilder::new(schema)
+        .with_header(true)
+        .with_batch_size(batch_rows)
+        .build(BufReader::new(source))
+        .map_err(|e| Error::arrow(ctx(), e))?;
+    Ok(InputReader { reader: Box::new(reader), total_rows: None, label })
+}
+
+/// Rows per batch when reading a background.
+const BACKGROUND_BATCH_ROWS: usize = 65_536;
+
+/// Reads background rows for interventional SHAP from a Parquet or CSV file; see
+/// [`sample_background`].
+pub fn read_background(path: &Path, model: &Model, max_rows: Option<usize>, seed: u64) -> Result<RecordBatch> {
+    let label = format!("background {}", path.display());
+    let reader = InputReader::open(path, &model.feature_names, &model.numeric_input_columns(), BACKGROUND_BATCH_ROWS)
+        .map_err(|e| Error::Input(format!("{label}: {e}")))?;
+    sample_background(reader, model, max_rows, seed, &label)
+}
+
+/// The background rows of `reader` for `model`: its feature columns (found by name; nulls are
+/// missing values), all rows, or `max_rows` of them drawn uniformly without replacement by a
+/// generator seeded with `seed` (the same rows on every run), kept in input order. Memory is
+/// bounded by `max_rows`, not the input. The batch holds one Float64 column per model feature;
+/// errors start with `label`.
+pub fn sample_background(reader: InputReader, model: &Model, max_rows: Option<usize>, seed: u64, label: &str) -> Result<RecordBatch> {
+    let context = |e: Error| Error::Input(format!("{label}: {e}"));
+    let cap = max_rows.unwrap_or(usize::MAX);
+    if cap == 0 {
+        return Err(Error::Input(format!("{label}: a sample of 0 background rows was asked for; ask for at least 1")));
+    }
+    // Reservoir sampling (Algorithm R): after `seen` rows, each is kept with probability cap/seen.
+    let mut kept: Vec<(usize, Vec<f64>)> = Vec::new();
+    let mut rng = SplitMix64(seed);
+    let mut seen = 0usize;
+    for batch in reader {
+        let block = model.feature_block(&batch.map_err(context)?).map_err(context)?;
+        for r in 0..block.rows() {
+            if kept.len() < cap {
+                kept.push((seen, block.row(r).to_vec()));
+            } else {
+                let j = rng.below(seen as u64 + 1) as usize;
+                if j < cap {
+                    kept[j] = (seen, block.row(r).to_vec());
+                }
+            }
+            seen += 1;
+        }
+    }
+    if kept.is_empty() {
+        return Err(Error::Input(format!("{label} has no rows; interventional SHAP needs at least one")));
+    }
+    kept.sort_unstable_by_key(|(index, _)| *index);
+    let fields: Vec<Field> = model.feature_names.iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
+    let columns: Vec<ArrayRef> =
+        (0..model.num_features()).map(|k| Arc::new(Float64Array::from_iter_values(kept.iter().map(|(_, row)| row[k]))) as ArrayRef).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow(label.to_string(), e))
+}
+
+/// Which rows of a file to read: see [`selected_indices`] and [`take_rows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowSelection {
+    /// Every row, or `max_rows` of them drawn uniformly without replacement by a generator
+    /// seeded with `seed` (the same rows on every run), kept in file order.
+    Sample {
+        /// Most rows to keep (`None`: all).
+        max_rows: Option<usize>,
+        /// Seed of the draw.
+        seed: u64,
+    },
+    /// The one row with this 0-based index.
+    One(usize),
+}
+
+/// Rows in `reader`'s file: the format's own count when it has one, else counted by reading.
+pub fn count_rows(reader: InputReader) -> Result<usize> {
+    if let Some(total) = reader.total_rows() {
+        return Ok(total);
+    }
+    let mut total = 0usize;
+    for batch in reader {
+        total += batch?.num_rows();
+    }
+    Ok(total)
+}
+
+/// The 0-based row indices `selection` keeps out of `total` rows, ascending; `label` names the
+/// file in the error for a row out of range.
+pub fn selected_indices(selection: RowSelection, total: usize, label: &str) -> Result<Vec<usize>> {
+    match selection {
+        RowSelection::One(row) if row < total => Ok(vec![row]),
+        RowSelection::One(row) => Err(Error::Input(format!("row {row} is out of range: {label} has {total} rows (rows count from 0)"))),
+        RowSelection::Sample { max_rows: Some(0), .. } => Err(Error::Input("a sample of 0 rows was asked for; ask for at least 1".into())),
+        RowSelection::Sample { max_rows, seed } => {
+            let keep = max_rows.unwrap_or(usize::MAX);
+            if keep >= total {
+                return Ok((0..total).collect());
+            }
+            // Floyd's algorithm: `keep` distinct indices in O(keep) memory whatever `total` is.
+            let mut rng = SplitMix64(seed);
+            let mut chosen = std::collections::BTreeSet::new();
+            for j in total - keep..total {
+                let t = rng.below(j as u64 + 1) as usize;
+                if !chosen.insert(t) {
+                    chosen.insert(j);
+                }
+            }
+            Ok(chosen.into_iter().collect())
+        }
+    }
+}
+
+/// The rows of `reader` at the ascending `indices`, as one batch (streamed: memory grows with
+/// the rows kept, not the file).
+pub fn take_rows(reader: InputReader, indices: &[usize]) -> Result<RecordBatch> {
+    let schema = reader.schema();
+    let mut parts = Vec::new();
+    let mut start = 0usize;
+    let mut next = 0usize;
+    for batch in reader {
+        let batch = batch?;
+        let end = start + batch.num_rows();
+        let mut local = Vec::new();
+        while next < indices.len() && indices[next] < end {
+            local.push((indices[next] - start) as u32);
+            next += 1;
+        }
+        if !local.is_empty() {
+            let take = arrow::array::UInt32Array::from(local);
+            let columns = batch
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::take(c, &take, None))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::arrow("selecting rows", e))?;
+            parts.push(RecordBatch::try_new(batch.schema(), columns).map_err(|e| Error::arrow("selecting rows", e))?);
+        }
+        start = end;
+        if next == indices.len() {
+            break;
+        }
+    }
+    arrow::compute::concat_batches(&schema, &parts).map_err(|e| Error::arrow("selecting rows", e))
+}
+
+/// A small seeded generator (SplitMix64) for sampling rows reproducibly (backgrounds, plots).
+pub(crate) struct SplitMix64(pub(crate) u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0), without modulo bias.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        let zone = u64::MAX - u64::MAX % n;
+        loop {
+            let v = self.next();
+            if v < zone {
+                return v % n;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seeded_sample_is_uniform_and_repeatable() {
+        let mut counts = [0usize; 10];
+        for seed in 0..2000 {
+            let mut rng = SplitMix64(seed);
+            counts[rng.below(10) as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| (150..250).contains(&c)), "{counts:?}");
+        assert_eq!(SplitMix64(7).next(), SplitMix64(7).next());
+    }
+
+    #[test]
+    fn a_row_selection_is_distinct_ascending_and_repeatable() {
+        let pick = |max_rows, seed| selected_indices(RowSelection::Sample { max_rows, seed }, 1000, "f").unwrap();
+        let a = pick(Some(50), 3);
+        assert_eq!(a.len(), 50);
+        assert!(a.windows(2).all(|w| w[0] < w[1]) && *a.last().unwrap() < 1000, "{a:?}");
+        assert_eq!(a, pick(Some(50), 3));
+        assert_ne!(a, pick(Some(50), 4));
+        assert_eq!(pick(None, 0), (0..1000).collect::<Vec<_>>());
+        assert_eq!(selected_indices(RowSelection::One(7), 8, "f").unwrap(), vec![7]);
+        let e = selected_indices(RowSelection::One(8), 8, "rows.parquet").unwrap_err().to_string();
+        assert!(e.contains("row 8 is out of range") && e.contains("rows.parquet has 8 rows"), "{e}");
+    }
+
+    #[test]
+    fn csv_and_parquet_bytes_read_alike() {
+        let csv = Bytes::from_static(b"a,b\n1,2\n3,\n");
+        let names = vec!["a".to_string(), "b".to_string()];
+        let batches: Vec<RecordBatch> = InputReader::from_bytes(csv, "t.csv", &names, &names, 10).unwrap().collect::<Result<_>>().unwrap();
+        assert_eq!(batches[0].num_rows(), 2);
+        assert!(batches[0].schema().field(1).data_type().is_numeric());
+        let e = InputReader::from_bytes(Bytes::new(), "empty.csv", &names, &names, 10).err().unwrap().to_string();
+        assert!(e.contains("empty.csv") && e.contains("empty CSV"), "{e}");
+    }
+}

@@ -1,0 +1,424 @@
+//! `shapfusion worker`: an Arrow Flight service that explains the record batches a client streams
+//! in through `DoExchange` and streams the attributions back, one row per input row, in order.
+//!
+//! The batch path is the same as everywhere else (features → engine → layout); this module only
+//! speaks Flight: descriptors, schemas, auth, actions and statistics.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::Schema;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo, PutResult, SchemaAsIpc, SchemaResult,
+    Ticket,
+};
+use bytes::Bytes;
+use futures::stream;
+use futures::{StreamExt, TryStreamExt};
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::protocol::{
+    call_from_descriptor, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS, ACTION_VERSION,
+    PROTOCOL_VERSION,
+};
+use crate::net::auth;
+use crate::net::limits::{Admission, StatusStream};
+use crate::net::metrics::{Exposition, Render};
+use shapfusion_core::error::{Error, Result};
+use shapfusion_core::features::FeatureColumns;
+use shapfusion_core::ComputeSettings;
+use shapfusion_core::Explainer;
+use shapfusion_sql::call::{PinnedCall, ResolvedCall};
+use shapfusion_sql::registry::{LoadedModel, ModelRegistry};
+
+/// This process in the errors it sends back.
+const HERE: &str = "this worker";
+
+/// How a worker computes and whom it serves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// How requests compute when the caller sends no settings, and the bounds (threads,
+    /// memory) of a caller's own settings.
+    pub settings: ComputeSettings,
+    /// Where `{"model": "name"}` is looked up when `name` is not registered.
+    pub model_dir: Option<String>,
+    /// Bearer token every call but `health` must present; `None`: no auth.
+    pub token: Option<String>,
+    /// A batch computing longer than this makes `health` report the worker stuck, so pools and
+    /// orchestrators stop sending it work.
+    pub stuck_after: std::time::Duration,
+    /// Exchanges at once, the queue in front of them, time per exchange, rows and bytes per
+    /// exchange ([`Admission::new`] with the limits, named in refusals as the front end says).
+    pub admission: Admission,
+}
+
+/// Default of [`WorkerConfig::stuck_after`]: far beyond any healthy batch (a 64k-row batch of a
+/// 1000-tree depth-16 model takes about 15 minutes on 2 cores).
+pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Counters behind the `stats` action, beside the admission's (which counts requests and rows).
+#[derive(Debug, Default)]
+struct Counters {
+    compute_nanos: AtomicU64,
+    /// When each batch now computing started, by a running number.
+    computing: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
+    next_compute: AtomicU64,
+}
+
+impl Counters {
+    /// Marks a batch as computing until the returned guard drops.
+    fn computing(self: &Arc<Self>) -> Computing {
+        let id = self.next_compute.fetch_add(1, Ordering::Relaxed);
+        self.computing.lock().expect("computing").insert(id, Instant::now());
+        Computing { counters: self.clone(), id }
+    }
+
+    /// How long the oldest batch now computing has been at it.
+    fn longest_compute(&self) -> Option<std::time::Duration> {
+        self.computing.lock().expect("computing").values().map(Instant::elapsed).max()
+    }
+}
+
+/// A batch on the compute pool (see [`Counters::computing`]).
+struct Computing {
+    counters: Arc<Counters>,
+    id: u64,
+}
+
+impl Drop for Computing {
+    fn drop(&mut self) {
+        self.counters.computing.lock().expect("computing").remove(&self.id);
+    }
+}
+
+/// The Flight service of `shapfusion worker`.
+pub struct WorkerService {
+    registry: Arc<ModelRegistry>,
+    config: WorkerConfig,
+    /// What computes, as `stats` and `version` report it (`gpu`, `cpu (2 threads)`).
+    device_description: String,
+    counters: Arc<Counters>,
+    started: Instant,
+}
+
+type Stream<T> = Pin<Box<dyn futures::Stream<Item = std::result::Result<T, Status>> + Send + 'static>>;
+
+impl WorkerService {
+    /// A worker serving the models `registry` knows (and those under `config.model_dir`); an
+    /// error when its own device cannot be used.
+    pub fn new(registry: Arc<ModelRegistry>, config: WorkerConfig) -> Result<Self> {
+        let device_description = config.settings.describe()?;
+        Ok(WorkerService { registry, config, device_description, counters: Default::default(), started: Instant::now() })
+    }
+
+    fn authorize(&self, metadata: &MetadataMap) -> std::result::Result<(), Status> {
+        auth::check(metadata, self.config.token.as_deref())
+    }
+
+    /// Resolves a call's model and background, checking their versions, off the async threads
+    /// (the registry blocks on object-store I/O).
+    async fn resolve(&self, call: &PinnedCall) -> std::result::Result<ResolvedCall, Status> {
+        let (registry, call, dir) = (self.registry.clone(), call.clone(), self.config.model_dir.clone());
+        tokio::task::spawn_blocking(move || call.resolve(&registry, dir.as_deref(), HERE))
+            .await
+            .map_err(|e| Status::internal(format!("model lookup failed: {e}")))?
+            .map_err(|e| status_from_error(&e))
+    }
+
+    /// The explainer for a call with the settings it runs with here, built (once per model
+    /// version and settings) on a blocking thread.
+    async fn explainer(&self, resolved: ResolvedCall, settings: ComputeSettings) -> std::result::Result<Explainer, Status> {
+        tokio::task::spawn_blocking(move || resolved.explainer(&settings))
+            .await
+            .map_err(|e| Status::internal(format!("engine set-up failed: {e}")))?
+            .map_err(|e| status_from_error(&e))
+    }
+
+    fn flight_info(&self, call: &PinnedCall, loaded: &LoadedModel) -> std::result::Result<FlightInfo, Status> {
+        let schema = output_schema(&loaded.model, call.output);
+        let info = ModelInfo {
+            model: call.model.clone(),
+            url: loaded.url.clone(),
+            version: loaded.version.clone(),
+            content_hash: loaded.content_hash.clone(),
+            features: loaded.model.feature_names.clone(),
+            output_groups: loaded.model.num_groups,
+        };
+        Ok(FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("encoding schema: {e}")))?
+            .with_descriptor(descriptor(call))
+            .with_app_metadata(serde_json::to_vec(&info).expect("model info serialises")))
+    }
+
+    /// Models named on the command line and those found under the model directory.
+    async fn served_models(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.registry.names().into_iter().map(|(n, _)| n).collect();
+        if let Some(dir) = &self.config.model_dir {
+            let registry = self.registry.clone();
+            let dir = dir.clone();
+            match tokio::task::spawn_blocking(move || registry.list_dir(&dir)).await {
+                Ok(Ok(found)) => names.extend(found),
+                Ok(Err(e)) => tracing::warn!("cannot list the model directory: {e}"),
+                Err(e) => tracing::warn!("cannot list the model directory: {e}"),
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// What the `stats` action and the metrics endpoint report.
+    pub fn stats(&self) -> WorkerStats {
+        let admission = self.config.admission.stats();
+        let rows = admission.rows;
+        let secs = self.counters.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
+        WorkerStats {
+            rows,
+            rows_per_second: if secs > 0.0 { rows as f64 / secs } else { 0.0 },
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            device: self.device_description.clone(),
+            in_flight: admission.running,
+            queued: admission.queued,
+            requests: admission.served,
+            failed_requests: admission.failed,
+            refused_queue_full: admission.refused_queue_full,
+            refused_queue_timeout: admission.refused_queue_timeout,
+            latency_buckets: admission.latency_buckets,
+            latency_seconds_sum: admission.latency_seconds_sum,
+        }
+    }
+
+    /// The page of the metrics endpoint (`--metrics-listen`): the admission's counters and
+    /// latency histogram, and the engine's compute time.
+    pub fn metrics(&self) -> Render {
+        let (admission, counters) = (self.config.admission.clone(), self.counters.clone());
+        Arc::new(move || {
+            let mut page = Exposition::default();
+            page.admission("shapfusion_worker_requests", "DoExchange requests", &admission.stats());
+            page.metric(
+                "shapfusion_worker_compute_seconds_total",
+                "counter",
+                "Time spent inside the engines.",
+                &[("", counters.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9)],
+            );
+            page.finish()
+        })
+    }
+
+    /// Reads an exchange's call, checks it and its first schema, and returns the reply stream:
+    /// every input batch explained, in order.
+    async fn start_exchange(&self, mut input: Streaming<FlightData>) -> std::result::Result<StatusStream<FlightData>, Status> {
+        let first = input
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("DoExchange received no messages: the first must carry the descriptor with the command"))?;
+        let descriptor = first.flight_descriptor.as_ref().ok_or_else(|| {
+            Status::invalid_argument(r#"the first DoExchange message has no flight descriptor; set one holding {"model": "...", "output": "shap"}"#)
+        })?;
+        let call = call_from_descriptor(descriptor)?;
+        let settings = call.settings_on(&self.config.settings, HERE).map_err(|e| status_from_error(&e))?;
+        let resolved = self.resolve(&call).await?;
+        let model = resolved.model.model.clone();
+        // A schema in the first message lets us refuse missing columns before any data moves.
+        if !first.data_header.is_empty() {
+            if let Ok(schema) = Schema::try_from(&first) {
+                FeatureColumns::resolve(&schema, &model).map_err(|e| status_from_error(&e))?;
+            }
+        }
+        let explainer = self.explainer(resolved, settings).await?;
+        let schema = output_schema(&model, call.output);
+        let (counters, admission, output) = (self.counters.clone(), self.config.admission.clone(), call.output);
+
+        // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
+        // neither carries IPC data for the decoder.
+        let (max_rows, max_bytes) = (self.config.admission.limits().max_rows, self.config.admission.limits().max_bytes);
+        let mut bytes = 0u64;
+        let data = stream::once(async { Ok(first) })
+            .chain(input)
+            .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
+            .and_then(move |m| {
+                bytes += (m.data_header.len() + m.data_body.len()) as u64;
+                std::future::ready(if bytes > max_bytes {
+                    Err(Status::out_of_range(format!(
+                        "this exchange sent more than {max_bytes} bytes, the most one request may send; split the rows over several requests"
+                    )))
+                } else {
+                    Ok(m)
+                })
+            })
+            .map_err(FlightError::from);
+        let reply_schema = schema.clone();
+        let batches = FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
+            FlightError::Tonic(status) => FlightError::Tonic(status),
+            other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
+        });
+        let mut rows_seen = 0u64;
+        let results = batches.and_then(move |batch| {
+            let (counters, admission, explainer, schema) = (counters.clone(), admission.clone(), explainer.clone(), reply_schema.clone());
+            rows_seen += batch.num_rows() as u64;
+            let too_many = rows_seen > max_rows;
+            async move {
+                if too_many {
+                    return Err(FlightError::Tonic(Box::new(Status::out_of_range(format!(
+                        "this exchange sent more than {max_rows} rows, the most one request may send; split the rows over several requests"
+                    )))));
+                }
+                let rows = batch.num_rows();
+                let timing = counters.clone();
+                let computing = counters.computing();
+                // Off the async threads: the explainer waits for its compute pool.
+                let result = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
+                    let _computing = computing;
+                    let start = Instant::now();
+                    let columns = explainer.output_columns(&batch, output)?;
+                    timing.compute_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the reply batch", e))
+                })
+                .await
+                .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
+                .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
+                if result.is_ok() {
+                    admission.add_rows(rows as u64);
+                }
+                result
+            }
+        });
+        let encoded = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .with_max_flight_data_size(super::protocol::REPLY_MESSAGE_BYTES)
+            .build(results)
+            .map_err(Status::from);
+        Ok(Box::pin(encoded))
+    }
+}
+
+fn json_result(value: &impl serde::Serialize) -> arrow_flight::Result {
+    arrow_flight::Result { body: Bytes::from(serde_json::to_vec(value).expect("reply serialises")) }
+}
+
+#[tonic::async_trait]
+impl FlightService for WorkerService {
+    type HandshakeStream = auth::HandshakeStream;
+    type ListFlightsStream = Stream<FlightInfo>;
+    type DoGetStream = Stream<FlightData>;
+    type DoPutStream = Stream<PutResult>;
+    type DoExchangeStream = Stream<FlightData>;
+    type DoActionStream = Stream<arrow_flight::Result>;
+    type ListActionsStream = Stream<ActionType>;
+
+    async fn handshake(&self, request: Request<Streaming<HandshakeRequest>>) -> std::result::Result<Response<Self::HandshakeStream>, Status> {
+        auth::handshake(request, self.config.token.as_deref()).await
+    }
+
+    async fn list_flights(&self, request: Request<Criteria>) -> std::result::Result<Response<Self::ListFlightsStream>, Status> {
+        self.authorize(request.metadata())?;
+        let mut infos = Vec::new();
+        for name in self.served_models().await {
+            let call = PinnedCall::new(name.clone(), Default::default());
+            match self.resolve(&call).await {
+                Ok(resolved) => infos.push(self.flight_info(&call, &resolved.model)),
+                // One unreadable file must not hide the others; the log names it.
+                Err(e) => tracing::warn!(model = name, "not listed: {}", e.message()),
+            }
+        }
+        Ok(Response::new(Box::pin(stream::iter(infos))))
+    }
+
+    async fn get_flight_info(&self, request: Request<FlightDescriptor>) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.authorize(request.metadata())?;
+        let call = call_from_descriptor(request.get_ref())?;
+        let resolved = self.resolve(&call).await?;
+        Ok(Response::new(self.flight_info(&call, &resolved.model)?))
+    }
+
+    async fn poll_flight_info(&self, _request: Request<FlightDescriptor>) -> std::result::Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented("PollFlightInfo is not supported: results come back directly from DoExchange"))
+    }
+
+    async fn get_schema(&self, request: Request<FlightDescriptor>) -> std::result::Result<Response<SchemaResult>, Status> {
+        self.authorize(request.metadata())?;
+        let call = call_from_descriptor(request.get_ref())?;
+        let resolved = self.resolve(&call).await?;
+        let schema = output_schema(&resolved.model.model, call.output);
+        let options = arrow::ipc::writer::IpcWriteOptions::default();
+        let result: SchemaResult = SchemaAsIpc::new(&schema, &options)
+            .try_into()
+            .map_err(|e: arrow::error::ArrowError| Status::internal(format!("encoding schema: {e}")))?;
+        Ok(Response::new(result))
+    }
+
+    async fn do_get(&self, _request: Request<Ticket>) -> std::result::Result<Response<Self::DoGetStream>, Status> {
+        Err(Status::unimplemented("DoGet is not supported: stream your rows with DoExchange and read the attributions from its reply"))
+    }
+
+    async fn do_put(&self, _request: Request<Streaming<FlightData>>) -> std::result::Result<Response<Self::DoPutStream>, Status> {
+        Err(Status::unimplemented("DoPut is not supported: stream your rows with DoExchange and read the attributions from its reply"))
+    }
+
+    async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> std::result::Result<Response<Self::DoExchangeStream>, Status> {
+        self.authorize(request.metadata())?;
+        // Queued before anything is read: a waiting request holds no decoded data.
+        let client = request.remote_addr().map_or_else(|| "unknown-peer".to_string(), |a| a.to_string());
+        let mut permit = self.config.admission.admit(&client).await?;
+        match self.start_exchange(request.into_inner()).await {
+            Ok(stream) => Ok(Response::new(self.config.admission.bounded(stream, permit))),
+            Err(status) => {
+                permit.fail();
+                Err(status)
+            }
+        }
+    }
+
+    async fn do_action(&self, request: Request<Action>) -> std::result::Result<Response<Self::DoActionStream>, Status> {
+        let action = request.get_ref().r#type.clone();
+        if action != ACTION_HEALTH {
+            // Health stays open so load balancers and compose health checks need no secret.
+            self.authorize(request.metadata())?;
+        }
+        let body = match action.as_str() {
+            ACTION_HEALTH => {
+                if let Some(busy) = self.counters.longest_compute().filter(|d| *d > self.config.stuck_after) {
+                    return Err(Status::unavailable(format!(
+                        "stuck: a batch has been computing for {}s, longer than the {}s limit",
+                        busy.as_secs(),
+                        self.config.stuck_after.as_secs()
+                    )));
+                }
+                json_result(&serde_json::json!({"status": "serving", "device": self.device_description}))
+            }
+            ACTION_VERSION => json_result(&serde_json::json!({
+                "name": "shapfusion",
+                "version": env!("CARGO_PKG_VERSION"),
+                "protocol": PROTOCOL_VERSION,
+                "device": self.device_description,
+                "algorithm": self.config.settings.algorithm.name(),
+            })),
+            ACTION_STATS => json_result(&self.stats()),
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown action {other:?}; this worker has: {ACTION_HEALTH}, {ACTION_VERSION}, {ACTION_STATS}"
+                )))
+            }
+        };
+        Ok(Response::new(Box::pin(stream::iter([Ok(body)]))))
+    }
+
+    async fn list_actions(&self, _request: Request<Empty>) -> std::result::Result<Response<Self::ListActionsStream>, Status> {
+        let actions = [
+            (ACTION_HEALTH, "Whether the worker is serving (no token needed)"),
+            (ACTION_VERSION, "Build version, protocol version, device and engine"),
+            (ACTION_STATS, "Rows served, rows per second, device, requests in flight"),
+        ]
+        .map(|(t, d)| Ok(ActionType { r#type: t.to_string(), description: d.to_string() }));
+        Ok(Response::new(Box::pin(stream::iter(actions))))
+    }
+}

@@ -1,0 +1,117 @@
+//! The `shap.*` session options (a DataFusion config extension).
+
+use std::ops::{Deref, DerefMut};
+
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
+use datafusion::common::{extensions_options, Result as DfResult};
+
+use shapfusion_core::ComputeSettings;
+
+extensions_options! {
+    /// The values of [`ShapOptions`], one field per `shap.<name>` option.
+    pub struct ShapSettings {
+        /// URL prefix (or local directory) where `<name>.<ext>` models are looked up, for each
+        /// model file extension (`shapfusion_core::model::MODEL_EXTENSIONS`).
+        pub model_dir: String, default = String::new()
+        /// Engine: auto, treeshap, fast-v1, fast-v2, quadrature or linear.
+        pub algorithm: String, default = "auto".to_string()
+        /// Device: auto (the GPU when one is usable and algorithm is auto), cpu, or gpu.
+        pub device: String, default = "auto".to_string()
+        /// Threads for SHAP computation; 0 means all cores.
+        pub threads: usize, default = 0
+        /// Memory bound of fast-v2's tables, in MiB.
+        pub v2_memory_mb: usize, default = 256
+        /// Flight workers to compute on, comma separated (`http://w1:50061,http://w2:50061`);
+        /// empty: compute in this process.
+        pub workers: String, default = String::new()
+        /// File holding the bearer token the workers require (empty: none).
+        pub worker_token_file: String, default = String::new()
+        /// A registered background set (`--background NAME=URL`): `shap(...)` returns
+        /// interventional SHAP values over its rows; empty: path-dependent values.
+        pub background: String, default = String::new()
+    }
+}
+
+/// Options of the shap UDFs, set with `SET shap.<name> = <value>` (the fields of
+/// [`ShapSettings`], reached through `Deref`).
+///
+/// A hand-written extension around the macro-made settings for one reason: its entries carry
+/// the `shap.` prefix. DataFusion lists the macro's entries without it, and Ballista forwards a
+/// session's settings to its scheduler by those names, so without the prefix a client's `SET
+/// shap.background` would never reach the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ShapOptions(ShapSettings);
+
+impl ShapOptions {
+    /// The compute settings these options ask for (`shap.algorithm`, `shap.device`,
+    /// `shap.threads`, `shap.v2_memory_mb`), checked.
+    pub fn compute_settings(&self) -> shapfusion_core::Result<ComputeSettings> {
+        ComputeSettings::parse(&self.algorithm, &self.device, Some(self.threads), self.v2_memory_mb)
+    }
+}
+
+impl Deref for ShapOptions {
+    type Target = ShapSettings;
+    fn deref(&self) -> &ShapSettings {
+        &self.0
+    }
+}
+
+impl DerefMut for ShapOptions {
+    fn deref_mut(&mut self) -> &mut ShapSettings {
+        &mut self.0
+    }
+}
+
+impl ExtensionOptions for ShapOptions {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> DfResult<()> {
+        self.0.set(key, value)
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        let mut entries = self.0.entries();
+        for e in &mut entries {
+            e.key = format!("{}.{}", Self::PREFIX, e.key);
+        }
+        entries
+    }
+}
+
+impl ConfigExtension for ShapOptions {
+    const PREFIX: &'static str = "shap";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::common::config::ConfigOptions;
+
+    #[test]
+    fn entries_are_named_as_set_so_they_round_trip() {
+        let mut options = ConfigOptions::new();
+        options.extensions.insert(ShapOptions::default());
+        options.set("shap.background", "recent").unwrap();
+        let entries: Vec<(String, Option<String>)> =
+            options.entries().into_iter().filter(|e| e.key.starts_with("shap.")).map(|e| (e.key, e.value)).collect();
+        assert!(entries.contains(&("shap.background".to_string(), Some("recent".to_string()))), "{entries:?}");
+        // What a Ballista scheduler does with a client's entries.
+        let mut remote = ConfigOptions::new();
+        remote.extensions.insert(ShapOptions::default());
+        for (key, value) in &entries {
+            remote.set(key, value.as_deref().unwrap_or_default()).unwrap();
+        }
+        assert_eq!(remote.extensions.get::<ShapOptions>().unwrap().background, "recent");
+    }
+}
