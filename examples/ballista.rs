@@ -110,10 +110,10 @@ async fn main() -> shapfusion::Result<()> {
 
     // 6. The same numbers as in-process, once both are in id order.
     let model = Arc::new(Model::load(MODEL)?);
-    let mut wanted = model.feature_names.clone();
+    let mut wanted = model.feature_names().to_vec();
     wanted.push("id".to_string());
     let batches: Vec<RecordBatch> =
-        InputReader::open(std::path::Path::new(DATA), &wanted, &model.feature_names, 1 << 20)?.collect::<shapfusion::Result<_>>()?;
+        InputReader::open(std::path::Path::new(DATA), &wanted, model.feature_names(), 1 << 20)?.collect::<shapfusion::Result<_>>()?;
     let input = arrow::compute::concat_batches(&batches[0].schema(), &batches).map_err(|e| shapfusion::Error::arrow(DATA, e))?;
     let here = Explainer::builder(model).device(Device::Cpu).build()?.explain_batch(&input)?;
     let arrow_err = |e| shapfusion::Error::arrow("sorting by id", e);

@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 1. The model: the format (XGBoost JSON here) is detected from the content.
     let model = Arc::new(Model::load(root.join("examples/models/fraud.json"))?);
-    println!("{} trees over {} features: {}", model.trees.len(), model.num_features(), model.feature_names.join(", "));
+    println!("{} trees over {} features: {}", model.trees().len(), model.num_features(), model.feature_names().join(", "));
 
     // 2. Rows: any Arrow record batch. Here, the first 5 rows of the example Parquet file.
     let file = File::open(root.join("examples/data/payments.parquet"))?;
@@ -42,7 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for row in 0..shap.rows {
         let phi = shap.row(row, 0);
         let (features, bias) = phi.split_at(model.num_features());
-        let mut reasons: Vec<(&str, f64)> = model.feature_names.iter().map(String::as_str).zip(features.iter().copied()).collect();
+        let mut reasons: Vec<(&str, f64)> = model.feature_names().iter().map(String::as_str).zip(features.iter().copied()).collect();
         reasons.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
         let total: f64 = phi.iter().sum();
         println!(

@@ -116,13 +116,13 @@ fn main() -> Result<(), Error> {
         };
         println!(
             "{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, both kernels)",
-            model.trees.len(),
+            model.trees().len(),
             model.num_features(),
             setup.elapsed().as_secs_f64()
         );
         let cpu = build_engine(model.clone(), Algorithm::Auto, Some(o.cpu_rows), &EngineOptions::default())?;
         let f = model.num_features();
-        let width = model.num_groups * (f + 1);
+        let width = model.num_groups() * (f + 1);
         let run = |engine: &dyn Engine, what: &str, block: &FeatureBlock| -> shapfusion::Result<Vec<f64>> {
             Ok(if what == "shap" { engine.shap(block)?.values } else { engine.interactions(block)?.values })
         };

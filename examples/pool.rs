@@ -54,7 +54,7 @@ async fn main() -> shapfusion::Result<()> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build()).map_err(|e| shapfusion::Error::external(DATA, e))?;
     let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| shapfusion::Error::arrow(DATA, e))?;
     let all = arrow::compute::concat_batches(&batches[0].schema(), &batches).map_err(|e| shapfusion::Error::arrow(DATA, e))?;
-    let input = feature_batch(&all, &model.feature_names)?;
+    let input = feature_batch(&all, model.feature_names())?;
 
     // Workers resolve "fraud" in their model directory (a URL or a shared path works too).
     let pool = WorkerPool::new(&urls, PoolOptions::default())?;

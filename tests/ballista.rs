@@ -169,7 +169,7 @@ async fn distributed_sql_equals_explain_on_every_fixture() {
 
     // An aggregate over the attributions (a shuffle between stages) sums what explain gives.
     let f = all.iter().find(|f| f.name == "xgb_regression").unwrap();
-    let first = &f.model.feature_names[0];
+    let first = &f.model.feature_names()[0];
     let sums = query(
         &ctx,
         &format!(

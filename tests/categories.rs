@@ -24,8 +24,8 @@ fn shap(f: &Fixture, batch: &RecordBatch) -> Vec<u64> {
 
 /// The stored names of a feature.
 fn names(f: &Fixture, feature: &str) -> Vec<String> {
-    let j = f.model.feature_names.iter().position(|n| n == feature).unwrap();
-    match &f.model.categories[j] {
+    let j = f.model.feature_names().iter().position(|n| n == feature).unwrap();
+    match &f.model.categories()[j] {
         Some(Categories::Names(n)) => n.clone(),
         other => panic!("{}: {feature} has no stored names: {other:?}", f.name),
     }
@@ -38,15 +38,15 @@ fn both_libraries_store_the_training_categories_in_their_order() {
         // Training order, not sorted: the code of a name is its position here.
         assert_eq!(names(&f, "country"), ["US", "FR", "DE", "JP", "BR"], "{name}");
         assert_eq!(names(&f, "channel"), ["web", "store", "app"], "{name}");
-        let tier = f.model.feature_names.iter().position(|n| n == "tier").unwrap();
-        assert_eq!(f.model.categories[tier], Some(Categories::Numbers(vec![10.0, 20.0, 35.0])), "{name}");
-        assert!(f.model.categories[0].is_none(), "{name}: amount is numeric");
+        let tier = f.model.feature_names().iter().position(|n| n == "tier").unwrap();
+        assert_eq!(f.model.categories()[tier], Some(Categories::Numbers(vec![10.0, 20.0, 35.0])), "{name}");
+        assert!(f.model.categories()[0].is_none(), "{name}: amount is numeric");
     }
     assert_eq!(fixture("xgb_named_categories").model.unseen_category(), UnseenCategory::Error);
     assert_eq!(fixture("lgb_named_categories").model.unseen_category(), UnseenCategory::Missing);
     // Models trained on codes store no names.
-    assert!(fixture("xgb_categorical").model.categories.iter().all(Option::is_none));
-    assert!(fixture("lgb_categorical").model.categories.iter().all(Option::is_none));
+    assert!(fixture("xgb_categorical").model.categories().iter().all(Option::is_none));
+    assert!(fixture("lgb_categorical").model.categories().iter().all(Option::is_none));
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn a_json_model_and_its_ubjson_twin_give_the_same_bits() {
     // as JSON and as UBJSON. JSON prints XGBoost's float32 leaves and covers as short decimals;
     // read back as float32 they are the UBJSON's raw values, bit for bit.
     let (json, ubj) = (fixture("xgb_named_categories"), fixture("xgb_named_categories_ubj"));
-    assert_eq!(json.model.trees.len(), ubj.model.trees.len());
+    assert_eq!(json.model.trees().len(), ubj.model.trees().len());
     assert_eq!(shap(&json, &json.batch), shap(&ubj, &json.batch));
 }
 
@@ -132,12 +132,12 @@ fn lightgbm_models_trained_on_integer_codes_load_and_take_codes() {
     for name in common::LIGHTGBM_INTEGER_CODED {
         let f = fixture(name);
         // `pandas_categorical` null, [] or lists that cannot be matched one to one: no names.
-        assert!(f.model.categories.iter().all(Option::is_none), "{name}");
+        assert!(f.model.categories().iter().all(Option::is_none), "{name}");
         let categorical: Vec<&str> = f
             .model
-            .feature_names
+            .feature_names()
             .iter()
-            .zip(&f.model.feature_kinds)
+            .zip(f.model.feature_kinds())
             .filter(|(_, k)| **k == FeatureKind::Categorical)
             .map(|(n, _)| n.as_str())
             .collect();
@@ -164,12 +164,12 @@ fn pandas_categorical_lines_lightgbm_ignores_do_not_stop_a_model_loading() {
     // No names stored, or names that cannot be matched to the categorical features: codes only.
     for replacement in ["pandas_categorical:[]", "pandas_categorical:null", "pandas_categorical:[[\"a\", \"b\"]]"] {
         let model = load(replacement).unwrap_or_else(|e| panic!("{replacement}: {e}"));
-        assert!(model.categories.iter().all(Option::is_none), "{replacement}");
+        assert!(model.categories().iter().all(Option::is_none), "{replacement}");
         // Still categorical (from feature_infos), and the same trees.
-        assert_eq!(model.feature_kinds, f.model.feature_kinds, "{replacement}");
-        assert_eq!(model.trees.len(), f.model.trees.len(), "{replacement}");
+        assert_eq!(model.feature_kinds(), f.model.feature_kinds(), "{replacement}");
+        assert_eq!(model.trees().len(), f.model.trees().len(), "{replacement}");
     }
-    assert_eq!(f.model.feature_kinds.iter().filter(|k| **k == FeatureKind::Categorical).count(), 3);
+    assert_eq!(f.model.feature_kinds().iter().filter(|k| **k == FeatureKind::Categorical).count(), 3);
     // What LightGBM's Python package cannot read either is still an error naming the line.
     let e = load("pandas_categorical:[[\"a\"").unwrap_err().to_string();
     assert!(e.contains("edited.txt") && e.contains("pandas_categorical is not a JSON list of lists"), "{e}");

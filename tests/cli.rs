@@ -62,9 +62,9 @@ fn explain_writes_the_library_numbers_in_the_documented_layout() {
         let o = explain(&f.model_path, &f.input_path(), &out, &["--algorithm", "fast-v1"]);
         assert!(o.status.success(), "{}: {}", f.name, stderr(&o));
         let batch = read_parquet(&out);
-        let g = f.model.num_groups;
+        let g = f.model.num_groups();
         let names: Vec<String> = batch.schema().fields().iter().map(|x| x.name().clone()).collect();
-        let mut want = f.model.feature_names.clone();
+        let mut want = f.model.feature_names().to_vec();
         want.push("bias".into());
         assert_eq!(names, want, "{}", f.name);
         assert_eq!(batch.num_rows(), f.batch.num_rows());
@@ -122,7 +122,7 @@ fn keep_copies_columns_and_csv_gives_the_same_numbers() {
     // Build a CSV with an id column and the fixture's rows (missing values as empty fields).
     let csv = dir.path().join("in.csv");
     let mut text = String::from("id,");
-    text.push_str(&f.model.feature_names.join(","));
+    text.push_str(&f.model.feature_names().join(","));
     text.push('\n');
     for r in 0..f.batch.num_rows() {
         text.push_str(&format!("row{r}"));

@@ -36,7 +36,7 @@ fn every_crafted_model_is_a_clear_error_naming_the_file() {
         let result = Model::load(&path);
         if expected.is_empty() {
             let model = result.unwrap_or_else(|e| panic!("{} should load: {e}", path.display()));
-            assert!(!model.trees.is_empty());
+            assert!(!model.trees().is_empty());
             continue;
         }
         let e = result.err().unwrap_or_else(|| panic!("{} loaded, expected an error with {expected:?}", path.display())).to_string();
@@ -230,7 +230,7 @@ fn a_leaf_vector_size_of_zero_or_one_means_scalar_leaves() {
     };
     let (zero, one) = (with_size("0").unwrap(), with_size("1").unwrap());
     assert_eq!(zero, one);
-    assert_eq!(zero.trees.len(), 1);
+    assert_eq!(zero.trees().len(), 1);
     let e = with_size("3").unwrap_err().to_string();
     assert!(e.contains("size_leaf_vector = 3") && e.contains("1 targets"), "{e}");
 }

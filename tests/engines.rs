@@ -17,7 +17,7 @@ fn shap_values_match_the_libraries() {
     for f in fixtures() {
         let block = f.block();
         let expected = f.expected_f64("contribs").unwrap();
-        let width = f.model.num_groups * (f.model.num_features() + 1);
+        let width = f.model.num_groups() * (f.model.num_features() + 1);
         for a in ENGINES {
             let ours = engine(&f, a).shap(&block).unwrap();
             // Compare per row and group, relative to that row's largest |phi|.

@@ -104,7 +104,7 @@ async fn pool_of_three_equals_local_explain_on_every_fixture() {
     let pool = WorkerPool::new(&urls, PoolOptions { min_chunk_rows: 16, ..Default::default() }).unwrap();
     for f in fixtures() {
         let url = file_url(&f.model_path);
-        let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
+        let input = feature_batch(&f.batch, f.model.feature_names()).unwrap();
         for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Margin] {
             let got = pool.explain(&url, None, output, input.clone()).await.unwrap_or_else(|e| panic!("{}: {e}", f.name));
             assert_same(&got, &local(&f.model, &f.input_path(), output), &format!("{} {output:?}", f.name));
@@ -139,7 +139,7 @@ async fn a_worker_killed_mid_query_loses_no_rows() {
     let workers: Vec<Server> = (0..3).map(|_| worker(&[])).collect();
     let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
     let (model, model_path, batch) = payments(12);
-    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let input = feature_batch(&batch, model.feature_names()).unwrap();
     let pool = Arc::new(WorkerPool::new(&urls, small_chunks()).unwrap());
     let url = file_url(&model_path);
     let query = {
@@ -181,7 +181,7 @@ async fn with_every_worker_down_the_query_fails_clearly_and_in_time() {
     let options = PoolOptions { retry_for: Duration::from_secs(2), ..Default::default() };
     let pool = WorkerPool::new(&urls, options).unwrap();
     let (model, model_path, batch) = payments(1);
-    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let input = feature_batch(&batch, model.feature_names()).unwrap();
     let began = Instant::now();
     let err = pool.explain(&file_url(&model_path), None, OutputKind::Shap, input).await.unwrap_err().to_string();
     assert!(began.elapsed() < Duration::from_secs(15), "took {:?}", began.elapsed());
@@ -199,7 +199,7 @@ async fn tokens_bad_requests_and_oversized_batches_get_the_right_status() {
     let (model, model_path, batch) = payments(1);
     let model_dir = model_path.parent().unwrap().to_str().unwrap().to_string();
     let w = worker(&["--auth-token-file", token_file.to_str().unwrap(), "--model-dir", &model_dir, "--max-message-mb", "1"]);
-    let input = feature_batch(&batch.slice(0, 100), &model.feature_names).unwrap();
+    let input = feature_batch(&batch.slice(0, 100), model.feature_names()).unwrap();
 
     // No token, wrong token: refused before anything is computed.
     for token in [None, Some("wrong")] {
@@ -229,11 +229,11 @@ async fn tokens_bad_requests_and_oversized_batches_get_the_right_status() {
     let missing = input.project(&[0, 2]).unwrap();
     let e = status(exchange(&mut c, cmd("fraud", "shap"), missing, 1 << 20).await);
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
-    assert!(e.message().contains(model.feature_names[1].as_str()), "the missing column is not named: {e}");
+    assert!(e.message().contains(model.feature_names()[1].as_str()), "the missing column is not named: {e}");
     let e = status(exchange(&mut c, cmd("fraud", "explode"), input.clone(), 1 << 20).await);
     assert!(e.message().contains("unknown output"), "{e}");
     // One message over the worker's 1 MiB limit.
-    let big = feature_batch(&payments(4).2, &model.feature_names).unwrap();
+    let big = feature_batch(&payments(4).2, model.feature_names()).unwrap();
     let e = status(exchange(&mut c, cmd("fraud", "shap"), big, usize::MAX).await);
     assert!(matches!(e.code(), Code::OutOfRange | Code::ResourceExhausted), "{e}");
     assert!(e.message().contains("too large"), "{e}");
@@ -261,7 +261,7 @@ async fn list_flights_schema_and_info_describe_the_models() {
     assert_eq!(infos.len(), 1);
     let meta: ModelInfo = serde_json::from_slice(&infos[0].app_metadata).unwrap();
     assert_eq!(meta.model, "fraud");
-    assert_eq!(meta.features, model.feature_names);
+    assert_eq!(meta.features, model.feature_names());
     for output in [OutputKind::Shap, OutputKind::Interactions, OutputKind::Margin] {
         let d = descriptor(&PinnedCall::new("fraud", output));
         let schema = c.get_schema(d.clone()).await.unwrap();
@@ -275,7 +275,7 @@ async fn list_flights_schema_and_info_describe_the_models() {
 async fn sigterm_lets_the_request_in_flight_finish() {
     let (model, model_path, batch) = payments(6);
     let w = worker(&["--model", &format!("fraud={}", model_path.display())]);
-    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let input = feature_batch(&batch, model.feature_names()).unwrap();
     let mut c = client(&w.url, None).await;
     let request = tokio::spawn(async move { exchange(&mut c, cmd("fraud", "predict"), input, 4 << 20).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -297,7 +297,7 @@ async fn flight_sql_serves_shap_over_tables_locally_and_on_workers() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let data = root.join("examples/data/payments.parquet");
     let want = local(&model, &data, OutputKind::Shap);
-    let features = model.feature_names.join(", ");
+    let features = model.feature_names().join(", ");
     let w1 = worker(&[]);
     let w2 = worker(&[]);
     let workers = format!("{},{}", w1.url, w2.url);
@@ -378,7 +378,7 @@ async fn tls_workers_serve_the_pool_and_refuse_plaintext() {
     assert!(w.url.starts_with("https://"), "{}", w.url);
     let url = w.url.clone();
     let (model, model_path, batch) = payments(1);
-    let input = feature_batch(&batch.slice(0, 500), &model.feature_names).unwrap();
+    let input = feature_batch(&batch.slice(0, 500), model.feature_names()).unwrap();
     let mut options = PoolOptions::default();
     options.connect.ca_cert = Some(PathBuf::from(ca));
     let pool = WorkerPool::new(std::slice::from_ref(&url), options).unwrap();
@@ -395,7 +395,7 @@ async fn tls_workers_serve_the_pool_and_refuse_plaintext() {
 async fn dropping_a_query_cancels_its_requests() {
     let w = worker(&[]);
     let (model, model_path, batch) = payments(12);
-    let input = feature_batch(&batch, &model.feature_names).unwrap();
+    let input = feature_batch(&batch, model.feature_names()).unwrap();
     let pool = Arc::new(WorkerPool::new(std::slice::from_ref(&w.url), small_chunks()).unwrap());
     let url = file_url(&model_path);
     let query = {
@@ -451,7 +451,7 @@ async fn workers_compute_interventional_values_over_their_registered_background(
     let w = worker(&extra);
     let pool = WorkerPool::new(std::slice::from_ref(&w.url), small_chunks()).unwrap();
     for (f, bg_path) in &with_background {
-        let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
+        let input = feature_batch(&f.batch, f.model.feature_names()).unwrap();
         let hash = shapfusion::registry::content_hash(&std::fs::read(bg_path).unwrap());
         let command = PinnedCall::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), hash)));
         let got = pool.run(&command, input.clone()).await.unwrap();
@@ -461,7 +461,7 @@ async fn workers_compute_interventional_values_over_their_registered_background(
     }
 
     let (f, _) = &with_background[0];
-    let input = feature_batch(&f.batch, &f.model.feature_names).unwrap();
+    let input = feature_batch(&f.batch, f.model.feature_names()).unwrap();
     let unknown = PinnedCall::new(f.name.clone(), OutputKind::Shap).with_background(Some(("old".into(), "x".into())));
     let e = pool.run(&unknown, input.clone()).await.unwrap_err().to_string();
     assert!(e.contains("unknown background \"old\"") && e.contains(&f.name), "{e}");
@@ -496,10 +496,10 @@ async fn workers_compute_with_the_sessions_settings_or_refuse_them_by_name() {
     let f = fixtures().into_iter().find(|f| f.name == "xgb_deep").expect("xgb_deep fixture");
     let dir = tempfile::tempdir().unwrap();
     let rows = dir.path().join("rows.parquet");
-    write_parquet(&rows, &feature_batch(&f.batch, &f.model.feature_names).unwrap());
+    write_parquet(&rows, &feature_batch(&f.batch, f.model.feature_names()).unwrap());
     // The worker's own default is linear: a session asking for treeshap must get treeshap.
     let w = worker(&["--algorithm", "linear"]);
-    let cols = f.model.feature_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+    let cols = f.model.feature_names().iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
     let sql = format!("SELECT shap('{}', {cols}) AS s FROM rows", file_url(&f.model_path));
     let local = |algorithm: shapfusion::Algorithm| {
         let explainer = shapfusion::Explainer::builder(f.model.clone()).algorithm(algorithm).build().unwrap();
@@ -531,7 +531,7 @@ async fn workers_compute_with_the_sessions_settings_or_refuse_them_by_name() {
     let w2 = Server::start(&["worker", "--device", "cpu", "--threads", "1", "--model", &format!("m={}", f.model_path.display())]);
     let call = PinnedCall::new("m", OutputKind::Shap).pinned(Some(shapfusion::registry::content_hash(&std::fs::read(&changed).unwrap())));
     let pool = WorkerPool::new(std::slice::from_ref(&w2.url), small_chunks()).unwrap();
-    let e = pool.run(&call, feature_batch(&f.batch, &f.model.feature_names).unwrap()).await.unwrap_err().to_string();
+    let e = pool.run(&call, feature_batch(&f.batch, f.model.feature_names()).unwrap()).await.unwrap_err().to_string();
     assert!(e.contains("is version") && e.contains("planned with version"), "{e}");
 }
 

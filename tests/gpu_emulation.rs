@@ -178,7 +178,7 @@ fn the_cuda_shap_kernels_match_the_exact_engine_on_every_fixture_and_plan() {
     for f in fixtures() {
         let block = f.block();
         let want = exact(&f).shap(&block).unwrap();
-        let width = f.model.num_groups * (f.model.num_features() + 1);
+        let width = f.model.num_groups() * (f.model.num_features() + 1);
         for (split, warp_max_len) in WARP_LIMITS {
             let program = program(&f, warp_max_len);
             for (i, (plan, mut limits)) in plans().into_iter().enumerate() {
@@ -205,7 +205,7 @@ fn the_cuda_interaction_kernels_match_the_exact_engine_on_every_fixture() {
     for (k, f) in fixtures().into_iter().enumerate() {
         let block = f.block();
         let want = exact(&f).interactions(&block).unwrap();
-        let width = f.model.num_groups * (f.model.num_features() + 1).pow(2);
+        let width = f.model.num_groups() * (f.model.num_features() + 1).pow(2);
         for (split, warp_max_len) in WARP_LIMITS {
             let program = program(&f, warp_max_len);
             // One schedule per fixture, alternating, so both run and the suite stays fast.

@@ -58,7 +58,7 @@ fn the_gpu_engine_matches_the_exact_engine_on_every_fixture() {
     }
     for (name, model, block) in cases {
         let exact = build_engine(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
-        let width = model.num_groups * (model.num_features() + 1);
+        let width = model.num_groups() * (model.num_features() + 1);
         for warp_max_len in [32, 0] {
             let Some(gpu) = GpuEngine::with_warp_limit(model.clone(), warp_max_len).unwrap() else { continue };
             let (err, row) = max_row_rel_error(&gpu.shap(&block).unwrap().values, &exact.shap(&block).unwrap().values, width);

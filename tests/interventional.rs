@@ -50,7 +50,7 @@ fn every_fixture_matches_shap_and_the_librarys_margins() {
     let mut with_shap = 0;
     for case in cases() {
         let f = &case.fixture;
-        let (nf, g) = (f.model.num_features(), f.model.num_groups);
+        let (nf, g) = (f.model.num_features(), f.model.num_groups());
         let what = format!("{} background {}", f.name, case.size);
         let background = f.model.feature_block(&case.background).unwrap();
         let engine = build_interventional(f.model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap();
@@ -146,7 +146,7 @@ fn explainer_with_a_background_gives_the_engines_values() {
     let e = Explainer::builder(f.model.clone()).background(case.background.clone()).output(OutputKind::Interactions).build().unwrap_err().to_string();
     assert!(e.contains("path-dependent only"), "{e}");
     let e = Explainer::builder(f.model.clone()).background(case.background.project(&[1]).unwrap()).build().unwrap_err().to_string();
-    assert!(e.starts_with("background: ") && e.contains(&f.model.feature_names[0]), "{e}");
+    assert!(e.starts_with("background: ") && e.contains(&f.model.feature_names()[0]), "{e}");
 }
 
 const BIN: &str = env!("CARGO_BIN_EXE_shapfusion");
@@ -203,7 +203,8 @@ fn explain_background_writes_the_engines_values_and_names_bad_backgrounds() {
     let mut columns: Vec<ArrayRef> = case.background.columns().to_vec();
     columns[0] = Arc::new(StringArray::from(vec!["abc"; case.background.num_rows()]));
     write_parquet(&text, &RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap());
-    for (path, what) in [(&missing, f.model.feature_names[0].clone()), (&empty, "has no rows".to_string()), (&text, f.model.feature_names[0].clone())]
+    for (path, what) in
+        [(&missing, f.model.feature_names()[0].clone()), (&empty, "has no rows".to_string()), (&text, f.model.feature_names()[0].clone())]
     {
         let run = explain(&[
             "--model",

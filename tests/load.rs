@@ -32,7 +32,7 @@ fn fixture(name: &str) -> Fixture {
 
 /// `rows` rows of the model's features: a spread of values with some missing.
 fn rows_for(f: &Fixture, rows: usize) -> RecordBatch {
-    let names = &f.model.feature_names;
+    let names = &f.model.feature_names();
     let fields: Vec<Field> = names.iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
     let columns: Vec<ArrayRef> = (0..names.len())
         .map(|j| {

@@ -31,7 +31,7 @@ fn conditional_expectation(tree: &Tree, x: &[f64], in_s: &[bool], node: usize) -
 
 fn value_of(model: &Model, x: &[f64], mask: usize) -> f64 {
     let in_s: Vec<bool> = (0..model.num_features()).map(|i| mask & (1 << i) != 0).collect();
-    model.trees.iter().map(|t| conditional_expectation(t, x, &in_s, 0)).sum()
+    model.trees().iter().map(|t| conditional_expectation(t, x, &in_s, 0)).sum()
 }
 
 fn factorial(n: usize) -> f64 {

@@ -85,7 +85,7 @@ async fn flight_sql_clients_touch_only_what_the_operator_configured() {
     std::fs::create_dir_all(&out).unwrap();
     std::fs::copy(root().join("examples/data/payments.parquet"), data.join("p.parquet")).unwrap();
     let model = Model::load(example_model()).unwrap();
-    let features = model.feature_names.join(", ");
+    let features = model.feature_names().join(", ");
     let serve = Server::start(&[
         "serve",
         "--model",
@@ -257,7 +257,7 @@ async fn internal_errors_are_not_replayed_across_the_fleet() {
     let options = PoolOptions { deadline: Duration::from_secs(10), retry_for: Duration::from_secs(5), ..Default::default() };
     let pool = WorkerPool::new(&urls, options).unwrap();
     let model = Model::load(example_model()).unwrap();
-    let input = feature_batch(&payments().slice(0, 100), &model.feature_names).unwrap();
+    let input = feature_batch(&payments().slice(0, 100), model.feature_names()).unwrap();
     let began = Instant::now();
     let e = pool.explain("fraud", None, OutputKind::Shap, input).await.unwrap_err().to_string();
     assert!(began.elapsed() < Duration::from_secs(5), "took {:?}", began.elapsed());
@@ -275,7 +275,7 @@ async fn the_pool_deadline_is_always_enforced() {
     let pool = WorkerPool::new(std::slice::from_ref(&w.url), options).unwrap();
     let model = Model::load(example_model()).unwrap();
     let big = concat_batches(&payments().schema(), &vec![payments(); 20]).unwrap();
-    let input = feature_batch(&big, &model.feature_names).unwrap();
+    let input = feature_batch(&big, model.feature_names()).unwrap();
     let began = Instant::now();
     let e = pool.explain("fraud", None, OutputKind::Interactions, input).await.unwrap_err().to_string();
     assert!(began.elapsed() < Duration::from_secs(6), "took {:?}", began.elapsed());
@@ -297,7 +297,7 @@ async fn workers_with_another_model_version_refuse_instead_of_mixing() {
     let pool =
         WorkerPool::new(&[a.url.clone(), b.url.clone()], PoolOptions { min_chunk_rows: 100, max_chunk_rows: 100, ..Default::default() }).unwrap();
     let model = Model::load(example_model()).unwrap();
-    let input = feature_batch(&payments().slice(0, 2000), &model.feature_names).unwrap();
+    let input = feature_batch(&payments().slice(0, 2000), model.feature_names()).unwrap();
     let e = pool.explain("fraud", Some(&planned), OutputKind::Shap, input.clone()).await.unwrap_err().to_string();
     assert!(e.contains(&b.url) && e.contains(&planned) && e.contains(&theirs), "{e}");
     // The planned version, on the worker that has it: served.
@@ -320,7 +320,7 @@ async fn a_worker_whose_compute_is_stuck_reports_itself_unhealthy() {
     ]);
     let model = Model::load(example_model()).unwrap();
     let big = concat_batches(&payments().schema(), &vec![payments(); 10]).unwrap();
-    let input = feature_batch(&big, &model.feature_names).unwrap();
+    let input = feature_batch(&big, model.feature_names()).unwrap();
     let pool = Arc::new(WorkerPool::new(std::slice::from_ref(&w.url), PoolOptions { max_chunk_rows: 1 << 20, ..Default::default() }).unwrap());
     // One 100,000-row interactions batch on one thread: far more than a second.
     let query = tokio::spawn({

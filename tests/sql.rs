@@ -75,8 +75,8 @@ async fn field_access_nulls_and_integer_arguments() {
     assert!(!same_bits(a.column(0).as_ref(), c.column(0).as_ref()));
 
     // Integer arguments are coerced: CAST(x*1000 AS INT) gives the same as the rounded double.
-    let ints = f.model.feature_names.iter().map(|n| format!("CAST(\"{n}\" * 1000 AS INT)")).collect::<Vec<_>>().join(", ");
-    let dbls = f.model.feature_names.iter().map(|n| format!("CAST(CAST(\"{n}\" * 1000 AS INT) AS DOUBLE)")).collect::<Vec<_>>().join(", ");
+    let ints = f.model.feature_names().iter().map(|n| format!("CAST(\"{n}\" * 1000 AS INT)")).collect::<Vec<_>>().join(", ");
+    let dbls = f.model.feature_names().iter().map(|n| format!("CAST(CAST(\"{n}\" * 1000 AS INT) AS DOUBLE)")).collect::<Vec<_>>().join(", ");
     let a = query(&ctx, &format!("SELECT margin('m', {ints}) FROM t")).await;
     let b = query(&ctx, &format!("SELECT margin('m', {dbls}) FROM t")).await;
     assert!(same_bits(a.column(0).as_ref(), b.column(0).as_ref()));

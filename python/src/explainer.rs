@@ -59,7 +59,7 @@ impl Output {
     /// model with G > 1 output groups.
     fn row_shape(self, model: &Model) -> Vec<usize> {
         let w = model.num_features().saturating_add(1);
-        let groups = Some(model.num_groups).filter(|&g| g > 1);
+        let groups = Some(model.num_groups()).filter(|&g| g > 1);
         let values: &[usize] = match self {
             Output::Shap | Output::Saabas => &[w],
             Output::Interactions => &[w, w],
@@ -125,9 +125,11 @@ impl NativeExplainer {
         .map_err(to_py)?;
         if let Some(limit) = tree_limit {
             if limit == 0 {
-                return Err(to_py(Error::Input(format!("tree_limit must be at least 1; {name} has {} trees", model.trees.len()))));
+                return Err(to_py(Error::Input(format!("tree_limit must be at least 1; {name} has {} trees", model.trees().len()))));
             }
-            model.trees.truncate(limit);
+            let mut parts = model.into_parts();
+            parts.trees.truncate(limit);
+            model = Model::new(parts, name).map_err(to_py)?;
         }
         let model = Arc::new(model);
         let algorithm: Algorithm = algorithm.parse().map_err(to_py)?;
@@ -142,7 +144,7 @@ impl NativeExplainer {
             builder = builder.cover_rows(rows);
         }
         let explainer = py.detach(|| builder.build()).map_err(to_py)?;
-        let leaves = model.trees.iter().map(|t| t.num_leaves()).sum();
+        let leaves = model.trees().iter().map(|t| t.num_leaves()).sum();
         Ok(NativeExplainer { explainer, leaves })
     }
 
@@ -210,38 +212,38 @@ impl NativeExplainer {
     /// The model's feature names, in its order.
     #[getter]
     fn feature_names(&self) -> Vec<String> {
-        self.explainer.model().feature_names.clone()
+        self.explainer.model().feature_names().to_vec()
     }
 
     /// Output groups (classes for a multiclass model, targets for a multi-output one).
     #[getter]
     fn num_groups(&self) -> usize {
-        self.explainer.model().num_groups
+        self.explainer.model().num_groups()
     }
 
     /// Trees in the model (after `tree_limit`).
     #[getter]
     fn num_trees(&self) -> usize {
-        self.explainer.model().trees.len()
+        self.explainer.model().trees().len()
     }
 
     /// The model's objective as its library wrote it (`binary:logistic`, `binary sigmoid:1`,
     /// `Logloss`, ...).
     #[getter]
     fn objective(&self) -> String {
-        self.explainer.model().objective.clone()
+        self.explainer.model().objective().to_string()
     }
 
     /// The model file's format (`xgboost-json`, `lightgbm-text`, ...).
     #[getter]
     fn format(&self) -> String {
-        self.explainer.model().format.to_string()
+        self.explainer.model().format().to_string()
     }
 
     /// The margin added to every prediction, per group.
     #[getter]
     fn base_margin(&self) -> Vec<f64> {
-        self.explainer.model().base_margin.clone()
+        self.explainer.model().base_margin().to_vec()
     }
 
     /// The trees as node arrays, one dict per tree: `children_left`, `children_right`,
@@ -251,8 +253,8 @@ impl NativeExplainer {
     /// mean of its leaves), `node_sample_weight` (covers), and `group`.
     fn trees<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
         let model = self.explainer.model();
-        let mut out = Vec::with_capacity(model.trees.len());
-        for tree in &model.trees {
+        let mut out = Vec::with_capacity(model.trees().len());
+        for tree in model.trees() {
             let n = tree.nodes.len();
             let child = |c: u32| if c == LEAF { -1i64 } else { c as i64 };
             let (mut left, mut right, mut default, mut features) =
@@ -313,7 +315,7 @@ impl NativeExplainer {
         format!(
             "Explainer(features={}, groups={}, engine={:?}, threads={})",
             model.num_features(),
-            model.num_groups,
+            model.num_groups(),
             self.explainer.engine().name(),
             self.explainer.threads()
         )

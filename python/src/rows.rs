@@ -31,7 +31,7 @@ impl<'a> Rows<'a> {
     /// features are found by name; without, the matrix must have exactly the model's features,
     /// in its order. Columns the model does not use are ignored.
     pub fn matrix(model: &Model, values: &'a [f64], cols: usize, names: Option<&[String]>) -> Result<Rows<'a>> {
-        let features = &model.feature_names;
+        let features = &model.feature_names();
         let positions = match names {
             Some(names) => {
                 if names.len() != cols {
@@ -86,7 +86,7 @@ impl<'a> Rows<'a> {
                     .iter()
                     .map(|&c| Arc::new(Float64Array::from_iter_values((0..rows).map(|r| values[r * cols + c]))) as ArrayRef)
                     .collect();
-                let fields: Vec<Field> = model.feature_names.iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
+                let fields: Vec<Field> = model.feature_names().iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
                 RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow("assembling the rows", e))
             }
         }

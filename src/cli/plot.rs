@@ -106,7 +106,7 @@ pub fn run(command: PlotCommand) -> Result<()> {
     };
     let model = args.model.as_ref().map(shapfusion::load_model).transpose()?;
     let data = match (&args.shap, model) {
-        (Some(shap), model) => PlotData::from_files(shap, &args.input, model.as_ref().map(|m| m.feature_names.as_slice()), selection)?,
+        (Some(shap), model) => PlotData::from_files(shap, &args.input, model.as_ref().map(|m| m.feature_names()), selection)?,
         (None, Some(model)) => {
             let background = args.background.as_ref().map(|b| read_background(b, &model, args.background_rows, args.seed)).transpose()?;
             let mut builder = Explainer::builder(model).algorithm(args.algorithm).device(args.device);

@@ -100,7 +100,7 @@ pub fn max_row_rel_error(a: &[f64], b: &[f64], row_width: usize) -> (f64, usize)
 /// prediction (checked against the library's margins by the fixture tests). Exponential in the features:
 /// for small models.
 pub fn brute_force_interventional(model: &Model, x: &[f64], background: &FeatureBlock) -> Vec<Vec<f64>> {
-    let (m, g) = (model.num_features(), model.num_groups);
+    let (m, g) = (model.num_features(), model.num_groups());
     let mut margin = vec![0.0; g];
     let v: Vec<Vec<f64>> = (0..1usize << m)
         .map(|s| {

@@ -3,7 +3,7 @@
 //! generator so failures reproduce.
 
 use shapfusion::engine::FeatureBlock;
-use shapfusion::model::{FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree};
+use shapfusion::model::{FeatureKind, Model, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree};
 
 /// A small deterministic generator (xorshift64*), so failures reproduce from the seed.
 pub struct Rng(pub u64);
@@ -35,8 +35,10 @@ pub fn random_tree_with_empty_branches(rng: &mut Rng, features: usize, max_depth
         }
         let cover = nodes[i].cover;
         let frac = 0.05 + 0.9 * rng.unit();
-        // Covers roughly split, with some noise so children need not add up exactly.
-        let (mut cl, mut cr) = ((cover * frac * (0.9 + 0.2 * rng.unit())).max(1e-3), (cover * (1.0 - frac)).max(1e-3));
+        // Covers roughly split, with some noise so children need not add up exactly (as
+        // XGBoost's float32 hessian sums do not), but no child holds more than its parent (a
+        // model that does is refused as corrupt).
+        let (mut cl, mut cr) = ((cover * frac * (0.9 + 0.2 * rng.unit())).max(1e-3).min(cover), (cover * (1.0 - frac)).max(1e-3).min(cover));
         let (mut depth_l, mut depth_r) = (depth + 1, depth + 1);
         if rng.unit() < empty_rate {
             let empty = if rng.unit() < 0.5 { 0.0 } else { 1e-200 };
@@ -75,7 +77,7 @@ pub fn random_model(rng: &mut Rng, features: usize, trees: usize, max_depth: usi
 
 /// As [`random_model`], with empty branches at `empty_rate`.
 pub fn random_model_with_empty_branches(rng: &mut Rng, features: usize, trees: usize, max_depth: usize, empty_rate: f64) -> Model {
-    Model {
+    let parts = ModelParts {
         format: ModelFormat::XgboostJson,
         library_version: None,
         objective: "reg:squarederror".into(),
@@ -86,7 +88,8 @@ pub fn random_model_with_empty_branches(rng: &mut Rng, features: usize, trees: u
         trees: (0..trees).map(|_| random_tree_with_empty_branches(rng, features, max_depth, 0, empty_rate)).collect(),
         precision: Precision::F64,
         categories: Vec::new(),
-    }
+    };
+    Model::new(parts, "a random model").expect("valid")
 }
 
 /// `rows` random rows in [0, 1), a tenth of the values missing.
@@ -127,12 +130,12 @@ pub fn spine_tree(rng: &mut Rng, features: usize, depth: usize, group: usize) ->
 
 /// A model of `trees` [`spine_tree`]s per group over `features` features.
 pub fn spine_model(rng: &mut Rng, features: usize, trees: usize, depth: usize, groups: usize) -> Model {
-    let mut model = random_model(rng, features, 0, 0);
-    model.num_groups = groups;
-    model.base_margin = vec![0.25; groups];
+    let mut parts = random_model(rng, features, 0, 0).into_parts();
+    parts.num_groups = groups;
+    parts.base_margin = vec![0.25; groups];
     if groups > 1 {
-        model.objective = "multi:softprob".into();
+        parts.objective = "multi:softprob".into();
     }
-    model.trees = (0..trees * groups).map(|t| spine_tree(rng, features, depth, t % groups)).collect();
-    model
+    parts.trees = (0..trees * groups).map(|t| spine_tree(rng, features, depth, t % groups)).collect();
+    Model::new(parts, "a spine model").expect("valid")
 }

@@ -10,7 +10,7 @@ use super::{read_parquet, Fixture};
 
 /// The fixture's feature columns, quoted, in the model's order (the UDFs' arguments).
 pub fn feature_list(f: &Fixture) -> String {
-    f.model.feature_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
+    f.model.feature_names().iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
 }
 
 /// Runs `sql` and concatenates its result; panics with the statement on failure.

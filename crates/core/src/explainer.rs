@@ -91,7 +91,7 @@ impl Explainer {
     /// SQL function).
     pub fn output_columns_of(&self, columns: &[ArrayRef], output: OutputKind) -> Result<Vec<ArrayRef>> {
         let model = self.model();
-        self.pool.install(|| explain_block(self.engine.as_ref(), &block_from_columns(columns, &model.feature_names, model)?, output))
+        self.pool.install(|| explain_block(self.engine.as_ref(), &block_from_columns(columns, model.feature_names(), model)?, output))
     }
 
     /// SHAP values of `block` (from [`Model::feature_block`] or
@@ -296,7 +296,7 @@ mod tests {
     fn shuffled_rows(model: &Model, rows: usize) -> RecordBatch {
         let mut fields = vec![Field::new("id", DataType::Float64, false)];
         let mut columns: Vec<ArrayRef> = vec![Arc::new(Float64Array::from_iter_values((0..rows).map(|r| r as f64)))];
-        for (j, name) in model.feature_names.iter().enumerate().rev() {
+        for (j, name) in model.feature_names().iter().enumerate().rev() {
             fields.push(Field::new(name, DataType::Float64, true));
             columns.push(Arc::new(Float64Array::from_iter_values((0..rows).map(|r| ((r * 7 + j * 3) % 11) as f64 - 2.0))));
         }
@@ -342,7 +342,7 @@ mod tests {
         let model = fixture_model();
         let rows = shuffled_rows(&model, 3);
         let without = rows.project(&(0..rows.num_columns() - 1).collect::<Vec<_>>()).unwrap();
-        let missing = &model.feature_names[0];
+        let missing = &model.feature_names()[0];
         let e = Explainer::builder(model.clone()).build().unwrap().explain_batch(&without).unwrap_err().to_string();
         assert!(e.contains(missing.as_str()), "{e}");
     }

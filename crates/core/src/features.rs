@@ -30,15 +30,15 @@ impl Model {
         let mut values = values;
         // CatBoost categorical features given as numbers are category values (hashed as their
         // decimal digits), not codes.
-        for (j, categories) in self.categories.iter().enumerate() {
+        for (j, categories) in self.categories().iter().enumerate() {
             if let Some(Categories::CatboostHashes(hashes)) = categories {
                 let column: ArrayRef = std::sync::Arc::new(arrow::array::Float64Array::from_iter_values((0..rows).map(|i| values[i * cols + j])));
-                for (i, code) in catboost_codes(&column, hashes, &self.feature_names[j])?.into_iter().enumerate() {
+                for (i, code) in catboost_codes(&column, hashes, &self.feature_names()[j])?.into_iter().enumerate() {
                     values[i * cols + j] = code;
                 }
             }
         }
-        Ok(FeatureBlock::new(rows, cols, values, self.precision))
+        Ok(FeatureBlock::new(rows, cols, values, self.precision()))
     }
 }
 
@@ -59,7 +59,7 @@ impl FeatureColumns {
             by_name.entry(field.name().as_str()).or_insert(i);
         }
         let mut indices = Vec::with_capacity(model.num_features());
-        for (i, name) in model.feature_names.iter().enumerate() {
+        for (i, name) in model.feature_names().iter().enumerate() {
             let idx = match by_name.get(name.as_str()) {
                 Some(&idx) => idx,
                 // Not in the map: the lookup that says which names the input has.
@@ -74,7 +74,7 @@ impl FeatureColumns {
     /// Converts one batch into the engines' dense block.
     pub fn block(&self, batch: &RecordBatch, model: &Model) -> Result<FeatureBlock> {
         let columns: Vec<ArrayRef> = self.indices.iter().map(|&i| batch.column(i).clone()).collect();
-        block_from_columns(&columns, &model.feature_names, model)
+        block_from_columns(&columns, model.feature_names(), model)
     }
 }
 
@@ -107,12 +107,12 @@ pub fn is_text(t: &DataType) -> bool {
 /// codes for a categorical feature); text only for a categorical feature whose category names
 /// the model file stores.
 pub fn check_feature_type(model: &Model, j: usize, t: &DataType) -> Result<()> {
-    let feature = &model.feature_names[j];
+    let feature = &model.feature_names()[j];
     if is_numeric(t) {
         return Ok(());
     }
-    if is_text(t) && model.feature_kinds[j] == FeatureKind::Categorical {
-        return match model.categories.get(j) {
+    if is_text(t) && model.feature_kinds()[j] == FeatureKind::Categorical {
+        return match model.categories().get(j) {
             Some(Some(Categories::Names(_) | Categories::CatboostHashes(_))) => Ok(()),
             Some(Some(Categories::Numbers(_))) => Err(Error::Input(format!(
                 "column {feature:?} holds strings, but the model's categories for it are numbers: pass the category codes (integers) instead"
@@ -207,7 +207,7 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
             return Err(Error::Input(format!("feature column {name:?} has {} rows, expected {rows}", col.len())));
         }
         check_feature_type(model, j, col.data_type())?;
-        let codes = match (col.data_type(), model.categories.get(j)) {
+        let codes = match (col.data_type(), model.categories().get(j)) {
             (t, Some(Some(Categories::Names(names)))) if is_text(t) => Some(category_codes(col, names, model.unseen_category(), name)?),
             (_, Some(Some(Categories::CatboostHashes(hashes)))) => Some(catboost_codes(col, hashes, name)?),
             // A dictionary of numbers holds category values (a pandas categorical of numbers),
@@ -242,5 +242,5 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
             }
         }
     }
-    Ok(FeatureBlock::new(rows, f, values, model.precision))
+    Ok(FeatureBlock::new(rows, f, values, model.precision()))
 }

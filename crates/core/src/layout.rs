@@ -23,7 +23,7 @@ pub const MARGIN_COLUMN: &str = "margin";
 
 /// Name of the bias column for `model`.
 pub fn bias_column(model: &Model) -> &'static str {
-    if model.feature_names.iter().any(|n| n == "bias") {
+    if model.feature_names().iter().any(|n| n == "bias") {
         "bias_"
     } else {
         "bias"
@@ -41,9 +41,9 @@ fn per_group_type(groups: usize) -> DataType {
 
 /// Fields of the SHAP output: features then bias.
 pub fn shap_fields(model: &Model) -> Fields {
-    let t = per_group_type(model.num_groups);
+    let t = per_group_type(model.num_groups());
     model
-        .feature_names
+        .feature_names()
         .iter()
         .map(String::as_str)
         .chain([bias_column(model)])
@@ -54,14 +54,14 @@ pub fn shap_fields(model: &Model) -> Fields {
 /// Field of the interactions output.
 pub fn interactions_field(model: &Model) -> FieldRef {
     let w = model.num_features() + 1;
-    let n = model.num_groups * w * w;
+    let n = model.num_groups() * w * w;
     let item = Arc::new(Field::new("item", DataType::Float64, false));
     Arc::new(Field::new(INTERACTIONS_COLUMN, DataType::FixedSizeList(item, n as i32), false))
 }
 
 /// Field of the margin output.
 pub fn margin_field(model: &Model) -> FieldRef {
-    Arc::new(Field::new(MARGIN_COLUMN, per_group_type(model.num_groups), false))
+    Arc::new(Field::new(MARGIN_COLUMN, per_group_type(model.num_groups()), false))
 }
 
 fn fixed_list(values: Vec<f64>, size: usize) -> ArrayRef {

@@ -1,7 +1,7 @@
 //! Builders the crate's unit tests share for models made in code (the committed fixtures are in
 //! `test_fixtures`).
 
-use crate::model::{FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree};
+use crate::model::{FeatureKind, Model, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree};
 
 /// A seeded generator of numbers in [0, 1) (a 64-bit LCG): the same sequence on every run.
 pub(crate) fn uniform(seed: &mut u64) -> f64 {
@@ -12,7 +12,12 @@ pub(crate) fn uniform(seed: &mut u64) -> f64 {
 /// A one-output regression model of `trees` over `features` numeric features `f0…`, read as
 /// XGBoost JSON, in f64, with base margin `base`.
 pub(crate) fn numeric_model(features: usize, trees: Vec<Tree>, base: f64) -> Model {
-    Model {
+    Model::new(numeric_parts(features, trees, base), "a test model").expect("a valid test model")
+}
+
+/// The parts of [`numeric_model`], to change before making the model.
+pub(crate) fn numeric_parts(features: usize, trees: Vec<Tree>, base: f64) -> ModelParts {
+    ModelParts {
         format: ModelFormat::XgboostJson,
         library_version: None,
         objective: "reg:squarederror".into(),

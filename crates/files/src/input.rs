@@ -175,7 +175,7 @@ const BACKGROUND_BATCH_ROWS: usize = 65_536;
 /// [`sample_background`].
 pub fn read_background(path: &Path, model: &Model, max_rows: Option<usize>, seed: u64) -> Result<RecordBatch> {
     let label = format!("background {}", path.display());
-    let reader = InputReader::open(path, &model.feature_names, &model.numeric_input_columns(), BACKGROUND_BATCH_ROWS)
+    let reader = InputReader::open(path, model.feature_names(), &model.numeric_input_columns(), BACKGROUND_BATCH_ROWS)
         .map_err(|e| Error::Input(format!("{label}: {e}")))?;
     sample_background(reader, model, max_rows, seed, &label)
 }
@@ -213,7 +213,7 @@ pub fn sample_background(reader: InputReader, model: &Model, max_rows: Option<us
         return Err(Error::Input(format!("{label} has no rows; interventional SHAP needs at least one")));
     }
     kept.sort_unstable_by_key(|(index, _)| *index);
-    let fields: Vec<Field> = model.feature_names.iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
+    let fields: Vec<Field> = model.feature_names().iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
     let columns: Vec<ArrayRef> =
         (0..model.num_features()).map(|k| Arc::new(Float64Array::from_iter_values(kept.iter().map(|(_, row)| row[k]))) as ArrayRef).collect();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow(label.to_string(), e))

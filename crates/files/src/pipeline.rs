@@ -98,7 +98,7 @@ pub fn explain_with_model(model: Arc<Model>, input: &Path, output: &Path, option
     tracing::info!(engine, threads = explainer.threads(), "explaining {}", input.display());
     let fields = explainer.schema().fields().iter().cloned().collect();
     let numeric = model.numeric_input_columns();
-    let rows = explain_rows(input, output, options, &model.feature_names, &numeric, fields, |batch| explainer.explain_columns(batch))?;
+    let rows = explain_rows(input, output, options, model.feature_names(), &numeric, fields, |batch| explainer.explain_columns(batch))?;
     Ok(ExplainSummary { rows, algorithm: engine, seconds: start.elapsed().as_secs_f64() })
 }
 

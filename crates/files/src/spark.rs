@@ -82,9 +82,7 @@ pub fn is_data_file(file: &str) -> bool {
 /// `treesMetadata/`. Other files (`_SUCCESS`, `.crc`) are skipped. `name` is used in error
 /// messages. The model is validated.
 pub fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<Model> {
-    let model = reader::from_files(files, name)?;
-    model.validate(name)?;
-    Ok(model)
+    Model::new(reader::from_files(files, name)?, name)
 }
 
 mod reader {
@@ -97,7 +95,8 @@ mod reader {
 
     use super::*;
     use shapfusion_core::model::{
-        as_index, check_count, push_category_set, FeatureKind, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
+        as_index, check_count, push_category_set, FeatureKind, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
+        MAX_GROUPS,
     };
 
     /// Most nodes one tree may have (Spark's depth limit of 30 allows 2^31; this is far above
@@ -130,7 +129,7 @@ mod reader {
         categories: i64,
     }
 
-    pub(super) fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<Model> {
+    pub(super) fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<ModelParts> {
         let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
         let metadata = files
             .iter()
@@ -202,7 +201,7 @@ mod reader {
             (_, true) => "class probabilities".to_string(),
             (_, false) => "regression".to_string(),
         };
-        Ok(Model {
+        Ok(ModelParts {
             format: ModelFormat::SparkMl,
             library_version: spark_version.map(|v| format!("{v} ({short})")),
             objective,

@@ -149,8 +149,8 @@ impl WorkerService {
             url: loaded.url.clone(),
             version: loaded.version.clone(),
             content_hash: loaded.content_hash.clone(),
-            features: loaded.model.feature_names.clone(),
-            output_groups: loaded.model.num_groups,
+            features: loaded.model.feature_names().to_vec(),
+            output_groups: loaded.model.num_groups(),
         };
         Ok(FlightInfo::new()
             .try_with_schema(&schema)

@@ -107,7 +107,7 @@ impl PlotData {
     /// optional background), for a chart without an `explain` run first.
     pub fn from_model(explainer: ExplainerBuilder, input: &Path, selection: RowSelection) -> Result<PlotData> {
         let explainer = explainer.build()?;
-        let features = explainer.model().feature_names.clone();
+        let features = explainer.model().feature_names().to_vec();
         let label = input.display().to_string();
         let numeric = explainer.model().numeric_input_columns();
         let open = || InputReader::open(input, &features, &numeric, READ_BATCH_ROWS);

@@ -57,7 +57,7 @@ pub(crate) fn explainer_for(model: &LoadedModel, settings: &ComputeSettings, bac
 /// A stored background's rows for `model`: its feature columns, every row.
 pub(crate) fn background_rows(background: &LoadedBackground, model: &Model) -> Result<RecordBatch> {
     let label = format!("background {:?} ({})", background.name, background.url);
-    let reader = InputReader::from_bytes(background.bytes().clone(), &label, &model.feature_names, &model.numeric_input_columns(), 65_536)
+    let reader = InputReader::from_bytes(background.bytes().clone(), &label, model.feature_names(), &model.numeric_input_columns(), 65_536)
         .map_err(|e| Error::Input(format!("{label}: {e}")))?;
     sample_background(reader, model, None, 0, &label)
 }

@@ -372,7 +372,7 @@ impl ModelRegistry {
             url = loaded.url,
             version = loaded.version,
             content_hash = loaded.content_hash,
-            trees = loaded.model.trees.len(),
+            trees = loaded.model.trees().len(),
             "loaded model"
         );
         let loaded = Arc::new(loaded);

@@ -121,7 +121,7 @@ impl ShapUdf {
     }
 
     fn usage(&self, model: &Model) -> String {
-        format!("{}('<model>', {})", self.name, model.feature_names.join(", "))
+        format!("{}('<model>', {})", self.name, model.feature_names().join(", "))
     }
 
     /// The SQL result type: the batch step's output fields, as a struct for `shap`.
@@ -153,7 +153,7 @@ impl ShapUdf {
         use arrow::array::RecordBatch;
         use arrow::datatypes::Schema;
         let model = &loaded.model;
-        let fields: Vec<Field> = model.feature_names.iter().zip(&columns).map(|(n, c)| Field::new(n, c.data_type().clone(), true)).collect();
+        let fields: Vec<Field> = model.feature_names().iter().zip(&columns).map(|(n, c)| Field::new(n, c.data_type().clone(), true)).collect();
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
         let call = self.call_for(loaded, background);
         let out =

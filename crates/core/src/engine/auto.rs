@@ -47,7 +47,7 @@ const LINEAR_PER_SPLIT_POINT: f64 = 0.6;
 
 fn costs(p: &PreparedModel) -> Costs {
     let mut c = Costs { linear_per_row: 0.0, v2_per_row: 0.0, v2_setup: 0.0 };
-    for (tree, prep) in p.model.trees.iter().zip(&p.trees) {
+    for (tree, prep) in p.model.trees().iter().zip(&p.trees) {
         let max_d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
         let points = exact_points(max_d) as f64;
         for (node, &d) in tree.nodes.iter().zip(&prep.distinct) {

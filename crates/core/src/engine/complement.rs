@@ -17,7 +17,7 @@ use super::drivers::check_output;
 use super::explainer::Engine;
 use super::output::{Attributions, Interactions, Predictions};
 use crate::error::Result;
-use crate::model::{Model, Node, Tree};
+use crate::model::{Model, ModelParts, Node, Tree};
 
 /// How far a leaf pair's sum may stray from its tree's constant, in ulps of the largest of the
 /// values: the two class probabilities are each rounded once (a count over a total).
@@ -26,15 +26,15 @@ const SUM_ULPS: f64 = 8.0;
 /// The model of the second output alone, and the constant the two outputs sum to, when `model`
 /// has two outputs that are each other's complement; `None` otherwise.
 pub(crate) fn complementary_outputs(model: &Model) -> Option<(Model, f64)> {
-    if model.num_groups != 2 || model.base_margin.len() != 2 {
+    if model.num_groups() != 2 || model.base_margin().len() != 2 {
         return None;
     }
-    let first: Vec<&Tree> = model.trees.iter().filter(|t| t.group == 0).collect();
-    let second: Vec<&Tree> = model.trees.iter().filter(|t| t.group == 1).collect();
+    let first: Vec<&Tree> = model.trees().iter().filter(|t| t.group == 0).collect();
+    let second: Vec<&Tree> = model.trees().iter().filter(|t| t.group == 1).collect();
     if first.is_empty() || first.len() != second.len() {
         return None;
     }
-    let mut total = model.base_margin[0] + model.base_margin[1];
+    let mut total = model.base_margin()[0] + model.base_margin()[1];
     for (a, b) in first.iter().zip(&second) {
         total += b.weight * twin_sum(a, b)?;
     }
@@ -43,19 +43,20 @@ pub(crate) fn complementary_outputs(model: &Model) -> Option<(Model, f64)> {
     }
     // Field by field, so only the second output's trees are copied (not every tree, then half
     // of them dropped).
-    let reduced = Model {
-        format: model.format,
-        library_version: model.library_version.clone(),
-        objective: model.objective.clone(),
-        feature_names: model.feature_names.clone(),
-        feature_kinds: model.feature_kinds.clone(),
+    let reduced = ModelParts {
+        format: model.format(),
+        library_version: model.library_version().map(str::to_string),
+        objective: model.objective().to_string(),
+        feature_names: model.feature_names().to_vec(),
+        feature_kinds: model.feature_kinds().to_vec(),
         num_groups: 1,
-        base_margin: vec![model.base_margin[1]],
+        base_margin: vec![model.base_margin()[1]],
         trees: second.into_iter().map(|t| Tree { group: 0, ..t.clone() }).collect(),
-        precision: model.precision,
-        categories: model.categories.clone(),
+        precision: model.precision(),
+        categories: model.categories().to_vec(),
     };
-    Some((reduced, total))
+    // The second output's trees of a model that passed its checks pass them again.
+    Some((Model::new(reduced, "the second output").ok()?, total))
 }
 
 /// The constant `a`'s and `b`'s leaves sum to, when the trees are twins: the same splits,
@@ -152,7 +153,7 @@ mod tests {
     use super::*;
     use crate::engine::{build_engine, build_interventional, build_path_dependent, Algorithm, EngineOptions};
     use crate::model::Precision;
-    use crate::test_support::{full_tree, numeric_model, uniform};
+    use crate::test_support::{full_tree, numeric_parts, uniform};
 
     /// A binary "forest" as scikit-learn's trees file gives it: per estimator, the tree of
     /// class 0 then its twin of class 1, leaves `p` and `1 - p`, each weighted 1/trees.
@@ -171,10 +172,9 @@ mod tests {
             second.group = 1;
             all.extend([first, second]);
         }
-        let mut model = numeric_model(features, all, 0.0);
-        model.num_groups = 2;
-        model.base_margin = vec![0.0, 0.0];
-        model
+        let mut parts = numeric_parts(features, all, 0.0);
+        (parts.num_groups, parts.base_margin) = (2, vec![0.0, 0.0]);
+        Model::new(parts, "a test forest").unwrap()
     }
 
     fn block(seed: &mut u64, rows: usize, features: usize) -> FeatureBlock {
@@ -192,7 +192,7 @@ mod tests {
         let (mut seed, features) = (7u64, 6);
         let model = Arc::new(forest(&mut seed, 9, features));
         let (second, total) = complementary_outputs(&model).expect("twins with leaves p and 1 - p");
-        assert_eq!((second.num_groups, second.trees.len()), (1, 9));
+        assert_eq!((second.num_groups(), second.trees().len()), (1, 9));
         assert!((total - 1.0).abs() < 1e-12, "the two classes sum to {total}, not 1");
         let x = block(&mut seed, 40, features);
         let options = EngineOptions::default();
@@ -221,8 +221,9 @@ mod tests {
         let background = block(&mut seed, 25, features);
         for algorithm in [Algorithm::Auto, Algorithm::TreeShap] {
             let once = build_interventional(model.clone(), &background, algorithm, &options).unwrap();
-            let mut unpaired = (*model).clone();
+            let mut unpaired = (*model).clone().into_parts();
             unpaired.trees[0].nodes[0].cover += 1.0; // no longer twins: computed directly
+            let unpaired = Model::new(unpaired, "test").unwrap();
             assert!(complementary_outputs(&unpaired).is_none());
             let both = build_interventional(Arc::new(unpaired), &background, algorithm, &options).unwrap();
             // Covers do not enter interventional values, so the two must agree.
@@ -235,21 +236,28 @@ mod tests {
         let mut seed = 11u64;
         let model = forest(&mut seed, 4, 5);
         assert!(complementary_outputs(&model).is_some());
-        let mut off = model.clone();
-        let leaf = off.trees[3].nodes.iter().position(Node::is_leaf).unwrap();
-        off.trees[3].nodes[leaf].value += 1e-9;
+        let changed = |change: &dyn Fn(&mut ModelParts)| {
+            let mut parts = model.clone().into_parts();
+            change(&mut parts);
+            Model::new(parts, "test").unwrap()
+        };
+        let off = changed(&|p| {
+            let leaf = p.trees[3].nodes.iter().position(Node::is_leaf).unwrap();
+            p.trees[3].nodes[leaf].value += 1e-9;
+        });
         assert!(complementary_outputs(&off).is_none(), "a leaf pair off the tree's sum");
-        let mut off = model.clone();
-        off.trees[1].weight *= 2.0;
+        let off = changed(&|p| p.trees[1].weight *= 2.0);
         assert!(complementary_outputs(&off).is_none(), "twins of different weights");
-        let mut off = model.clone();
-        off.trees[2].nodes[0].feature = (off.trees[2].nodes[0].feature + 1) % 5;
+        let off = changed(&|p| p.trees[2].nodes[0].feature = (p.trees[2].nodes[0].feature + 1) % 5);
         assert!(complementary_outputs(&off).is_none(), "a split on another feature");
-        let mut off = model.clone();
-        off.trees.pop();
+        let off = changed(&|p| {
+            p.trees.pop();
+        });
         assert!(complementary_outputs(&off).is_none(), "a tree without a twin");
-        let mut off = model;
-        off.num_groups = 1;
+        let off = changed(&|p| {
+            p.trees.iter_mut().for_each(|t| t.group = 0);
+            (p.num_groups, p.base_margin) = (1, vec![0.0]);
+        });
         assert!(complementary_outputs(&off).is_none(), "one output");
     }
 }

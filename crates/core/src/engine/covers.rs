@@ -28,7 +28,7 @@ pub fn covers_counted_from(model: &Model, rows: &FeatureBlock) -> Result<Model> 
         return Err(Error::Input("the rows to count covers from are empty; give at least one".into()));
     }
     check_block(model, rows).map_err(|e| Error::Input(format!("rows to count covers from: {e}")))?;
-    let mut counted = model.clone();
+    let mut counted = model.clone().into_parts();
     counted.trees.par_iter_mut().for_each(|tree| {
         let mut counts = vec![0u64; tree.nodes.len()];
         for r in 0..rows.rows() {
@@ -47,7 +47,7 @@ pub fn covers_counted_from(model: &Model, rows: &FeatureBlock) -> Result<Model> 
             node.cover = if count == 0 { UNREACHED_COVER } else { count as f64 };
         }
     });
-    Ok(counted)
+    Model::new(counted, "the model with counted covers")
 }
 
 #[cfg(test)]
@@ -68,7 +68,7 @@ mod tests {
         let rows = FeatureBlock::new(n, 3, values, Precision::F64);
         let counted = covers_counted_from(&model, &rows).unwrap();
         let mut unreached = 0;
-        for (tree, original) in counted.trees.iter().zip(&model.trees) {
+        for (tree, original) in counted.trees().iter().zip(model.trees()) {
             // A leaf's count is the rows that end there; a node's, the sum over its subtree.
             let mut want = vec![0.0; tree.nodes.len()];
             for r in 0..n {

@@ -88,7 +88,7 @@ pub(crate) fn shap_row_by_tree<S>(
     tree_fn: &impl Fn(usize, &[f64], &mut [f64], &mut S),
 ) {
     let width = p.model.num_features() + 1;
-    for (t, tree) in p.model.trees.iter().enumerate() {
+    for (t, tree) in p.model.trees().iter().enumerate() {
         tree_fn(t, x, &mut out[tree.group * width..(tree.group + 1) * width], scratch);
     }
     for (g, b) in p.bias.iter().enumerate() {
@@ -124,7 +124,7 @@ where
 {
     check_block(model, block)?;
     let w = model.num_features() + 1;
-    let width = model.num_groups * w;
+    let width = model.num_groups() * w;
     let rows = block.rows();
     check_output(rows, width, "SHAP values")?;
     let mut values = vec![0.0; rows * width];
@@ -138,7 +138,7 @@ where
             }
         });
     }
-    Ok(Attributions { rows, groups: model.num_groups, features: model.num_features(), values })
+    Ok(Attributions { rows, groups: model.num_groups(), features: model.num_features(), values })
 }
 
 /// Interaction values of every row of `block`, in parallel tasks of `per_task` rows:
@@ -150,7 +150,7 @@ where
     F: Fn(&mut S, usize, &mut [f64]) + Sync + Send,
 {
     check_block(&p.model, block)?;
-    let (f, g) = (p.model.num_features(), p.model.num_groups);
+    let (f, g) = (p.model.num_features(), p.model.num_groups());
     let width = g * (f + 1) * (f + 1);
     check_output(block.rows(), width, "interaction values")?;
     let mut values = vec![0.0; block.rows() * width];
@@ -171,7 +171,7 @@ where
 {
     let (width, w) = (p.shap_width(), p.model.num_features() + 1);
     shap_by_task(p, block, rows_per_task(block.rows()), init, |scratch, first, chunk| {
-        for (t, tree) in p.model.trees.iter().enumerate() {
+        for (t, tree) in p.model.trees().iter().enumerate() {
             let g = tree.group;
             for (i, out) in chunk.chunks_mut(width).enumerate() {
                 tree_fn(t, block.row(first + i), &mut out[g * w..(g + 1) * w], scratch);

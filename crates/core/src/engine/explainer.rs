@@ -30,7 +30,7 @@ pub trait Engine: Send + Sync {
     fn predict(&self, block: &FeatureBlock) -> Result<Predictions> {
         let model = self.model();
         check_block(model, block)?;
-        let g = model.num_groups;
+        let g = model.num_groups();
         check_output(block.rows(), g, "predictions")?;
         let values = par_rows(block, g, || (), |x, out, _| model.predict_row(x, out));
         Ok(Predictions { rows: block.rows(), groups: g, values })

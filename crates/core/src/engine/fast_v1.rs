@@ -157,7 +157,7 @@ impl Engine for FastV1 {
             root.poly.clear();
             root.poly.push(1.0);
             root.residual = 1.0;
-            let (tree, prep) = (&p.model.trees[t], &p.trees[t]);
+            let (tree, prep) = (&p.model.trees()[t], &p.trees[t]);
             Walk { tree, prep, weights: &self.weights, x, phi }.visit(0, 0, s);
         })
     }

@@ -56,7 +56,7 @@ const MAX_PATH_FEATURES: usize = 24;
 /// each on top; models rarely have them.)
 pub(crate) fn table_bytes(prepared: &PreparedModel) -> Option<usize> {
     let mut total = 0usize;
-    for (tree, prep) in prepared.model.trees.iter().zip(&prepared.trees) {
+    for (tree, prep) in prepared.model.trees().iter().zip(&prepared.trees) {
         if prep.leaf_path_lengths(tree).any(|d| d > MAX_PATH_FEATURES) {
             return None;
         }
@@ -162,7 +162,7 @@ impl FastV2 {
             Some(_) => {}
         }
         let weights = ShapleyWeights::new(prepared.max_depth);
-        let trees = prepared.model.trees.par_iter().zip(&prepared.trees).map(|(t, p)| TreeBuilder::new(t, p, &weights).build()).collect();
+        let trees = prepared.model.trees().par_iter().zip(&prepared.trees).map(|(t, p)| TreeBuilder::new(t, p, &weights).build()).collect();
         Ok(FastV2 { prepared, trees, interactions: FastInteractions::default() })
     }
 }
@@ -482,7 +482,7 @@ impl Engine for FastV2 {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let (w, width) = (f + 1, p.shap_width());
         let stride = ROWS_PER_TASK;
         let max_units = self.trees.iter().map(|t| t.units.len()).max().unwrap_or(0);
@@ -493,7 +493,7 @@ impl Engine for FastV2 {
             s.pending.resize(max_depth + 1, 0);
             s.acc.clear();
             s.acc.resize(groups * f * stride, 0.0);
-            for (tree, v2) in p.model.trees.iter().zip(&self.trees) {
+            for (tree, v2) in p.model.trees().iter().zip(&self.trees) {
                 for r in 0..n {
                     unit_indices(tree, v2, block.row(first + r), &mut s.index, stride, r, &mut s.pending);
                 }

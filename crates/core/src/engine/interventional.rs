@@ -467,7 +467,7 @@ impl Interventional {
     fn with_table_bits(prepared: Arc<PreparedModel>, background: &FeatureBlock, memory_bound: usize, table_bits: usize) -> Result<Interventional> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
-        let walks: Vec<FailWalk> = model.trees.iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
+        let walks: Vec<FailWalk> = model.trees().iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
 
         // Tables where they fit, leaf by leaf in model order, within the bound; a first-split
         // pair shares one.
@@ -511,7 +511,7 @@ impl Interventional {
         let max_bits = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
         let weights = Weights::new(max_bits.min(MAX_INTERVENTIONAL_PATH_FEATURES));
         let counted: Vec<Counts> = model
-            .trees
+            .trees()
             .par_iter()
             .zip(&walks)
             .zip(&holdings)
@@ -543,9 +543,9 @@ impl Interventional {
             )));
         }
 
-        let mut bias = model.base_margin.clone();
+        let mut bias = model.base_margin().to_vec();
         let mut trees = Vec::with_capacity(walks.len());
-        for (((tree, walk), counts), holdings) in model.trees.iter().zip(walks).zip(counted).zip(holdings) {
+        for (((tree, walk), counts), holdings) in model.trees().iter().zip(walks).zip(counted).zip(holdings) {
             let counts = match counts {
                 Counts::Narrow(counts) => counts,
                 Counts::Wide(counts) => {
@@ -590,7 +590,7 @@ impl Interventional {
 
     /// Adds tree `t`'s attributions for row `x` to `phi` (its group's F + 1 values).
     fn tree_row(&self, t: usize, x: &[f64], phi: &mut [f64], fails: &mut [u64]) {
-        let tree = &self.model.trees[t];
+        let tree = &self.model.trees()[t];
         let agg = &self.trees[t];
         if agg.walk.words > 1 {
             agg.walk.fail_sets_wide(tree, x, fails);
@@ -727,7 +727,7 @@ impl Engine for Interventional {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let w = self.model.num_features() + 1;
-        let width = self.model.num_groups * w;
+        let width = self.model.num_groups() * w;
         let per_task = rows_per_task(block.rows());
         shap_by_task_from(
             &self.model,
@@ -737,7 +737,7 @@ impl Engine for Interventional {
             || vec![0u64; self.max_slots],
             |fails, first, chunk| {
                 // Tree-major within the task, so a tree's tables stay in cache across its rows.
-                for (t, tree) in self.model.trees.iter().enumerate() {
+                for (t, tree) in self.model.trees().iter().enumerate() {
                     let g = tree.group;
                     for (i, out) in chunk.chunks_mut(width).enumerate() {
                         self.tree_row(t, block.row(first + i), &mut out[g * w..(g + 1) * w], fails);
@@ -801,8 +801,8 @@ impl InterventionalReference {
         let model = prepared.model.clone();
         check_background(&model, background)?;
         let n = background.rows() as f64;
-        let mut bias = vec![0.0; model.num_groups];
-        let mut margin = vec![0.0; model.num_groups];
+        let mut bias = vec![0.0; model.num_groups()];
+        let mut margin = vec![0.0; model.num_groups()];
         for r in 0..background.rows() {
             model.predict_row(background.row(r), &mut margin);
             bias.iter_mut().zip(&margin).for_each(|(b, m)| *b += m);
@@ -810,7 +810,7 @@ impl InterventionalReference {
         bias.iter_mut().for_each(|b| *b /= n);
         // The widest path bounds a + b; FailWalk refuses paths wider than the weights can index.
         let mut widest = 0;
-        for (t, tree) in model.trees.iter().enumerate() {
+        for (t, tree) in model.trees().iter().enumerate() {
             widest = FailWalk::new(tree, t)?.leaves.iter().map(|l| l.features.len()).fold(widest, usize::max);
         }
         Ok(InterventionalReference { model, background: background.clone(), bias, weights: Weights::new(widest) })
@@ -868,7 +868,7 @@ impl Engine for InterventionalReference {
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
         let w = self.model.num_features() + 1;
-        let width = self.model.num_groups * w;
+        let width = self.model.num_groups() * w;
         let scale = 1.0 / self.background.rows() as f64;
         shap_by_task_from(
             &self.model,
@@ -879,7 +879,7 @@ impl Engine for InterventionalReference {
             |_, first, chunk| {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
-                    for tree in &self.model.trees {
+                    for tree in self.model.trees() {
                         let phi = &mut out[tree.group * w..(tree.group + 1) * w];
                         for r in 0..self.background.rows() {
                             self.pair(tree, x, self.background.row(r), phi, scale);
@@ -912,7 +912,7 @@ pub(crate) mod tests {
             let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
             let tables = Interventional::new(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES).unwrap();
             let patterns = Interventional::with_table_bits(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, 0).unwrap();
-            let width = f.model.num_groups * (f.model.num_features() + 1);
+            let width = f.model.num_groups() * (f.model.num_features() + 1);
             for (name, engine) in [("tables", tables), ("patterns", patterns)] {
                 let got = engine.shap(&explained).unwrap();
                 let (err, row) = max_row_rel_error(&got.values, &reference.values, width);
@@ -920,9 +920,9 @@ pub(crate) mod tests {
                 // Additivity: the values and the bias add up to the margin.
                 let margins = engine.predict(&explained).unwrap();
                 for r in 0..explained.rows() {
-                    for g in 0..f.model.num_groups {
+                    for g in 0..f.model.num_groups() {
                         let total: f64 = got.row(r, g).iter().sum();
-                        let m = margins.values[r * f.model.num_groups + g];
+                        let m = margins.values[r * f.model.num_groups() + g];
                         assert!((total - m).abs() <= 1e-9 * m.abs().max(1.0), "{}: {name} row {r} group {g}: {total} vs {m}", f.name);
                     }
                 }

@@ -362,7 +362,7 @@ impl Linear {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Linear> {
         let parts = prepared
             .model
-            .trees
+            .trees()
             .iter()
             .zip(&prepared.trees)
             .enumerate()
@@ -904,9 +904,9 @@ fn restore_path(lt: &LinearTree, split: u32, d: usize, path_len: &[usize], path_
 /// `AVX2` only where the CPU has AVX2 (the copies compiled with it).
 #[inline(always)]
 unsafe fn explain_task<const PAIRS: bool, const AVX2: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
-    let (f, g) = (p.model.num_features(), p.model.num_groups);
+    let (f, g) = (p.model.num_features(), p.model.num_groups());
     for lt in trees {
-        let tree = &p.model.trees[lt.source];
+        let tree = &p.model.trees()[lt.source];
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
         }
@@ -1018,7 +1018,7 @@ impl Linear {
     /// sums fit [`MAX_CHUNK_SUMS_BYTES`]. Either way a row gets the same bits.
     fn split_by_trees(&self, lane_groups: usize, pairs: bool) -> bool {
         let threads = rayon::current_num_threads();
-        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups);
+        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         let per_lane_group = groups.saturating_mul(f).saturating_mul(if pairs { f + 1 } else { 1 });
         let bytes = self.chunks().saturating_mul(lane_groups).saturating_mul(per_lane_group).saturating_mul(size_of::<Lanes>());
         threads > 1 && self.chunks() > 1 && lane_groups > 0 && lane_groups < 4 * threads && bytes <= MAX_CHUNK_SUMS_BYTES
@@ -1043,7 +1043,7 @@ impl Linear {
     /// `s.pairs`).
     fn run_chunk<const PAIRS: bool>(&self, chunk: usize, lane_groups: usize, s: &mut Scratch) {
         let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let (f, groups) = (p.model.num_features(), p.model.num_groups());
         zeroed(&mut s.phi, lane_groups * groups * f);
         if PAIRS {
             zeroed(&mut s.pairs, lane_groups * groups * f * f);
@@ -1054,7 +1054,7 @@ impl Linear {
 
     /// Zeroes the totals for `lane_groups`.
     fn zero_totals<const PAIRS: bool>(&self, lane_groups: usize, s: &mut Scratch) {
-        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups);
+        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         zeroed(&mut s.total_phi, lane_groups * groups * f);
         if PAIRS {
             zeroed(&mut s.total_pairs, lane_groups * groups * f * f);
@@ -1108,7 +1108,7 @@ impl Linear {
     /// leaving the bias.
     fn write_shap(&self, s: &Scratch, chunk: &mut [f64]) {
         let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let (w, width) = (f + 1, p.shap_width());
         for (r, out) in chunk.chunks_mut(width).enumerate() {
             for g in 0..groups {
@@ -1124,7 +1124,7 @@ impl Linear {
     /// holds one row's SHAP values while its diagonal is filled.
     fn write_interactions(&self, s: &Scratch, shap: &mut [f64], chunk: &mut [f64]) {
         let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups);
+        let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let w = f + 1;
         for (r, out) in chunk.chunks_mut(groups * w * w).enumerate() {
             let lane = r % LANES;
@@ -1164,7 +1164,7 @@ impl Engine for Linear {
             let totals = self.run_split::<false>(block);
             return shap_by_task(p, block, block.rows(), || (), |_, _, chunk| self.write_shap(&totals, chunk));
         }
-        let per_task = task_rows(block.rows(), p.model.num_features(), p.model.num_groups, false);
+        let per_task = task_rows(block.rows(), p.model.num_features(), p.model.num_groups(), false);
         shap_by_task(p, block, per_task, Scratch::default, |s, first, chunk| {
             self.run_task::<false>(block, first, chunk.len() / width, s);
             self.write_shap(s, chunk);
@@ -1179,13 +1179,13 @@ impl Engine for Linear {
         let p = &*self.prepared;
         check_block(&p.model, block)?;
         let w = p.model.num_features() + 1;
-        let width = p.model.num_groups * w * w;
-        let shap_row = || vec![0.0; p.model.num_groups * w];
+        let width = p.model.num_groups() * w * w;
+        let shap_row = || vec![0.0; p.model.num_groups() * w];
         if self.split_by_trees(block.rows().div_ceil(LANES), true) {
             let totals = self.run_split::<true>(block);
             return interactions_by_task(p, block, block.rows(), shap_row, |shap, _, chunk| self.write_interactions(&totals, shap, chunk));
         }
-        let per_task = task_rows(block.rows(), p.model.num_features(), p.model.num_groups, true);
+        let per_task = task_rows(block.rows(), p.model.num_features(), p.model.num_groups(), true);
         interactions_by_task(
             p,
             block,
@@ -1360,7 +1360,7 @@ mod tests {
         let general = run(&|s| {
             for lt in engine.trees.iter().filter(|lt| !lt.splits.is_empty()) {
                 s.walk.reserve(lt.depth + 1, lt.points(), lt.width, false);
-                unsafe { walk_tree::<false, 0, false>(&prepared.model.trees[lt.source], lt, groups, features, 1, s) };
+                unsafe { walk_tree::<false, 0, false>(&prepared.model.trees()[lt.source], lt, groups, features, 1, s) };
             }
         });
         assert_eq!(baseline.0, general.0, "the general copy of the walk");

@@ -218,13 +218,13 @@ impl Quadrature {
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Self> {
         super::drivers::check_depth("quadrature", &prepared)?;
         let mut rules = Vec::with_capacity(prepared.trees.len());
-        for (t, (tree, prep)) in prepared.model.trees.iter().zip(&prepared.trees).enumerate() {
+        for (t, (tree, prep)) in prepared.model.trees().iter().zip(&prepared.trees).enumerate() {
             let d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
             rules.push(Rule::new(d).ok_or_else(|| {
                 Error::Unavailable(format!("quadrature: tree {t} has a path with {d} distinct features (limit {}); use fast-v1", 2 * MAX_POINTS))
             })?);
         }
-        let mut plans: Vec<PathPlan> = prepared.model.trees.iter().zip(&prepared.trees).map(|(t, p)| PathPlan::new(t, p)).collect();
+        let mut plans: Vec<PathPlan> = prepared.model.trees().iter().zip(&prepared.trees).map(|(t, p)| PathPlan::new(t, p)).collect();
         // Tabulate the hot-feature weights while they stay small next to the model.
         let table_bytes: usize = plans.iter().zip(&rules).map(|(p, r)| p.elems.len() * r.points * 8).sum();
         if table_bytes <= HOT_WEIGHTS_BYTES {
@@ -569,7 +569,7 @@ fn leaf_pairs_row<const N: usize>(
 
 fn run_fast<const N: usize>(q: &Quadrature, t: usize, x: &[f64], phi: &mut [f64], pairs: Option<&mut [f64]>) {
     let p = &*q.prepared;
-    let mut walk = FastWalk::<N> { tree: &p.model.trees[t], prep: &p.trees[t], plan: &q.plans[t], rule: &q.rules[t], x, phi, pairs };
+    let mut walk = FastWalk::<N> { tree: &p.model.trees()[t], prep: &p.trees[t], plan: &q.plans[t], rule: &q.rules[t], x, phi, pairs };
     walk.visit(0, 0, &[1.0; N], 1.0);
 }
 
@@ -604,7 +604,7 @@ impl Engine for Quadrature {
     /// Interactions from the same walk: SHAP values and all pair terms in one pass per tree.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
         let p = &*self.prepared;
-        let (f, g) = (p.model.num_features(), p.model.num_groups);
+        let (f, g) = (p.model.num_features(), p.model.num_groups());
         let w = f + 1;
         let width = g * w * w;
         // Tree-major within a task, as for SHAP values: the tree's tables stay in cache while
@@ -613,7 +613,7 @@ impl Engine for Quadrature {
             let rows = chunk.len() / width;
             shap.clear();
             shap.resize(rows * g * w, 0.0);
-            for (t, tree) in p.model.trees.iter().enumerate() {
+            for (t, tree) in p.model.trees().iter().enumerate() {
                 let k = tree.group;
                 for (r, out) in chunk.chunks_mut(width).enumerate() {
                     let phi = &mut shap[(r * g + k) * w..(r * g + k + 1) * w];

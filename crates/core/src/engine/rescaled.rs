@@ -80,7 +80,7 @@ impl RescaledInterventional {
     ) -> Result<RescaledInterventional> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
-        let walks: Vec<FailWalk> = model.trees.iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
+        let walks: Vec<FailWalk> = model.trees().iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
         let total_leaves: usize = walks.iter().map(|w| w.leaves.len()).sum();
         let rows = background.rows();
         let bytes = rows.checked_mul(total_leaves).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX);
@@ -91,7 +91,7 @@ impl RescaledInterventional {
                 memory_bound >> 20
             )));
         }
-        let g = model.num_groups;
+        let g = model.num_groups();
         let mut margins = vec![0.0; rows * g];
         let mut bias = vec![0.0; g];
         for r in 0..rows {
@@ -110,7 +110,7 @@ impl RescaledInterventional {
         let mut members = Vec::with_capacity(rows * total_leaves);
         let mut leaves = Vec::with_capacity(walks.len());
         let mut slots = vec![0u64; walks.iter().map(|w| w.slots * w.words).max().unwrap_or(1)];
-        for (tree, walk) in model.trees.iter().zip(&walks) {
+        for (tree, walk) in model.trees().iter().zip(&walks) {
             let words = walk.words;
             let mut by_leaf: Vec<BTreeMap<Vec<u64>, Vec<u32>>> = vec![BTreeMap::new(); walk.leaves.len()];
             for r in 0..rows {
@@ -168,7 +168,7 @@ impl RescaledInterventional {
     /// Adds row `x`'s values to `out` (G × (F+1)); its margins are in `scratch.margins`.
     fn explain_row(&self, x: &[f64], scratch: &mut Scratch, out: &mut [f64]) {
         let w = self.model.num_features() + 1;
-        let (g, n) = (self.model.num_groups, self.background_rows);
+        let (g, n) = (self.model.num_groups(), self.background_rows);
         // s(x, z) / n for every background row, per group.
         for group in 0..g {
             let mx = scratch.margins[group];
@@ -179,7 +179,7 @@ impl RescaledInterventional {
                 scratch.scales[group * n + z] = s / n as f64;
             }
         }
-        for ((tree, walk), leaves) in self.model.trees.iter().zip(&self.walks).zip(&self.leaves) {
+        for ((tree, walk), leaves) in self.model.trees().iter().zip(&self.walks).zip(&self.leaves) {
             let scales = &scratch.scales[tree.group * n..(tree.group + 1) * n];
             let phi = &mut out[tree.group * w..(tree.group + 1) * w];
             if walk.words > 1 {
@@ -251,7 +251,7 @@ impl Engine for RescaledInterventional {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let g = self.model.num_groups;
+        let g = self.model.num_groups();
         let width = g * (self.model.num_features() + 1);
         shap_by_task_from(
             &self.model,
@@ -289,7 +289,7 @@ mod tests {
             let (background, explained) = (rows(&f.block, 0, 12), rows(&f.block, 12, 30));
             let want = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
             let got = RescaledInterventional::new(prepared, &background, OutputTransform::Identity, 1 << 30).unwrap().shap(&explained).unwrap();
-            let width = f.model.num_groups * (f.model.num_features() + 1);
+            let width = f.model.num_groups() * (f.model.num_features() + 1);
             let (err, row) = max_row_rel_error(&got.values, &want.values, width);
             assert!(err <= 1e-9, "{}: row {row} off the reference by {err:e}", f.name);
         }
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn logistic_values_add_up_to_each_row_probability_and_rescale_each_pair() {
-        for f in fixtures().iter().filter(|f| f.model.num_groups == 1) {
+        for f in fixtures().iter().filter(|f| f.model.num_groups() == 1) {
             let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
             let (background, explained) = (rows(&f.block, 0, 9), rows(&f.block, 9, 25));
             let engine = RescaledInterventional::new(prepared.clone(), &background, OutputTransform::Logistic, 1 << 30).unwrap();

@@ -24,9 +24,9 @@ pub struct Saabas {
 impl Saabas {
     /// Computes the nodes' expected values of `model`.
     pub fn new(model: Arc<Model>) -> Saabas {
-        let means: Vec<Vec<f64>> = model.trees.iter().map(|t| t.node_means()).collect();
-        let mut bias = model.base_margin.clone();
-        for (tree, m) in model.trees.iter().zip(&means) {
+        let means: Vec<Vec<f64>> = model.trees().iter().map(|t| t.node_means()).collect();
+        let mut bias = model.base_margin().to_vec();
+        for (tree, m) in model.trees().iter().zip(&means) {
             bias[tree.group] += m.first().copied().unwrap_or(0.0);
         }
         Saabas { model, means, bias }
@@ -36,7 +36,7 @@ impl Saabas {
     /// bias last).
     pub fn values(&self, block: &FeatureBlock) -> Result<Attributions> {
         let w = self.model.num_features() + 1;
-        let width = self.model.num_groups * w;
+        let width = self.model.num_groups() * w;
         shap_by_task_from(
             &self.model,
             &self.bias,
@@ -46,7 +46,7 @@ impl Saabas {
             |_, first, chunk| {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
-                    for (tree, means) in self.model.trees.iter().zip(&self.means) {
+                    for (tree, means) in self.model.trees().iter().zip(&self.means) {
                         let phi = &mut out[tree.group * w..(tree.group + 1) * w];
                         let mut at = 0usize;
                         loop {
@@ -76,7 +76,7 @@ mod tests {
         for f in &fixtures() {
             let saabas = Saabas::new(f.model.clone());
             let got = saabas.values(&f.block).unwrap();
-            let g = f.model.num_groups;
+            let g = f.model.num_groups();
             let mut margin = vec![0.0; g];
             for r in 0..f.block.rows() {
                 f.model.predict_row(f.block.row(r), &mut margin);
@@ -86,7 +86,7 @@ mod tests {
                 }
             }
             // A single-tree check by hand: row 0, the first tree, its path's differences.
-            let tree = &f.model.trees[0];
+            let tree = &f.model.trees()[0];
             let means = tree.node_means();
             let x = f.block.row(0);
             let (mut at, mut want) = (0usize, vec![0.0; f.model.num_features()]);
@@ -96,7 +96,11 @@ mod tests {
                 want[node.feature as usize] += means[next] - means[at];
                 at = next;
             }
-            let one = Model { trees: vec![tree.clone()], base_margin: vec![0.0; g], ..(*f.model).clone() };
+            let one = Model::new(
+                crate::model::ModelParts { trees: vec![tree.clone()], base_margin: vec![0.0; g], ..(*f.model).clone().into_parts() },
+                "one tree",
+            )
+            .unwrap();
             let single = Saabas::new(Arc::new(one)).values(&f.block).unwrap();
             let row = &single.row(0, tree.group)[..want.len()];
             assert!(row.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-12), "{}: {row:?} vs {want:?}", f.name);

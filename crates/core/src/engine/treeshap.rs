@@ -164,7 +164,7 @@ impl Walk<'_> {
 
 /// One tree's plain SHAP values for one row, added to `phi`.
 fn shap_tree(p: &PreparedModel, t: usize, x: &[f64], phi: &mut [f64], scratch: &mut [PathElem]) {
-    let (tree, prep) = (&p.model.trees[t], &p.trees[t]);
+    let (tree, prep) = (&p.model.trees()[t], &p.trees[t]);
     Walk { tree, prep, x, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
 }
 
@@ -210,7 +210,7 @@ struct Scratch {
 pub(crate) fn interactions_for_rows(p: &PreparedModel, block: &FeatureBlock) -> Result<Interactions> {
     check_block(&p.model, block)?;
     let f = p.model.num_features();
-    let g = p.model.num_groups;
+    let g = p.model.num_groups();
     let w = f + 1;
     let width = g * w * w;
     check_output(block.rows(), width, "interaction values")?;
@@ -225,7 +225,7 @@ fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratc
     s.shap.iter_mut().for_each(|v| *v = 0.0);
     shap_row(p, x, &mut s.shap, &mut s.path);
 
-    for (tree, prep) in p.model.trees.iter().zip(&p.trees) {
+    for (tree, prep) in p.model.trees().iter().zip(&p.trees) {
         let group_base = tree.group * w * w;
         for (j, splits) in &prep.splits_by_feature {
             for (condition, scale) in [(Condition::On(*j), 0.5), (Condition::Off(*j), -0.5)] {
@@ -240,5 +240,5 @@ fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratc
         }
     }
 
-    finish_interaction_row(out, &s.shap, f, p.model.num_groups);
+    finish_interaction_row(out, &s.shap, f, p.model.num_groups());
 }

@@ -74,7 +74,7 @@ mod tests {
             let set = extract(f.model.clone()).unwrap();
             // One path per leaf a path reaches (pruned XGBoost nodes stay in the arrays, reached
             // by none); each feature at most once per path; root first.
-            let leaves: usize = f.model.trees.iter().map(|t| t.num_leaves()).sum();
+            let leaves: usize = f.model.trees().iter().map(|t| t.num_leaves()).sum();
             assert_eq!(set.paths.len(), leaves, "{}", f.name);
             for p in &set.paths {
                 assert!(p.elements[0].feature.is_none());
@@ -114,7 +114,7 @@ mod tests {
             let block = &f.block;
             let got = shap_values(&program, block, &DeviceLimits::new(132), &mut |call| program.simulate(call)).unwrap();
             let exact = build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap().shap(block).unwrap();
-            let (err, row) = max_row_rel_error(&got.values, &exact.values, f.model.num_groups * (f.model.num_features() + 1));
+            let (err, row) = max_row_rel_error(&got.values, &exact.values, f.model.num_groups() * (f.model.num_features() + 1));
             assert!(err <= 1e-9, "{}: row {row} differs from treeshap by {err:e} of max|phi|", f.name);
         }
     }
@@ -124,7 +124,7 @@ mod tests {
         for f in &fixtures() {
             let program = warp_program(f);
             let block = &f.block;
-            let w = f.model.num_groups * (f.model.num_features() + 1).pow(2);
+            let w = f.model.num_groups() * (f.model.num_features() + 1).pow(2);
             let got = interaction_values(&program, block, &DeviceLimits::new(132), &mut |call| program.simulate(call)).unwrap();
             let (err, row) = max_row_rel_error(&got.values, &exact_interactions(f), w);
             assert!(err <= 1e-9, "{}: row {row} differs from treeshap's interactions by {err:e}", f.name);

@@ -61,7 +61,7 @@ pub struct PathSet {
 pub fn extract(model: Arc<Model>) -> Result<PathSet> {
     let prepared = PreparedModel::new(model.clone())?;
     let mut paths = Vec::new();
-    for (t, (tree, prep)) in model.trees.iter().zip(&prepared.trees).enumerate() {
+    for (t, (tree, prep)) in model.trees().iter().zip(&prepared.trees).enumerate() {
         // Depth-first, carrying the path so far (elements keyed by feature).
         let root = PathElement { feature: None, zero_fraction: 1.0, splits: Vec::new() };
         let mut stack = vec![(0usize, vec![root])];

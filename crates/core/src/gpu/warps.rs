@@ -92,7 +92,7 @@ impl PathProgram {
     pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<PathProgram>> {
         // Each path keeps every split on it, so a deep chain (legal in the file formats) would
         // need memory quadratic in its depth; such models run on the CPU's `linear`.
-        let depth = model.trees.iter().map(crate::model::Tree::depth).max().unwrap_or(0);
+        let depth = model.trees().iter().map(crate::model::Tree::depth).max().unwrap_or(0);
         if depth > crate::engine::MAX_RECURSIVE_DEPTH {
             tracing::warn!("GPU engine not used: a tree has depth {depth}, over {}; computing on the CPU", crate::engine::MAX_RECURSIVE_DEPTH);
             return Ok(None);
@@ -131,7 +131,7 @@ impl PathProgram {
             categories: Vec::new(),
             long: LongPaths::default(),
             features: set.model.num_features(),
-            groups: set.model.num_groups,
+            groups: set.model.num_groups(),
             bias: set.bias.clone(),
         };
         for bin in bins {
@@ -190,7 +190,7 @@ impl PathProgram {
     }
 
     fn push_split(&mut self, set: &PathSet, tree: usize, node: usize, take_left: bool) {
-        let tree = &set.model.trees[tree];
+        let tree = &set.model.trees()[tree];
         let n = &tree.nodes[node];
         let (rule, missing, threshold) = match n.rule {
             SplitRule::XgbLess { threshold } => (RULE_XGB_LESS, MISSING_NAN, threshold),

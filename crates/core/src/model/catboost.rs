@@ -31,8 +31,8 @@
 use serde_json::Value;
 
 use super::{
-    check_count, push_category_set, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
-    MAX_GROUPS,
+    check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
+    MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
@@ -47,7 +47,7 @@ pub const EMPTY_LEAF_COVER: f64 = 1e-200;
 
 const FORMAT: &str = "CatBoost JSON";
 
-pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
     let root: Value =
         serde_json::from_slice(bytes).map_err(|e| err(if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() }))?;
@@ -133,7 +133,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
         .and_then(Value::as_str)
         .and_then(|v| v.split("CatBoost release ").nth(1))
         .and_then(|v| v.split(['.', ' ']).take(3).collect::<Vec<_>>().join(".").into());
-    Ok(Model {
+    Ok(ModelParts {
         format: ModelFormat::CatboostJson,
         library_version: version.map(|v: String| v.trim_end_matches('.').to_string()),
         objective,

@@ -11,11 +11,12 @@
 use std::collections::HashMap;
 
 use super::{
-    as_index, check_count, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
+    as_index, check_count, Categories, FeatureKind, MissingType, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
+    MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
-pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
+pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let text = std::str::from_utf8(bytes).map_err(|e| Error::ModelFormat {
         path: name.into(),
         format: "LightGBM text",
@@ -113,7 +114,7 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<Model> {
     }
 
     let categories = feature_categories(text, name, header.get("feature_infos").copied(), &mut feature_kinds).map_err(err)?;
-    Ok(Model {
+    Ok(ModelParts {
         format: ModelFormat::LightgbmText,
         library_version: header.get("version").map(|v| v.to_string()),
         objective,

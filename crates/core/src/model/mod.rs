@@ -462,9 +462,11 @@ impl Tree {
     }
 }
 
-/// A tree ensemble ready to explain: trees, features, output groups and base margin.
+/// What a model is made of, as a reader assembles it: [`Model::new`] checks the parts and makes
+/// the model; [`Model::into_parts`] takes one apart again (to keep fewer trees, or to change the
+/// covers) for [`Model::new`] to check anew.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Model {
+pub struct ModelParts {
     /// Format the model was read from.
     pub format: ModelFormat,
     /// Version of the library that wrote it, when the file says.
@@ -486,6 +488,103 @@ pub struct Model {
     /// Per feature, the training categories stored in the model file, where there are some:
     /// string (or dictionary) input columns are mapped to codes through them.
     pub categories: Vec<Option<Categories>>,
+}
+
+/// A tree ensemble ready to explain: trees, features, output groups and base margin. Made only
+/// by [`Model::new`] (every reader goes through it), so every model in hand has passed
+/// [`Model::new`]'s checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    /// Format the model was read from.
+    format: ModelFormat,
+    /// Version of the library that wrote it, when the file says.
+    library_version: Option<String>,
+    /// Objective name as the library wrote it (`binary:logistic`, `multiclass`, ...).
+    objective: String,
+    /// Feature names, in the model's order (`f0..` for XGBoost models saved without names).
+    feature_names: Vec<String>,
+    /// Numeric or categorical, per feature.
+    feature_kinds: Vec<FeatureKind>,
+    /// Number of outputs (classes for multiclass models, else 1).
+    num_groups: usize,
+    /// Margin added to every prediction, per group (XGBoost's transformed `base_score`).
+    base_margin: Vec<f64>,
+    /// The trees, each adding to one group.
+    trees: Vec<Tree>,
+    /// Precision of threshold comparisons.
+    precision: Precision,
+    /// Per feature, the training categories stored in the model file, where there are some:
+    /// string (or dictionary) input columns are mapped to codes through them.
+    categories: Vec<Option<Categories>>,
+}
+
+impl Model {
+    /// The model `parts` describe, after checking them (see [`validate`](Self::validate));
+    /// `name` (the file) is what errors name.
+    pub fn new(parts: ModelParts, name: &str) -> Result<Model> {
+        let ModelParts { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories } =
+            parts;
+        let model = Model { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories };
+        model.validate(name)?;
+        Ok(model)
+    }
+
+    /// The model's parts, to change and make a model of again with [`Model::new`].
+    pub fn into_parts(self) -> ModelParts {
+        let Model { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories } = self;
+        ModelParts { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories }
+    }
+
+    /// Format the model was read from.
+    pub fn format(&self) -> ModelFormat {
+        self.format
+    }
+
+    /// Version of the library that wrote it, when the file says.
+    pub fn library_version(&self) -> Option<&str> {
+        self.library_version.as_deref()
+    }
+
+    /// Objective name as the library wrote it (`binary:logistic`, `multiclass`, ...).
+    pub fn objective(&self) -> &str {
+        &self.objective
+    }
+
+    /// Feature names, in the model's order (`f0..` for XGBoost models saved without names).
+    pub fn feature_names(&self) -> &[String] {
+        &self.feature_names
+    }
+
+    /// Numeric or categorical, per feature.
+    pub fn feature_kinds(&self) -> &[FeatureKind] {
+        &self.feature_kinds
+    }
+
+    /// Number of outputs (classes for multiclass models, else 1).
+    pub fn num_groups(&self) -> usize {
+        self.num_groups
+    }
+
+    /// Margin added to every prediction, per group.
+    pub fn base_margin(&self) -> &[f64] {
+        &self.base_margin
+    }
+
+    /// The trees, each adding to one group.
+    pub fn trees(&self) -> &[Tree] {
+        &self.trees
+    }
+
+    /// Precision of threshold comparisons.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Per feature, the training categories stored in the model file, where there are some
+    /// (empty when none are stored).
+    pub fn categories(&self) -> &[Option<Categories>] {
+        &self.categories
+    }
 }
 
 impl Model {
@@ -538,8 +637,7 @@ impl Model {
                 })
             }
         };
-        model.validate(name)?;
-        Ok(model)
+        Model::new(model, name)
     }
 
     /// Number of features the model reads.
@@ -578,7 +676,7 @@ impl Model {
     /// Checks the structure of every tree: children in range, no cycles or shared nodes,
     /// features in range, finite non-negative covers (a leaf value that is not finite is
     /// taken, as the libraries take it, with a warning).
-    pub fn validate(&self, name: &str) -> Result<()> {
+    fn validate(&self, name: &str) -> Result<()> {
         let nf = self.num_features();
         if self.feature_kinds.len() != nf {
             return Err(Error::ModelFormat {

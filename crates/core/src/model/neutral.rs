@@ -11,8 +11,8 @@
 use serde::Deserialize;
 
 use super::{
-    check_count, push_category_set, Categories, FeatureKind, MissingType, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
-    MAX_GROUPS,
+    check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
+    MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
@@ -100,7 +100,7 @@ fn one() -> f64 {
     1.0
 }
 
-pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let err = |detail: String| Error::ModelFormat { path: name.into(), format: "shapfusion trees JSON", detail };
     let json = |e: serde_json::Error| err(if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() });
     let header: Header = serde_json::from_slice(bytes).map_err(json)?;
@@ -153,7 +153,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
         Some(e) => format!("{} {} ({e})", p.library, p.version),
         None => format!("{} {}", p.library, p.version),
     });
-    Ok(Model {
+    Ok(ModelParts {
         format: ModelFormat::ShapfusionJson,
         library_version,
         objective: file.objective,

@@ -12,12 +12,12 @@
 use serde_json::Value;
 
 use super::{
-    as_index, check_count, Categories, FeatureKind, Model, ModelFormat, Node, Precision, SplitRule, Tree, LEAF, MAX_CATEGORY_WORDS, MAX_FEATURES,
-    MAX_GROUPS,
+    as_index, check_count, Categories, FeatureKind, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_CATEGORY_WORDS,
+    MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
-pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let bytes = quote_non_finite(bytes);
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| Error::ModelFormat {
         path: name.into(),
@@ -27,7 +27,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<Model> {
     Reader { name, format: ModelFormat::XgboostJson }.model(&value)
 }
 
-pub(super) fn from_ubjson_bytes(bytes: &[u8], name: &str) -> Result<Model> {
+pub(super) fn from_ubjson_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let value = super::ubjson::decode(bytes).map_err(|detail| Error::ModelFormat { path: name.into(), format: "XGBoost UBJSON", detail })?;
     Reader { name, format: ModelFormat::XgboostUbjson }.model(&value)
 }
@@ -117,7 +117,7 @@ impl Reader<'_> {
         Ok(x as usize)
     }
 
-    fn model(&self, root: &Value) -> Result<Model> {
+    fn model(&self, root: &Value) -> Result<ModelParts> {
         let learner = self.field(root, "", "learner")?;
         let version = root.get("version").and_then(Value::as_array).map(|v| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("."));
         let lmp = self.field(learner, "learner", "learner_model_param")?;
@@ -186,7 +186,7 @@ impl Reader<'_> {
             trees.extend(self.tree(tj, t, group, weight, &feature_kinds, num_groups)?);
         }
 
-        Ok(Model {
+        Ok(ModelParts {
             format: self.format,
             library_version: version,
             objective,
