@@ -8,7 +8,7 @@ WOODELF (CPU), on the suite's medium models, for backgrounds of 100 to 100,000 r
 Run through benchmarks/run.sh --interventional (which builds the release harness). For each
 model and background size it measures, each in a fresh process with its peak RSS:
 
-* shapfusion (`examples/bench.rs --background`, the aggregated engine): set-up (aggregating
+* shapfusion (`crates/files/examples/bench.rs --background`, the aggregated engine): set-up (aggregating
   the background) and rows/s on `--rows` rows;
 * shap 0.51 `TreeExplainer(model, data=Independent(bg, max_samples=len(bg)),
   feature_perturbation="interventional", model_output="raw")` (shap has no thread setting; its
@@ -170,7 +170,7 @@ def main() -> None:
         peer_child(*args.peer)
         return
     if not args.bench:
-        raise SystemExit("--bench PATH (the release build of examples/bench.rs) is required")
+        raise SystemExit("--bench PATH (the release build of crates/files/examples/bench.rs) is required")
     (OUT / "interventional").mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.models.split(","):

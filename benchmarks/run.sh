@@ -18,7 +18,7 @@ if [ ! -x .venv312/bin/python ]; then
   if [ -n "$PY312" ]; then "$PY312" -m venv .venv312; else echo "no Python 3.12: XGBoost 3.4 will be skipped"; fi
 fi
 if [ -x .venv312/bin/python ]; then .venv312/bin/pip install -q -r benchmarks/requirements-xgb34.txt; fi
-cargo build --release --no-default-features --example bench
+cargo build --release --locked -p shapfusion-files --example bench
 if [ "${1:-}" = "--interventional" ]; then
   shift
   bench="${CARGO_TARGET_DIR:-target}/release/examples/bench"

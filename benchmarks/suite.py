@@ -192,7 +192,7 @@ def main():
     ap.add_argument("--methods", default="", help="comma-separated method labels to (re)measure; others are kept from results.json")
     ap.add_argument("--results", default="results", help="results file under benchmarks/out/ (without .json): a partial run kept apart")
     ap.add_argument("--section", default="SUITE", help="the RESULTS.md section the report goes to (SUITE: the whole suite)")
-    ap.add_argument("--bench", default=str(BENCH), help="the release timing harness (examples/bench.rs)")
+    ap.add_argument("--bench", default=str(BENCH), help="the release timing harness (crates/files/examples/bench.rs)")
     args = ap.parse_args()
     BENCH = Path(args.bench)
     if args.report_only:

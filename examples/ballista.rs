@@ -71,7 +71,7 @@ async fn start_cluster() -> shapfusion::Result<String> {
 
 #[tokio::main]
 async fn main() -> shapfusion::Result<()> {
-    let df = |e: datafusion::error::DataFusionError| shapfusion::Error::Input(e.to_string());
+    let df = |e: datafusion::error::DataFusionError| shapfusion::Error::InvalidArgument(e.to_string());
     let url = match std::env::args().nth(1) {
         Some(url) => url,
         None => start_cluster().await?,
@@ -123,7 +123,7 @@ async fn main() -> shapfusion::Result<()> {
     let identical = here.num_rows() == remote.num_rows() && here.columns().iter().zip(why.columns()).all(|(a, b)| a.to_data() == b.to_data());
     println!("identical to in-process: {identical}");
     if !identical {
-        return Err(shapfusion::Error::Input("the cluster's result differs from in-process".into()));
+        return Err(shapfusion::Error::InvalidArgument("the cluster's result differs from in-process".into()));
     }
     Ok(())
 }

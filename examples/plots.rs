@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --example plots               # writes the charts to a temporary directory
-//! cargo run --example plots -- docs       # ... or to docs/ (README's docs/summary.png)
+//! cargo run --example plots -- docs/src/images   # ... or to the book's images
 //! ```
 //!
 //! The data: 10,000 card payments (`examples/data/payments.parquet`, made by

@@ -51,7 +51,9 @@ async fn main() -> shapfusion::Result<()> {
     // The rows: the model's feature columns are all a worker needs.
     let model = Arc::new(Model::load(MODEL)?);
     let file = std::fs::File::open(DATA).map_err(|e| shapfusion::Error::io(DATA, e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build()).map_err(|e| shapfusion::Error::external(DATA, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| shapfusion::Error::external(shapfusion::error::ErrorKind::BadData, DATA, e))?;
     let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| shapfusion::Error::arrow(DATA, e))?;
     let all = arrow::compute::concat_batches(&batches[0].schema(), &batches).map_err(|e| shapfusion::Error::arrow(DATA, e))?;
     let input = feature_batch(&all, model.feature_names())?;
@@ -71,7 +73,7 @@ async fn main() -> shapfusion::Result<()> {
     let identical = here.columns().iter().zip(remote.columns()).all(|(a, b)| a.to_data() == b.to_data());
     println!("identical to in-process: {identical}");
     if !identical {
-        return Err(shapfusion::Error::Input("the pool's result differs from in-process".into()));
+        return Err(shapfusion::Error::InvalidArgument("the pool's result differs from in-process".into()));
     }
     Ok(())
 }

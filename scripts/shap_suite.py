@@ -6,8 +6,8 @@ cached under ~/.cache/shapfusion/shap-suite), runs tests/explainers/test_tree.py
 test_explainer.py with shap's TreeExplainer replaced by shapfusion's (``patch_shap()``) and the
 data sets they download made offline (scripts/shap_suite_plugin.py), and compares the outcome
 with the list below of tests that are expected to fail, each because shap refuses or gets wrong
-what shapfusion computes exactly (README "Coming from shap"; each has an exactness test in
-python/tests/test_shap_conventions.py).
+what shapfusion computes exactly (docs/src/python.md, "Coming from shap"; each has an
+exactness test in python/tests/test_shap_conventions.py).
 
     python scripts/shap_suite.py              # against shapfusion; exit 1 on any other failure
     python scripts/shap_suite.py --original   # shap itself, for comparison

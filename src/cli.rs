@@ -378,19 +378,9 @@ pub struct WorkerArgs {
     /// default; any other address needs --token-file (or --insecure-no-auth).
     #[arg(long, default_value = "127.0.0.1:50061")]
     pub listen: String,
-    /// Where to compute: auto is the GPU when one is usable, else the CPU; gpu is an error
-    /// when none is.
-    #[arg(long, default_value = "auto", value_parser = device_parser())]
-    pub device: Device,
-    /// Compute threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Engine (auto picks one from the model's shape and logs why).
-    #[arg(long, default_value = "auto", value_parser = algorithm_parser())]
-    pub algorithm: Algorithm,
-    /// Memory bound for fast-v2's tables, in MiB.
-    #[arg(long, default_value_t = DEFAULT_V2_MEMORY_BYTES >> 20)]
-    pub v2_memory_mb: usize,
+    /// The defaults for calls that carry no settings, and bounds for those that do.
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// Seconds one batch may compute before `health` reports the worker stuck.
     #[arg(long, default_value_t = shapfusion::flight::DEFAULT_STUCK_AFTER.as_secs())]
     pub stuck_after_secs: u64,
@@ -466,12 +456,8 @@ pub struct ExplainArgs {
     /// File to write: Parquet, or Arrow IPC when named .arrow, .feather or .ipc.
     #[arg(long)]
     pub output: PathBuf,
-    /// Engine (auto picks one from the model's shape and logs why).
-    #[arg(long, default_value = "auto", value_parser = algorithm_parser())]
-    pub algorithm: Algorithm,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// Write SHAP interaction values (one `interactions` column) instead of SHAP values.
     #[arg(long, conflicts_with = "margin")]
     pub interactions: bool,
@@ -484,9 +470,6 @@ pub struct ExplainArgs {
     /// Rows per batch; memory use grows with it.
     #[arg(long, default_value_t = DEFAULT_BATCH_ROWS)]
     pub batch_rows: usize,
-    /// Memory bound for fast-v2's tables, in MiB.
-    #[arg(long, default_value_t = DEFAULT_V2_MEMORY_BYTES >> 20)]
-    pub v2_memory_mb: usize,
     /// Never draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
@@ -501,10 +484,6 @@ pub struct ExplainArgs {
     /// Seed of the --background-rows draw: the same seed draws the same rows.
     #[arg(long, default_value_t = 0, requires = "background_rows")]
     pub seed: u64,
-    /// Where to compute: auto is the GPU when one is usable, else the CPU; gpu is an error
-    /// when none is.
-    #[arg(long, default_value = "auto", value_parser = device_parser())]
-    pub device: Device,
     /// Compute on these Flight workers (comma separated URLs) instead of here. The model is sent
     /// to them as a file URL when --model is a local file, else as given (a name they serve).
     #[cfg(feature = "flight")]
@@ -521,10 +500,31 @@ fn model_file_help() -> String {
     format!("Model file: {}; the format is read from the content", ModelFormat::list())
 }
 
-/// Compute settings from the flags every computing command has.
-fn settings(algorithm: Algorithm, device: Device, threads: Option<usize>, v2_memory_mb: usize) -> Result<ComputeSettings> {
-    ComputeSettings::new(algorithm, device, threads, v2_memory_mb)
-        .map_err(|e| shapfusion::Error::Input(format!("--v2-memory-mb {v2_memory_mb}: {e}")))
+/// The compute flags of every command that computes (`explain`, `worker`, `plot --model`),
+/// declared once and turned into the one [`ComputeSettings`] value the library takes.
+#[derive(Debug, Args)]
+pub struct ComputeArgs {
+    /// Engine (auto picks one from the model's shape and logs why).
+    #[arg(long, default_value = "auto", value_parser = algorithm_parser())]
+    pub algorithm: Algorithm,
+    /// Where to compute: auto is the GPU when one is usable, else the CPU; gpu is an error
+    /// when none is.
+    #[arg(long, default_value = "auto", value_parser = device_parser())]
+    pub device: Device,
+    /// Compute threads (default: all cores; more than the cores runs on all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Memory bound for fast-v2's tables, in MiB.
+    #[arg(long, default_value_t = DEFAULT_V2_MEMORY_BYTES >> 20)]
+    pub v2_memory_mb: usize,
+}
+
+impl ComputeArgs {
+    /// The settings these flags say; a bad value is named by its flag.
+    pub fn settings(&self) -> Result<ComputeSettings> {
+        ComputeSettings::new(self.algorithm, self.device, self.threads, self.v2_memory_mb)
+            .map_err(|e| e.context(format!("--v2-memory-mb {}", self.v2_memory_mb)))
+    }
 }
 
 /// Parses an engine name, listing the names in `--help` and in errors from the parser's own list.
@@ -576,7 +576,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Explain(a) => {
             let options = ExplainOptions {
-                settings: settings(a.algorithm, a.device, a.threads, a.v2_memory_mb)?,
+                settings: a.compute.settings()?,
                 output: if a.interactions {
                     OutputKind::Interactions
                 } else if a.margin {
@@ -600,7 +600,7 @@ pub fn run(cli: Cli) -> Result<()> {
             #[cfg(feature = "flight")]
             let s = match &a.workers {
                 Some(_) if a.background.is_some() => {
-                    return Err(shapfusion::Error::Unavailable(
+                    return Err(shapfusion::Error::Unsupported(
                         "--background with --workers is not built yet: explain with a background locally".into(),
                     ))
                 }
@@ -681,7 +681,7 @@ fn async_runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| shapfusion::Error::Input(format!("cannot start the async runtime: {e}")))
+        .map_err(|e| shapfusion::Error::external(shapfusion::ErrorKind::Internal, "cannot start the async runtime", e))
 }
 
 #[cfg(feature = "flight")]
@@ -713,7 +713,7 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
     // The service checks the device, so a GPU that cannot be used stops the worker before it
     // listens; the engines get the device as asked, so `auto` keeps its per-model CPU fallback.
     let config = WorkerConfig {
-        settings: settings(a.algorithm, a.device, a.threads, a.v2_memory_mb)?,
+        settings: a.compute.settings()?,
         model_dir: a.server.models.model_dir.clone(),
         token: a.server.access.token()?,
         stuck_after: std::time::Duration::from_secs(a.stuck_after_secs),
@@ -748,7 +748,7 @@ fn run_ballista(command: BallistaCommand) -> Result<()> {
             };
             async_runtime()?.block_on(async move {
                 let running = shapfusion::ballista::start_scheduler(options).await?;
-                running.task.await.map_err(|e| shapfusion::Error::Input(format!("scheduler task: {e}")))?
+                running.task.await.map_err(|e| shapfusion::Error::external(shapfusion::ErrorKind::Internal, "scheduler task", e))?
             })
         }
         BallistaCommand::Executor(a) => {

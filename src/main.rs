@@ -2,7 +2,6 @@
 
 mod cli;
 
-use std::error::Error as _;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -22,18 +21,28 @@ fn main() -> ExitCode {
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // Render the error once, with its causes.
-            let mut msg = format!("error: {e}");
-            let mut source = e.source();
-            while let Some(s) = source {
-                let text = s.to_string();
-                if !msg.contains(&text) {
-                    msg.push_str(&format!("\n  caused by: {text}"));
-                }
-                source = s.source();
-            }
-            eprintln!("{msg}");
-            ExitCode::FAILURE
+            // Rendered once, here, with its causes.
+            eprintln!("error: {}", e.report());
+            ExitCode::from(exit_code(e.kind()))
         }
+    }
+}
+
+/// The exit status for a kind of failure, after BSD's `sysexits.h`, so a scheduler can tell a
+/// failure worth retrying (69: a worker or store unavailable; 75: a bound reached) from a job
+/// that will fail again as it stands (64: a bad flag or query; 65: bad data; 66: not found;
+/// 78: not supported by this build or model). 70 is a bug here, 74 a failed read or write;
+/// clap's own usage errors exit with 2.
+fn exit_code(kind: shapfusion::ErrorKind) -> u8 {
+    use shapfusion::ErrorKind;
+    match kind {
+        ErrorKind::InvalidArgument => 64,
+        ErrorKind::BadData => 65,
+        ErrorKind::NotFound => 66,
+        ErrorKind::Unsupported => 78,
+        ErrorKind::Unavailable => 69,
+        ErrorKind::Internal => 70,
+        ErrorKind::Io => 74,
+        ErrorKind::ResourceExhausted => 75,
     }
 }

@@ -24,11 +24,27 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Runs a command that must fail cleanly; returns its message.
-fn fails(args: &[&str]) -> String {
-    let o = run(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "expected exit 1, got {:?}: {err}", o.status);
+// The exit statuses by kind of error (src/main.rs, the book's Errors chapter).
+const INVALID_ARGUMENT: i32 = 64;
+const BAD_DATA: i32 = 65;
+const NOT_FOUND: i32 = 66;
+const NOT_SUPPORTED: i32 = 78;
+
+/// Runs a command that must fail cleanly with exit `status` (the kind of its error); returns its
+/// message.
+fn fails(status: i32, args: &[&str]) -> String {
+    failed(status, &run(args))
+}
+
+/// Runs `explain` that must fail cleanly with exit `status`; returns its message.
+fn explain_fails(status: i32, model: &Path, input: &Path, output: &Path, extra: &[&str]) -> String {
+    failed(status, &explain(model, input, output, extra))
+}
+
+/// The message of a run that failed cleanly with exit `status`.
+fn failed(status: i32, o: &Output) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(status), "expected exit {status}, got {:?}: {err}", o.status);
     assert!(!err.contains("panicked"), "panic: {err}");
     assert!(err.starts_with("error: "), "{err}");
     err
@@ -237,7 +253,7 @@ fn empty_input_gives_an_empty_output_with_the_schema() {
 
 #[test]
 fn missing_model_file() {
-    let err = fails(&["explain", "--model", "/nonexistent/model.json", "--input", "x.parquet", "--output", "y.parquet"]);
+    let err = fails(NOT_FOUND, &["explain", "--model", "/nonexistent/model.json", "--input", "x.parquet", "--output", "y.parquet"]);
     assert!(err.contains("/nonexistent/model.json"), "{err}");
 }
 
@@ -263,17 +279,9 @@ fn truncated_and_corrupt_models() {
     for (name, bytes, needle) in cases {
         let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
-        let err = fails(&[
-            "explain",
-            "--model",
-            path.to_str().unwrap(),
-            "--input",
-            input.to_str().unwrap(),
-            "--output",
-            dir.path().join("o.parquet").to_str().unwrap(),
-        ]);
+        let err = explain_fails(BAD_DATA, &path, &input, &dir.path().join("o.parquet"), &[]);
         assert!(err.contains(name) && err.contains(needle), "{name}: {err}");
-        let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+        let err = fails(BAD_DATA, &["models", "inspect", path.to_str().unwrap()]);
         assert!(err.contains(needle), "{name}: {err}");
     }
 }
@@ -281,7 +289,7 @@ fn truncated_and_corrupt_models() {
 #[test]
 fn lightgbm_linear_tree_is_refused() {
     let path = common::fixtures_dir().join("bad/linear_tree.txt");
-    let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+    let err = fails(NOT_SUPPORTED, &["models", "inspect", path.to_str().unwrap()]);
     assert!(err.contains("linear"), "{err}");
 }
 
@@ -292,13 +300,13 @@ fn child_index_out_of_range_names_tree_and_node() {
     v["learner"]["gradient_booster"]["model"]["trees"][3]["left_children"][2] = serde_json::json!(999);
     let path = dir.path().join("bad_child.json");
     std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
-    let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+    let err = fails(BAD_DATA, &["models", "inspect", path.to_str().unwrap()]);
     assert!(err.contains("tree 3") && err.contains("node 2") && err.contains("999"), "{err}");
 
     // A cycle: a child pointing back at the root.
     v["learner"]["gradient_booster"]["model"]["trees"][3]["left_children"][2] = serde_json::json!(0);
     std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
-    let err = fails(&["models", "inspect", path.to_str().unwrap()]);
+    let err = fails(BAD_DATA, &["models", "inspect", path.to_str().unwrap()]);
     assert!(err.contains("tree 3") && err.contains("cycle"), "{err}");
 }
 
@@ -308,15 +316,7 @@ fn input_missing_a_feature_column_names_it() {
     let dir = tmp();
     let input = dir.path().join("in.parquet");
     write_parquet(&input, &f.batch.project(&[0, 1, 2, 4, 5, 6, 7, 8, 9]).unwrap());
-    let err = fails(&[
-        "explain",
-        "--model",
-        f.model_path.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        dir.path().join("o.parquet").to_str().unwrap(),
-    ]);
+    let err = explain_fails(BAD_DATA, &f.model_path, &input, &dir.path().join("o.parquet"), &[]);
     assert!(err.contains("\"f3\""), "{err}");
 }
 
@@ -327,15 +327,7 @@ fn string_column_is_refused_by_name() {
     let batch = common::with_column(&f.batch, "x2", Arc::new(StringArray::from(vec!["a"; f.batch.num_rows()])));
     let input = dir.path().join("in.parquet");
     write_parquet(&input, &batch);
-    let err = fails(&[
-        "explain",
-        "--model",
-        f.model_path.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        dir.path().join("o.parquet").to_str().unwrap(),
-    ]);
+    let err = explain_fails(BAD_DATA, &f.model_path, &input, &dir.path().join("o.parquet"), &[]);
     assert!(err.contains("\"x2\"") && err.contains("Utf8"), "{err}");
 }
 
@@ -370,17 +362,7 @@ fn unknown_algorithm_and_bad_keep() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("fast-v2"), "{}", stderr(&o));
     let dir = tmp();
-    let err = fails(&[
-        "explain",
-        "--model",
-        f.model_path.to_str().unwrap(),
-        "--input",
-        f.input_path().to_str().unwrap(),
-        "--output",
-        dir.path().join("o.parquet").to_str().unwrap(),
-        "--keep",
-        "nope",
-    ]);
+    let err = explain_fails(INVALID_ARGUMENT, &f.model_path, &f.input_path(), &dir.path().join("o.parquet"), &["--keep", "nope"]);
     assert!(err.contains("nope"), "{err}");
 }
 
@@ -408,17 +390,7 @@ fn device_gpu_without_a_usable_gpu_names_what_is_missing_and_auto_uses_the_cpu()
     let f = fixture("xgb_regression");
     let dir = tmp();
     let out = dir.path().join("out.parquet");
-    let err = fails(&[
-        "explain",
-        "--model",
-        f.model_path.to_str().unwrap(),
-        "--input",
-        f.input_path().to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--device",
-        "gpu",
-    ]);
+    let err = explain_fails(NOT_SUPPORTED, &f.model_path, &f.input_path(), &out, &["--device", "gpu"]);
     assert!(err.contains("device gpu was asked for") && err.contains(&missing), "{err}");
     assert!(!out.exists(), "nothing is written when the device is refused");
 
@@ -451,7 +423,10 @@ fn explain_refuses_to_write_over_its_input() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/models/fraud.json");
     // The same file under another spelling.
     let same = dir.path().join(".").join("rows.csv");
-    let e = fails(&["explain", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", same.to_str().unwrap()]);
+    let e = fails(
+        INVALID_ARGUMENT,
+        &["explain", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "--output", same.to_str().unwrap()],
+    );
     assert!(e.contains("would destroy the input"), "{e}");
     assert_eq!(std::fs::read(&input).unwrap(), before, "the input is untouched");
 }
@@ -515,14 +490,6 @@ fn lightgbm_integer_coded_categories_through_explain_and_sql() {
     let shops: StringArray = (0..f.batch.num_rows()).map(|i| Some(format!("shop{}", i % 3))).collect();
     let input = dir.path().join("strings.parquet");
     write_parquet(&input, &common::with_column(&f.batch, "store", Arc::new(shops)));
-    let err = fails(&[
-        "explain",
-        "--model",
-        f.model_path.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        dir.path().join("x.parquet").to_str().unwrap(),
-    ]);
+    let err = explain_fails(BAD_DATA, &f.model_path, &input, &dir.path().join("x.parquet"), &[]);
     assert!(err.contains("\"store\"") && err.contains("stores no category names") && err.contains("codes"), "{err}");
 }

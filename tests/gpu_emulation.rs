@@ -122,7 +122,7 @@ fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedu
     std::fs::write(&input, bytes).map_err(|e| Error::io(&input, e))?;
     let run = Command::new(driver).arg(&input).arg(&output).output().map_err(|e| Error::io(driver, e))?;
     if !run.status.success() {
-        return Err(Error::Unavailable(format!("{}: {} ({})", l.kernel.name(), String::from_utf8_lossy(&run.stderr).trim(), run.status)));
+        return Err(Error::Unsupported(format!("{}: {} ({})", l.kernel.name(), String::from_utf8_lossy(&run.stderr).trim(), run.status)));
     }
     let raw = std::fs::read(&output).map_err(|e| Error::io(&output, e))?;
     Ok(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())

@@ -267,7 +267,7 @@ fn bad_requests_get_clear_errors() {
         "1000",
     ]);
     let msg = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{msg}");
+    assert_eq!(o.status.code(), Some(64), "an invalid argument: {msg}");
     assert!(msg.contains("row 1000 is out of range") && msg.contains("has 48 rows"), "{msg}");
     let other = fixtures().into_iter().find(|f| f.name == "xgb_multiclass").unwrap();
     let shap = dir.path().join("s.parquet");
@@ -284,7 +284,7 @@ fn bad_requests_get_clear_errors() {
     .success());
     let o = run(&["plot", "summary", "--shap", shap.to_str().unwrap(), "--input", "examples/data/payments.parquet", "-o", out.to_str().unwrap()]);
     let msg = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{msg}");
+    assert_eq!(o.status.code(), Some(65), "bad data: {msg}");
     assert!(msg.contains("has 48 rows but examples/data/payments.parquet has"), "{msg}");
     assert!(!out.exists(), "a failed plot left a file");
 }

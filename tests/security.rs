@@ -45,7 +45,7 @@ fn servers_refuse_to_listen_beyond_loopback_without_a_token() {
     for server in ["serve", "worker"] {
         let out = Command::new(BIN).args([server, "--listen", "0.0.0.0:0"]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{server}: {err}");
+        assert_eq!(out.status.code(), Some(64), "{server}, an invalid argument: {err}");
         assert!(err.contains("--token-file") && err.contains("--insecure-no-auth") && err.contains("refusing"), "{server}: {err}");
     }
     // With --insecure-no-auth it starts, and says so on stderr.

@@ -19,7 +19,8 @@ matched to the model's features by name, in any order. ``shapfusion.datafusion_u
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from ._trees_file import save_model
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["Explainer", "TreeExplainer", "datafusion_udfs", "patch_shap", "save_model", "unpatch_shap", "__version__"]
+__all__ = ["Explainer", "TreeExplainer", "__version__", "datafusion_udfs", "patch_shap", "save_model", "unpatch_shap"]
 
 #: What ``Explainer`` accepts as a model.
 ModelLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Any]
@@ -82,8 +83,17 @@ class Explainer:
         ``model`` is a path that does not exist.
     ValueError
         The model file is not a valid model, or an option or the background is wrong.
+    NotImplementedError
+        The model uses something shapfusion does not compute (a LightGBM linear tree, say), or
+        ``device="cuda"`` in a build without the GPU engine.
     TypeError
         ``model`` is none of the accepted kinds.
+
+    Every error of the native code is raised by its kind, with the message the command line
+    prints (each cause included): ``ValueError`` for a bad argument or bad data,
+    ``FileNotFoundError``, ``OSError`` for another failed read or write, ``ConnectionError``
+    for an unreachable object store or worker, ``MemoryError`` for a bound reached (rows too
+    many for memory), ``NotImplementedError`` for a path not built, ``RuntimeError`` for a bug.
 
     Examples
     --------
@@ -97,10 +107,10 @@ class Explainer:
         model: ModelLike,
         *,
         algorithm: str = "auto",
-        threads: Optional[int] = None,
+        threads: int | None = None,
         background: Any = None,
         transform: str = "identity",
-        tree_limit: Optional[int] = None,
+        tree_limit: int | None = None,
         cover_rows: Any = None,
     ) -> None:
         # An XGBoost scikit-learn model built with missing=v reads v as missing, as its
@@ -109,7 +119,7 @@ class Explainer:
         self._build(_model_source(model), algorithm, threads, background, transform, tree_limit, cover_rows)
 
     @classmethod
-    def _from_source(cls, source: Dict[str, Any], *, missing: Optional[float] = None, **settings: Any) -> "Explainer":
+    def _from_source(cls, source: dict[str, Any], *, missing: float | None = None, **settings: Any) -> Explainer:
         """An explainer of a model already read by :func:`_model_source` (one read serves many
         explainers), or of a Spark ML model directory's files as ``shapfusion.spark`` ships them
         (``dict(spark_files=[(relative path, bytes), ...], name=...)``); ``settings`` are the
@@ -121,18 +131,26 @@ class Explainer:
 
     def _build(
         self,
-        source: dict,
+        source: dict[str, Any],
         algorithm: str = "auto",
-        threads: Optional[int] = None,
+        threads: int | None = None,
         background: Any = None,
         transform: str = "identity",
-        tree_limit: Optional[int] = None,
+        tree_limit: int | None = None,
         cover_rows: Any = None,
     ) -> None:
         """The native explainer of the model ``source`` names (``path``, ``data`` (the file's
         bytes) or ``spark_files``, and its ``name``)."""
         # What pickling keeps: the model as read and the settings; the engine is built anew.
-        self._state = dict(source=source, algorithm=algorithm, threads=threads, background=background, transform=transform, tree_limit=tree_limit, cover_rows=cover_rows)
+        self._state = {
+            "source": source,
+            "algorithm": algorithm,
+            "threads": threads,
+            "background": background,
+            "transform": transform,
+            "tree_limit": tree_limit,
+            "cover_rows": cover_rows,
+        }
         background_rows, background_names = (None, None) if background is None else _rows(self._missing_as_nan(background))
         cover_values, cover_names = (None, None) if cover_rows is None else _rows(self._missing_as_nan(cover_rows))
         self._native = _shapfusion.NativeExplainer(
@@ -148,7 +166,7 @@ class Explainer:
         )
         self._interventional = background is not None
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         """The model as read and the settings (an explainer pickles, to ship to other
         processes, as shap's does); the engine is rebuilt on unpickling."""
         state = dict(self._state, missing=self._missing)
@@ -157,20 +175,20 @@ class Explainer:
             # The model's content, not its path: the other process may not see this file system.
             path, name = source["path"], source["name"]
             if os.path.isdir(path):
-                state["source"] = dict(spark_files=_directory_files(path), name=name)
+                state["source"] = {"spark_files": _directory_files(path), "name": name}
             else:
                 with open(path, "rb") as f:
-                    state["source"] = dict(data=f.read(), name=name)
+                    state["source"] = {"data": f.read(), "name": name}
         return state
 
-    def __setstate__(self, state: Dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self._missing = state.pop("missing")
         source = state.pop("source")
         self._build(source, **state)
 
     # -- results ---------------------------------------------------------------------------
 
-    def shap_values(self, X: Any, *, as_arrow: bool = False) -> Union[np.ndarray, "pyarrow.RecordBatch"]:
+    def shap_values(self, X: Any, *, as_arrow: bool = False) -> np.ndarray | pyarrow.RecordBatch:
         """SHAP values of every row of ``X``.
 
         Returns a float64 array in XGBoost's ``pred_contribs`` layout: ``(n, F+1)`` for a model
@@ -186,7 +204,7 @@ class Explainer:
         """
         return self._compute(X, "shap", as_arrow)
 
-    def interactions(self, X: Any, *, as_arrow: bool = False) -> Union[np.ndarray, "pyarrow.RecordBatch"]:
+    def interactions(self, X: Any, *, as_arrow: bool = False) -> np.ndarray | pyarrow.RecordBatch:
         """SHAP interaction values of every row of ``X``.
 
         Returns XGBoost's ``pred_interactions`` layout: ``(n, F+1, F+1)``, or ``(n, G, F+1,
@@ -208,9 +226,10 @@ class Explainer:
         to the child the row takes. They add up to the margin but are not Shapley values: they
         depend on split order. Fast (one pass down each tree); a background plays no part.
         """
-        return self._compute(X, "saabas", False)
+        values: np.ndarray = self._compute(X, "saabas", False)
+        return values
 
-    def predict_margin(self, X: Any, *, as_arrow: bool = False) -> Union[np.ndarray, "pyarrow.RecordBatch"]:
+    def predict_margin(self, X: Any, *, as_arrow: bool = False) -> np.ndarray | pyarrow.RecordBatch:
         """Margin (raw score) predictions: ``(n,)``, or ``(n, G)`` for G outputs.
 
         The same numbers as ``booster.predict(..., output_margin=True)`` (XGBoost) or
@@ -221,7 +240,7 @@ class Explainer:
     # -- what it holds ---------------------------------------------------------------------
 
     @property
-    def feature_names(self) -> list:
+    def feature_names(self) -> list[str]:
         """The model's feature names, in its order (the columns of a plain array)."""
         return self._native.feature_names
 
@@ -229,6 +248,37 @@ class Explainer:
     def num_groups(self) -> int:
         """Output groups G: classes of a multiclass model, targets of a multi-output one, else 1."""
         return self._native.num_groups
+
+    @property
+    def format(self) -> str:
+        """The model file's format and library, as ``shapfusion models inspect`` prints it
+        (``XGBoost JSON``, ``LightGBM text``, ...)."""
+        return self._native.format
+
+    @property
+    def objective(self) -> str:
+        """The model's objective as its library names it (``binary:logistic``, ``multiclass
+        num_class:3``, ...)."""
+        return self._native.objective
+
+    @property
+    def num_trees(self) -> int:
+        """Trees in the model (for multiclass models, every class's trees)."""
+        return self._native.num_trees
+
+    @property
+    def base_margin(self) -> list[float]:
+        """The margin added to every prediction, per output group."""
+        return self._native.base_margin
+
+    def tree_arrays(self) -> list[dict[str, Any]]:
+        """The trees as node arrays, one dict per tree, as shap's ``TreeEnsemble`` reads them:
+        ``children_left``, ``children_right``, ``children_default`` (-1 at leaves), ``features``
+        (-2 at leaves), ``thresholds`` (NaN for categorical splits and leaves), ``rules`` (0 leaf,
+        1 ``x < t``, 2 ``x <= t``, 3 categorical), ``values`` (leaf values times the tree's weight;
+        an internal node holds the cover-weighted mean of its leaves), ``node_sample_weight``
+        (covers) and ``group`` (the output the tree adds to)."""
+        return self._native.trees()
 
     @property
     def engine(self) -> str:
@@ -269,7 +319,7 @@ class Explainer:
         array[array == self._missing] = np.nan
         return array
 
-    def _compute(self, X: Any, output: str, as_arrow: bool):
+    def _compute(self, X: Any, output: str, as_arrow: bool) -> Any:
         X = self._missing_as_nan(X)
         if _is_sparse(X):
             return self._compute_sparse(X, output, as_arrow)
@@ -278,13 +328,13 @@ class Explainer:
             return self._native.compute_arrow(rows, output, names)
         return self._native.compute(rows, output, names)
 
-    def _compute_sparse(self, X: Any, output: str, as_arrow: bool):
+    def _compute_sparse(self, X: Any, output: str, as_arrow: bool) -> Any:
         """A SciPy sparse matrix, densified a block of rows at a time (a wide matrix never
         whole). Entries it does not store are what the model's library makes of them: missing
         for XGBoost models (as in a DMatrix), 0 for the others (as LightGBM and scikit-learn
         read them)."""
         X = X.tocsr()
-        fill = np.nan if self._native.format.startswith("XGBoost") else 0.0
+        fill = np.nan if self.format.startswith("XGBoost") else 0.0
         rows = max(1, _SPARSE_BLOCK_VALUES // max(X.shape[1], 1))
         parts = []
         for start in range(0, max(X.shape[0], 1), rows):
@@ -299,17 +349,21 @@ class Explainer:
         if as_arrow:
             import pyarrow as pa
 
-            return pa.concat_batches(parts) if hasattr(pa, "concat_batches") else pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+            return (
+                pa.concat_batches(parts)
+                if hasattr(pa, "concat_batches")
+                else pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+            )
         return np.concatenate(parts, axis=0)
 
 
 def datafusion_udfs(
-    models: Mapping[str, Union[str, "os.PathLike[str]"]],
+    models: Mapping[str, str | os.PathLike[str]],
     *,
     algorithm: str = "auto",
-    threads: Optional[int] = None,
-    background: Union[str, "os.PathLike[str]", None] = None,
-) -> list:
+    threads: int | None = None,
+    background: str | os.PathLike[str] | None = None,
+) -> list[Any]:
     """SQL functions ``shap``, ``shap_interactions`` and ``margin`` for Python's ``datafusion``.
 
     ``models`` maps the names queries use to model files (paths or object-store URLs); they are
@@ -344,7 +398,7 @@ def datafusion_udfs(
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _import_datafusion():
+def _import_datafusion() -> Any:
     """Python's ``datafusion``, if its major version is the one this build's FFI speaks."""
     wanted = _shapfusion.DATAFUSION_VERSION
     try:
@@ -364,7 +418,7 @@ def _import_datafusion():
     return datafusion
 
 
-def _threads(threads: Optional[int]) -> int:
+def _threads(threads: int | None) -> int:
     if threads is None:
         return 0
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -372,29 +426,29 @@ def _threads(threads: Optional[int]) -> int:
     return threads
 
 
-def _model_source(model: ModelLike) -> Dict[str, Any]:
+def _model_source(model: ModelLike) -> dict[str, Any]:
     """What the native explainer reads for any accepted model: ``path``, ``data`` (a model
     file's bytes) or ``spark_files`` (a Spark ML model directory's files, (relative path,
     bytes)), and its ``name`` for messages."""
     if isinstance(model, (str, os.PathLike)):
-        return dict(path=os.fspath(os.path.expanduser(model)), name=os.fspath(model))
+        return {"path": os.fspath(os.path.expanduser(model)), "name": os.fspath(model)}
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return dict(data=bytes(model), name="<bytes>")
+        return {"data": bytes(model), "name": "<bytes>"}
     module = type(model).__module__ or ""
     if module.startswith("xgboost.spark"):
-        return dict(data=bytes(model.get_booster().save_raw(raw_format="ubj")), name=f"<{type(model).__name__}>")
+        return {"data": bytes(model.get_booster().save_raw(raw_format="ubj")), "name": f"<{type(model).__name__}>"}
     if module.startswith("xgboost"):
         booster = model.get_booster() if hasattr(model, "get_booster") else model
-        return dict(data=bytes(booster.save_raw(raw_format="ubj")), name="<xgboost.Booster>")
+        return {"data": bytes(booster.save_raw(raw_format="ubj")), "name": "<xgboost.Booster>"}
     if module.startswith("lightgbm"):
-        booster = getattr(model, "booster_", model)
-        return dict(data=booster.model_to_string().encode("utf-8"), name="<lightgbm.Booster>")
+        lgb_booster: Any = getattr(model, "booster_", model)
+        return {"data": lgb_booster.model_to_string().encode("utf-8"), "name": "<lightgbm.Booster>"}
     if _trees_file.is_sklearn_estimator(model):
-        return dict(data=_trees_file.to_json_bytes(model), name=f"<sklearn {type(model).__name__}>")
+        return {"data": _trees_file.to_json_bytes(model), "name": f"<sklearn {type(model).__name__}>"}
     if module.startswith("catboost"):
-        return dict(data=_catboost_json(model), name=f"<catboost {type(model).__name__}>")
+        return {"data": _catboost_json(model), "name": f"<catboost {type(model).__name__}>"}
     if module.startswith("pyspark.ml") and hasattr(model, "write"):
-        return dict(spark_files=_spark_model_files(model), name=f"<{type(model).__name__}>")
+        return {"spark_files": _spark_model_files(model), "name": f"<{type(model).__name__}>"}
     raise TypeError(
         "model must be a path, the bytes of a model file, an xgboost Booster/XGBModel, a "
         "lightgbm Booster/LGBMModel, a fitted scikit-learn tree estimator, a catboost model or a "
@@ -402,7 +456,7 @@ def _model_source(model: ModelLike) -> Dict[str, Any]:
     )
 
 
-def _spark_model_files(model: Any) -> List[Tuple[str, bytes]]:
+def _spark_model_files(model: Any) -> list[tuple[str, bytes]]:
     """A fitted ``pyspark.ml`` model's directory (as ``model.write().save`` writes it) as
     (relative path, bytes) pairs."""
     import tempfile
@@ -413,7 +467,7 @@ def _spark_model_files(model: Any) -> List[Tuple[str, bytes]]:
         return _directory_files(target)
 
 
-def _directory_files(root: str) -> List[Tuple[str, bytes]]:
+def _directory_files(root: str) -> list[tuple[str, bytes]]:
     """Every file under ``root`` as (path relative to it, with ``/``, bytes), in a stable order."""
     files = []
     for dirpath, dirnames, names in os.walk(root):
@@ -425,7 +479,7 @@ def _directory_files(root: str) -> List[Tuple[str, bytes]]:
     return files
 
 
-def _xgboost_missing_value(model: Any) -> Optional[float]:
+def _xgboost_missing_value(model: Any) -> float | None:
     """The value an XGBoost scikit-learn model reads as missing besides NaN (its ``missing``
     parameter), or None."""
     if not (type(model).__module__ or "").startswith("xgboost"):
@@ -451,7 +505,7 @@ def _catboost_json(model: Any) -> bytes:
             return f.read()
 
 
-def _rows(X: Any) -> Tuple[Any, Optional[Sequence[str]]]:
+def _rows(X: Any) -> tuple[Any, Sequence[str] | None]:
     """What the native side reads: (float64 C-contiguous matrix, column names or None), or
     (an object with the Arrow PyCapsule interface, None)."""
     X = _plain_rows(X)
@@ -528,4 +582,4 @@ def _is_plain_number(dtype: Any) -> bool:
 
 
 # shap's interface, over the Explainer above (imported last: it builds on it).
-from .shap_compat import TreeExplainer, patch_shap, unpatch_shap  # noqa: E402
+from .shap_compat import TreeExplainer, patch_shap, unpatch_shap

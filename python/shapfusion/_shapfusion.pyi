@@ -2,7 +2,8 @@
 ``shapfusion.datafusion_udfs``."""
 
 import os
-from typing import Any, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,25 +17,34 @@ class NativeExplainer:
     def __init__(
         self,
         *,
-        path: Optional[str | os.PathLike[str]] = None,
-        data: Optional[bytes] = None,
+        path: str | os.PathLike[str] | None = None,
+        data: bytes | None = None,
         name: str = "<memory>",
         algorithm: str = "auto",
         threads: int = 0,
         background: Any = None,
-        background_names: Optional[Sequence[str]] = None,
+        background_names: Sequence[str] | None = None,
         transform: str = "identity",
-        tree_limit: Optional[int] = None,
-        spark_files: Optional[Sequence[Tuple[str, bytes]]] = None,
+        tree_limit: int | None = None,
+        spark_files: Sequence[tuple[str, bytes]] | None = None,
         cover_rows: Any = None,
-        cover_names: Optional[Sequence[str]] = None,
+        cover_names: Sequence[str] | None = None,
     ) -> None: ...
-    def compute(self, x: Any, output: str, names: Optional[Sequence[str]] = None) -> np.ndarray: ...
-    def compute_arrow(self, x: Any, output: str, names: Optional[Sequence[str]] = None) -> Any: ...
+    def compute(self, x: Any, output: str, names: Sequence[str] | None = None) -> np.ndarray: ...
+    def compute_arrow(self, x: Any, output: str, names: Sequence[str] | None = None) -> Any: ...
     @property
     def feature_names(self) -> list[str]: ...
     @property
     def num_groups(self) -> int: ...
+    @property
+    def num_trees(self) -> int: ...
+    @property
+    def objective(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def base_margin(self) -> list[float]: ...
+    def trees(self) -> list[dict[str, Any]]: ...
     @property
     def engine(self) -> str: ...
     @property
@@ -47,5 +57,5 @@ class ExportedUdf:
     def __datafusion_scalar_udf__(self) -> object: ...
 
 def datafusion_udfs(
-    models: Sequence[Tuple[str, str]], *, algorithm: str = "auto", threads: int = 0, background: Optional[str] = None
+    models: Sequence[tuple[str, str]], *, algorithm: str = "auto", threads: int = 0, background: str | None = None
 ) -> list[ExportedUdf]: ...

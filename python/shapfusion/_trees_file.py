@@ -1,7 +1,7 @@
 """The shapfusion trees file: fitted scikit-learn estimators as plain node arrays.
 
 ``save_model(estimator, path)`` writes the documented, versioned JSON that every shapfusion
-front end reads (``docs/model-format.md``): the command line, SQL, the Flight workers and
+front end reads (``docs/src/trees-file.md``): the command line, SQL, the Flight workers and
 Ballista load it without Python and without unpickling anything. ``Explainer(estimator)``
 goes through the same bytes, so every front end computes the same numbers.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 
@@ -40,14 +40,12 @@ def is_sklearn_estimator(model: Any) -> bool:
     return (type(model).__module__ or "").startswith("sklearn.")
 
 
-def to_dict(estimator: Any) -> Dict[str, Any]:
+def to_dict(estimator: Any) -> dict[str, Any]:
     """The shapfusion trees file of a fitted scikit-learn tree estimator, as a dict."""
     kind = type(estimator).__name__
     exporter = _EXPORTERS.get(kind)
     if exporter is None:
-        raise TypeError(
-            f"shapfusion does not read scikit-learn {kind}; it reads {', '.join(sorted(_EXPORTERS))}"
-        )
+        raise TypeError(f"shapfusion does not read scikit-learn {kind}; it reads {', '.join(sorted(_EXPORTERS))}")
     _check_fitted(estimator, kind)
     import sklearn
 
@@ -80,7 +78,7 @@ def to_json_bytes(estimator: Any) -> bytes:
     return json.dumps(to_dict(estimator), allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
-def save_model(estimator: Any, path: "str | os.PathLike[str]") -> None:
+def save_model(estimator: Any, path: str | os.PathLike[str]) -> None:
     """Writes a fitted scikit-learn tree estimator as a shapfusion trees file.
 
     ``shapfusion explain --model PATH``, ``shapfusion sql``, the Flight workers and
@@ -111,7 +109,7 @@ def _check_fitted(estimator: Any, kind: str) -> None:
         raise ValueError(f"this {kind} is not fitted: call fit before explaining or saving it")
 
 
-def _tree_arrays(tree: Any, values: np.ndarray, output: int, weight: float, features: Optional[np.ndarray] = None) -> Dict[str, Any]:
+def _tree_arrays(tree: Any, values: np.ndarray, output: int, weight: float, features: np.ndarray | None = None) -> dict[str, Any]:
     """One sklearn ``Tree`` (its parallel node arrays) with leaf values ``values``."""
     left = np.asarray(tree.children_left, dtype=np.int64)
     right = np.asarray(tree.children_right, dtype=np.int64)
@@ -133,16 +131,17 @@ def _tree_arrays(tree: Any, values: np.ndarray, output: int, weight: float, feat
     }
 
 
-def _finite(thresholds: np.ndarray) -> List[float]:
+def _finite(thresholds: np.ndarray) -> list[float]:
     """Thresholds with infinities replaced by the largest finite doubles. A split trained with
     missing values may send every number left (threshold +inf); scikit-learn refuses infinite
     inputs, so ``x <= float64 max`` decides every row it takes the same way."""
     t = np.asarray(thresholds, dtype=np.float64)
     big = np.finfo(np.float64).max
-    return np.clip(t, -big, big).tolist()
+    finite: list[float] = np.clip(t, -big, big).tolist()
+    return finite
 
 
-def _regression_trees(trees: List[Any], weight: float) -> Dict[str, Any]:
+def _regression_trees(trees: list[Any], weight: float) -> dict[str, Any]:
     n_outputs = int(trees[0].tree_.n_outputs)
     out = []
     for e in trees:
@@ -152,7 +151,7 @@ def _regression_trees(trees: List[Any], weight: float) -> Dict[str, Any]:
     return {"objective": "regression", "num_outputs": n_outputs, "base_margin": [0.0] * n_outputs, "trees": out}
 
 
-def _classification_trees(trees: List[Any], weight: float, kind: str) -> Dict[str, Any]:
+def _classification_trees(trees: list[Any], weight: float, kind: str) -> dict[str, Any]:
     if trees[0].tree_.n_outputs != 1:
         raise NotImplementedError(f"multi-output {kind} (several targets of classes) is not read by shapfusion")
     n_classes = int(trees[0].tree_.n_classes[0])
@@ -166,23 +165,23 @@ def _classification_trees(trees: List[Any], weight: float, kind: str) -> Dict[st
     return {"objective": "class probabilities", "num_outputs": n_classes, "base_margin": [0.0] * n_classes, "trees": out}
 
 
-def _decision_tree_regressor(m: Any) -> Dict[str, Any]:
+def _decision_tree_regressor(m: Any) -> dict[str, Any]:
     return _regression_trees([m], 1.0)
 
 
-def _decision_tree_classifier(m: Any) -> Dict[str, Any]:
+def _decision_tree_classifier(m: Any) -> dict[str, Any]:
     return _classification_trees([m], 1.0, type(m).__name__)
 
 
-def _forest_regressor(m: Any) -> Dict[str, Any]:
+def _forest_regressor(m: Any) -> dict[str, Any]:
     return _regression_trees(list(m.estimators_), 1.0 / len(m.estimators_))
 
 
-def _forest_classifier(m: Any) -> Dict[str, Any]:
+def _forest_classifier(m: Any) -> dict[str, Any]:
     return _classification_trees(list(m.estimators_), 1.0 / len(m.estimators_), type(m).__name__)
 
 
-def _gradient_boosting(m: Any) -> Dict[str, Any]:
+def _gradient_boosting(m: Any) -> dict[str, Any]:
     kind = type(m).__name__
     init = m.init_
     if not (init == "zero" or type(init).__name__ in ("DummyRegressor", "DummyClassifier")):
@@ -208,13 +207,13 @@ def _gradient_boosting(m: Any) -> Dict[str, Any]:
     return {"objective": objective, "num_outputs": k_out, "base_margin": base.tolist(), "trees": trees}
 
 
-def _hist_gradient_boosting(m: Any) -> Dict[str, Any]:
+def _hist_gradient_boosting(m: Any) -> dict[str, Any]:
     n_features = int(m.n_features_in_)
     # With categorical features, scikit-learn 1.4+ encodes them first (an OrdinalEncoder, unknown
     # values to NaN) and moves them in front of the numeric columns: the trees' feature indices
     # and category codes refer to that encoded order, mapped back to the user's columns here.
     pre = getattr(m, "_preprocessor", None)
-    encoder_categories: List[np.ndarray] = []
+    encoder_categories: list[np.ndarray] = []
     column_of = np.arange(n_features)
     if pre is not None:
         masks = {name: np.asarray(mask) for name, _, mask in pre.transformers_ if not isinstance(mask, list)}
@@ -222,10 +221,10 @@ def _hist_gradient_boosting(m: Any) -> Dict[str, Any]:
         column_of = np.r_[np.flatnonzero(categorical_mask), np.flatnonzero(~categorical_mask)]
         encoder_categories = list(pre.named_transformers_["encoder"].categories_) if categorical_mask.any() else []
     known_bitsets, f_idx_map = m._bin_mapper.make_known_categories_bitsets()
-    string_categories: Dict[str, List[str]] = {}
-    categorical: List[int] = []
+    string_categories: dict[str, list[str]] = {}
+    categorical: list[int] = []
 
-    def category_sets(encoded_feature: int, left_codes: List[int], known_codes: List[int]):
+    def category_sets(encoded_feature: int, left_codes: list[int], known_codes: list[int]) -> tuple[int, list[int], list[int]]:
         """The split's sets in the values the user passes: the raw category values for numeric
         categories, the codes of the stored category names for strings."""
         column = int(column_of[encoded_feature])
@@ -291,13 +290,13 @@ def _hist_gradient_boosting(m: Any) -> Dict[str, Any]:
     return body
 
 
-def _bitset_codes(bitset: np.ndarray) -> List[int]:
+def _bitset_codes(bitset: np.ndarray) -> list[int]:
     """The codes set in a scikit-learn category bitset (8 words of 32 bits)."""
     words = np.asarray(bitset, dtype=np.uint32)
     return [int(32 * w + b) for w in range(len(words)) for b in range(32) if (int(words[w]) >> b) & 1]
 
 
-def _isolation_forest(m: Any) -> Dict[str, Any]:
+def _isolation_forest(m: Any) -> dict[str, Any]:
     from sklearn.ensemble._iforest import _average_path_length
 
     trees = []

@@ -24,7 +24,7 @@ models it includes the per-class base score, which shap's misses.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -67,11 +67,11 @@ class TreeExplainer:
         data: Any = None,
         model_output: str = "raw",
         feature_perturbation: str = "auto",
-        feature_names: Optional[list] = None,
+        feature_names: list[str] | None = None,
         approximate: Any = _UNSET,
         link: Any = None,
         linearize_link: Any = None,
-        threads: Optional[int] = None,
+        threads: int | None = None,
     ) -> None:
         if approximate is not _UNSET:
             warnings.warn(
@@ -109,13 +109,15 @@ class TreeExplainer:
         try:
             self._source = _model_source(model)
         except TypeError as e:
-            raise _shap_error("InvalidModelError", TypeError)(f"Model type not yet supported by TreeExplainer: {type(model)} ({e})") from e
+            raise _shap_error("InvalidModelError", TypeError)(
+                f"Model type not yet supported by TreeExplainer: {type(model)} ({e})"
+            ) from e
         self._missing = _xgboost_missing_value(model)
         info = Explainer._from_source(self._source, algorithm="treeshap", threads=threads)
         self._model_names = list(info.feature_names)
-        self._lightgbm = info._native.format.startswith("LightGBM")
-        self._transform, self._doubled = _resolve_output(model, model_output, info._native.objective, info.num_groups)
-        self._num_trees = info._native.num_trees
+        self._lightgbm = info.format.startswith("LightGBM")
+        self._transform, self._doubled = _resolve_output(model, model_output, info.objective, info.num_groups)
+        self._num_trees = info.num_trees
         self._groups = info.num_groups
         # shap's names for Explanations: the frame's columns, else these.
         self.data_feature_names = list(feature_names) if feature_names is not None else _column_names(background)
@@ -128,13 +130,13 @@ class TreeExplainer:
         self._background = background if feature_perturbation == "interventional" else None
         self._cover_rows = background if feature_perturbation == "tree_path_dependent" else None
         self._default_limit = _default_tree_limit(model, self._num_trees)
-        self._explainers: Dict[Optional[int], Explainer] = {}
+        self._explainers: dict[int | None, Explainer] = {}
         self._explainer = self._for_limit(self._default_limit)
         self._original_model = model
         self._model_type = _model_type(model)
-        self._tree_output = _tree_output(model, info._native.objective)
+        self._tree_output = _tree_output(model, info.objective)
         self._model_view: Any = None
-        self._expected = None
+        self._expected: float | np.ndarray | None = None
 
     # -- what shap exposes ---------------------------------------------------------------
 
@@ -157,7 +159,7 @@ class TreeExplainer:
         self.__dict__["model"] = value
 
     @property
-    def expected_value(self):
+    def expected_value(self) -> float | np.ndarray:
         """The mean output: over the background (interventional; of the probability for
         ``model_output="probability"``), or the cover-weighted mean of the trees
         (path-dependent; with ``data``, the covers are the data's). A float for one output, an
@@ -174,11 +176,11 @@ class TreeExplainer:
         self,
         X: Any,
         y: Any = None,
-        tree_limit: Optional[int] = None,
+        tree_limit: int | None = None,
         approximate: bool = False,
         check_additivity: bool = True,
         from_call: bool = False,
-    ):
+    ) -> np.ndarray:
         """SHAP values in shap's layout: ``(n, F)`` for one output, ``(n, F, G)`` for several;
         one row given flat (a 1-D array, list or pandas Series) gives ``(F,)`` or ``(F, G)``.
 
@@ -193,7 +195,9 @@ class TreeExplainer:
         tests check against each library's, or its transform)."""
         approximate = approximate or self._approximate
         if approximate and self._transform != "identity":
-            raise NotImplementedError(f"shapfusion.TreeExplainer: approximate=True with model_output={self.model_output!r} is not built yet; Saabas values attribute the margin")
+            raise NotImplementedError(
+                f"shapfusion.TreeExplainer: approximate=True with model_output={self.model_output!r} is not built yet; Saabas values attribute the margin"
+            )
         rows, flat = self._aligned(X, "X")
         explainer = self._for_limit(self._native_limit(tree_limit))
         phi = explainer.saabas_values(rows) if approximate else explainer.shap_values(rows)
@@ -214,21 +218,25 @@ class TreeExplainer:
             values = np.ascontiguousarray(values.transpose(0, 2, 1))
         return values[0] if flat else values
 
-    def shap_interaction_values(self, X: Any, y: Any = None, tree_limit: Optional[int] = None):
+    def shap_interaction_values(self, X: Any, y: Any = None, tree_limit: int | None = None) -> np.ndarray:
         """Interaction values in shap's layout: ``(n, F, F)`` for one output, ``(n, F, F, G)``
         for several (the bias row and column of XGBoost's layout left out); one row given flat
         gives ``(F, F)`` or ``(F, F, G)``."""
         if self.model_output != "raw":
             raise ValueError('Only model_output = "raw" is supported for SHAP interaction values right now!')
         if self.feature_perturbation == "interventional":
-            raise NotImplementedError("shapfusion.TreeExplainer: interaction values are path-dependent only (as in shap); build the explainer without data")
+            raise NotImplementedError(
+                "shapfusion.TreeExplainer: interaction values are path-dependent only (as in shap); build the explainer without data"
+            )
         rows, flat = self._aligned(X, "X")
         inter = self._for_limit(self._native_limit(tree_limit)).interactions(rows)[..., :-1, :-1]
         if self._groups > 1:
             inter = np.ascontiguousarray(inter.transpose(0, 2, 3, 1))
         return inter[0] if flat else inter
 
-    def __call__(self, X: Any, y: Any = None, interactions: bool = False, check_additivity: bool = True, approximate: bool = False):
+    def __call__(
+        self, X: Any, y: Any = None, interactions: bool = False, check_additivity: bool = True, approximate: bool = False
+    ) -> Any:
         """A ``shap.Explanation`` of ``X``: values, base values, the rows and feature names
         (the frame's columns, else the names given or the background frame's, else the
         model's). One row given flat gives the row's values without the row axis."""
@@ -272,7 +280,9 @@ class TreeExplainer:
             phi = np.asarray(phi, dtype=np.float64)
             totals = (phi.sum(axis=1) if phi.ndim == 3 else phi.sum(axis=-1)) + expected
         if totals.shape != outputs.shape:
-            raise ValueError(f"assert_additivity: the SHAP values add up to shape {totals.shape}, the model output has shape {outputs.shape}")
+            raise ValueError(
+                f"assert_additivity: the SHAP values add up to shape {totals.shape}, the model output has shape {outputs.shape}"
+            )
         if not np.allclose(totals, outputs, atol=1e-2, rtol=1e-2):
             diff = np.abs(totals - outputs)
             worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
@@ -282,7 +292,7 @@ class TreeExplainer:
                 "you can set check_additivity=False to disable this check."
             )
 
-    def __getstate__(self) -> Dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:
         """What pickling keeps (an explainer is shipped to Spark executors this way): the
         explainers (the model as read and their settings) and the facts read off the model;
         not a ``pyspark.ml`` model object, which lives in its JVM and does not pickle."""
@@ -294,7 +304,7 @@ class TreeExplainer:
 
     # -- shapfusion's side ---------------------------------------------------------------
 
-    def _for_limit(self, limit: Optional[int]) -> Explainer:
+    def _for_limit(self, limit: int | None) -> Explainer:
         """The explainer of the model's first ``limit`` trees (all of them for ``None``), built
         once per limit."""
         if limit not in self._explainers:
@@ -309,7 +319,7 @@ class TreeExplainer:
             )
         return self._explainers[limit]
 
-    def _native_limit(self, tree_limit: Optional[int]) -> Optional[int]:
+    def _native_limit(self, tree_limit: int | None) -> int | None:
         """shap's ``tree_limit`` as a count of shapfusion's trees (``None``: the default)."""
         if tree_limit is None:
             return self._default_limit
@@ -319,10 +329,10 @@ class TreeExplainer:
 
     def _transformed(self, margin: np.ndarray) -> np.ndarray:
         if self._transform == "logistic":
-            return 1.0 / (1.0 + np.exp(-margin))
+            return np.asarray(1.0 / (1.0 + np.exp(-margin)))
         return margin
 
-    def _aligned(self, X: Any, what: str) -> Tuple[Any, bool]:
+    def _aligned(self, X: Any, what: str) -> tuple[Any, bool]:
         """(rows whose columns carry the model's feature names where they are matched by
         position, whether ``X`` was one row given flat)."""
         X, flat = _flat_row(X)
@@ -333,7 +343,7 @@ class TreeExplainer:
         renamed = _match_columns(names, self._model_names, self._lightgbm, what)
         return (X if renamed is None else _renamed(X, renamed)), flat
 
-    def _explanation_names(self, X: Any) -> list:
+    def _explanation_names(self, X: Any) -> list[str]:
         names = _column_names(_plain_rows(_flat_row(X)[0]))
         if names is not None:
             return names
@@ -364,11 +374,10 @@ class _TreeEnsembleFields:
         self.model_type = owner._model_type
         self._owner = owner
         self._explainer = explainer
-        native = explainer._native
-        self.base_offset = np.asarray(native.base_margin, dtype=np.float64)
-        self._num_outputs = int(native.num_groups)
+        self.base_offset = np.asarray(explainer.base_margin, dtype=np.float64)
+        self._num_outputs = int(explainer.num_groups)
         self.tree_output = owner._tree_output
-        words = native.objective.split()
+        words = explainer.objective.split()
         self.objective = _SHAP_OBJECTIVES.get(words[0] if words else "", None)
         self.tree_limit = owner._default_limit if owner._default_limit is not None else owner._num_trees
         self.input_dtype = np.float64
@@ -378,7 +387,7 @@ class _TreeEnsembleFields:
         self.fully_defined_weighting = True
         self.num_stacked_models = self._num_outputs
         self.cat_feature_indices = None
-        self.trees = [_single_tree(t, self._num_outputs) for t in explainer._native.trees()]
+        self.trees = [_single_tree(t, self._num_outputs) for t in explainer.tree_arrays()]
         width = max((len(t.children_left) for t in self.trees), default=0)
         for name, fill, dtype in _STACKED:
             shape = (len(self.trees), width) + ((self._num_outputs,) if name == "values" else ())
@@ -395,7 +404,7 @@ class _TreeEnsembleFields:
         """Outputs: classes of a multiclass model, targets of a multi-output one, else 1."""
         return self._num_outputs
 
-    def predict(self, X: Any, y: Any = None, output: Optional[str] = None, tree_limit: Optional[int] = None) -> np.ndarray:
+    def predict(self, X: Any, y: Any = None, output: str | None = None, tree_limit: int | None = None) -> np.ndarray:
         """The model's output for ``X`` as shap's ``TreeEnsemble.predict`` gives it: the margin,
         or its transform for ``model_output="probability"``; ``(n,)`` for one output, ``(n,
         G)`` for several; one row given flat gives ``()`` or ``(G,)``."""
@@ -443,7 +452,7 @@ class _SingleTreeFields:
     """One tree's node arrays as shap's ``SingleTree`` holds them (see
     ``_TreeEnsembleFields`` for the conventions)."""
 
-    def __init__(self, arrays: dict, num_outputs: int) -> None:
+    def __init__(self, arrays: dict[str, Any], num_outputs: int) -> None:
         self.children_left = arrays["children_left"].astype(np.int32)
         self.children_right = arrays["children_right"].astype(np.int32)
         self.children_default = arrays["children_default"].astype(np.int32)
@@ -466,38 +475,41 @@ def _shap_thresholds(thresholds: np.ndarray, rules: np.ndarray) -> np.ndarray:
     less = rules == 1
     out[less] = np.nextafter(out[less].astype(np.float32), np.float32(-np.inf)).astype(np.float64)
     out[rules == 0] = 0.0
-    return out
+    return np.asarray(out)
 
 
 #: The view classes, built once: subclasses of shap's own where shap is installed, so
 #: ``isinstance(explainer.model, shap.explainers._tree.TreeEnsemble)`` holds.
-_VIEW_CLASSES: dict = {}
+_VIEW_CLASSES: dict[str, type] = {}
 
 
-def _view_classes() -> Tuple[type, type]:
+def _view_classes() -> tuple[type, type]:
     if not _VIEW_CLASSES:
         try:
             from shap.explainers._tree import SingleTree, TreeEnsemble
         except ImportError:
-            ensemble, single = (_TreeEnsembleFields,), (_SingleTreeFields,)
+            ensemble: tuple[type, ...] = (_TreeEnsembleFields,)
+            single: tuple[type, ...] = (_SingleTreeFields,)
         else:
             ensemble, single = (_TreeEnsembleFields, TreeEnsemble), (_SingleTreeFields, SingleTree)
         # Our fields come first in the order of lookup; shap's __init__ is never called (its
         # arrays come from shapfusion's model, not from shap's readers).
-        _VIEW_CLASSES["ensemble"] = type("TreeEnsembleView", ensemble, {"__module__": __name__, "__doc__": _TreeEnsembleFields.__doc__})
+        _VIEW_CLASSES["ensemble"] = type(
+            "TreeEnsembleView", ensemble, {"__module__": __name__, "__doc__": _TreeEnsembleFields.__doc__}
+        )
         _VIEW_CLASSES["single"] = type("SingleTreeView", single, {"__module__": __name__, "__doc__": _SingleTreeFields.__doc__})
     return _VIEW_CLASSES["ensemble"], _VIEW_CLASSES["single"]
 
 
 def _tree_ensemble_view(model: Any, owner: TreeExplainer, explainer: Explainer) -> Any:
-    cls = _view_classes()[0]
+    cls: Any = _view_classes()[0]
     view = cls.__new__(cls)
     _TreeEnsembleFields.__init__(view, model, owner, explainer)
     return view
 
 
-def _single_tree(arrays: dict, num_outputs: int) -> Any:
-    cls = _view_classes()[1]
+def _single_tree(arrays: dict[str, Any], num_outputs: int) -> Any:
+    cls: Any = _view_classes()[1]
     tree = cls.__new__(cls)
     _SingleTreeFields.__init__(tree, arrays, num_outputs)
     return tree
@@ -506,7 +518,7 @@ def _single_tree(arrays: dict, num_outputs: int) -> Any:
 # -- patching shap -----------------------------------------------------------------------------
 
 #: shap's own classes while patched, to put back.
-_ORIGINALS: dict = {}
+_ORIGINALS: dict[str, Any] = {}
 
 
 def patch_shap() -> None:
@@ -520,9 +532,11 @@ def patch_shap() -> None:
     if _ORIGINALS:
         return
     original = explainers.TreeExplainer
-    _ORIGINALS.update({"shap.TreeExplainer": shap.TreeExplainer, "explainers.TreeExplainer": original, "explainers.Tree": explainers.Tree})
+    _ORIGINALS.update(
+        {"shap.TreeExplainer": shap.TreeExplainer, "explainers.TreeExplainer": original, "explainers.Tree": explainers.Tree}
+    )
     # shap.Explainer asks the tree explainer class which models it takes: shap's own answer.
-    TreeExplainer.supports_model_with_masker = staticmethod(original.supports_model_with_masker)
+    TreeExplainer.supports_model_with_masker = staticmethod(original.supports_model_with_masker)  # type: ignore[attr-defined]
     shap.TreeExplainer = TreeExplainer
     explainers.TreeExplainer = TreeExplainer
     explainers.Tree = TreeExplainer
@@ -559,13 +573,15 @@ def _additivity_error(message: str) -> Exception:
     shapfusion raises for bad values, and all it raises where shap is not installed)."""
     shap_class = _shap_error("ExplainerError", ValueError)
     if issubclass(shap_class, ValueError):
-        return shap_class(message)
+        error: Exception = shap_class(message)
+        return error
     if "additivity" not in _ERROR_CLASSES:
         _ERROR_CLASSES["additivity"] = type("AdditivityError", (shap_class, ValueError), {"__module__": __name__})
     return _ERROR_CLASSES["additivity"](message)
 
 
-_ERROR_CLASSES: dict = {}
+_ERROR_CLASSES: dict[str, type[Exception]] = {}
+
 
 def _background_rows(data: Any) -> Any:
     """Rows of a background given as rows, a DataFrame or a shap masker (all its rows)."""
@@ -577,7 +593,7 @@ def _background_rows(data: Any) -> Any:
     return data
 
 
-def _flat_row(X: Any) -> Tuple[Any, bool]:
+def _flat_row(X: Any) -> tuple[Any, bool]:
     """(``X`` as rows, whether it was one row given flat): a 1-D array or list, or a pandas
     Series (its index names the features), becomes one row, as shap takes it."""
     module = type(X).__module__ or ""
@@ -591,7 +607,7 @@ def _flat_row(X: Any) -> Tuple[Any, bool]:
     return X, False
 
 
-def _column_names(X: Any) -> Optional[list]:
+def _column_names(X: Any) -> list[str] | None:
     """The column names of a pandas, polars or pyarrow table (None for anything else)."""
     if X is None:
         return None
@@ -605,7 +621,7 @@ def _column_names(X: Any) -> Optional[list]:
     return None
 
 
-def _renamed(X: Any, names: list) -> Any:
+def _renamed(X: Any, names: list[str]) -> Any:
     """``X`` with its columns named ``names``, in order."""
     module = type(X).__module__ or ""
     if module.startswith("pandas"):
@@ -620,7 +636,7 @@ def _is_default_name(name: str, j: int) -> bool:
     return name in (f"f{j}", f"Column_{j}", str(j))
 
 
-def _match_columns(columns: list, model_names: list, lightgbm: bool, what: str) -> Optional[list]:
+def _match_columns(columns: list[str], model_names: list[str], lightgbm: bool, what: str) -> list[str] | None:
     """How a table's ``columns`` meet the model's features, as shap and the libraries match
     them: ``None`` when every feature is a column (matched by name, in any order); else the
     names to give the columns so that they match. LightGBM stores a name with its spaces as
@@ -668,13 +684,13 @@ def _data_rows(X: Any) -> np.ndarray:
     matrix's densified, a DataFrame's as an array)."""
     rows = _plain_rows(X)
     if hasattr(rows, "toarray") and hasattr(rows, "nnz"):
-        return rows.toarray()
+        return np.asarray(rows.toarray())
     if hasattr(rows, "to_numpy") and not isinstance(rows, np.ndarray):
-        return rows.to_numpy()
+        return np.asarray(rows.to_numpy())
     if hasattr(rows, "__arrow_c_stream__") and not isinstance(rows, np.ndarray):
         import pyarrow as pa
 
-        return pa.table(rows).to_pandas().to_numpy()
+        return np.asarray(pa.table(rows).to_pandas().to_numpy())
     return np.asarray(rows)
 
 
@@ -710,7 +726,7 @@ def _tree_output(model: Any, objective: str) -> str:
     return "raw_value"
 
 
-def _resolve_output(model: Any, model_output: str, objective: str, groups: int) -> Tuple[str, bool]:
+def _resolve_output(model: Any, model_output: str, objective: str, groups: int) -> tuple[str, bool]:
     """(the transform the values attribute, whether a binary model's output is doubled to
     ``[1 - p, p]``) for shap's ``model_output``."""
     if model_output == "raw":
@@ -718,19 +734,25 @@ def _resolve_output(model: Any, model_output: str, objective: str, groups: int) 
     if model_output not in ("probability", "predict_proba"):
         if model_output == "log_loss":
             raise NotImplementedError('shapfusion.TreeExplainer: model_output="log_loss" is not built yet')
-        raise ValueError(f"Unrecognized model_output parameter value: {model_output!r}! Expected raw, probability or predict_proba.")
+        raise ValueError(
+            f"Unrecognized model_output parameter value: {model_output!r}! Expected raw, probability or predict_proba."
+        )
     kind = _tree_output(model, objective)
     if model_output == "predict_proba" and not hasattr(model, "predict_proba"):
-        raise ValueError(f"model_output=\"predict_proba\": {type(model).__name__} has no predict_proba method")
+        raise ValueError(f'model_output="predict_proba": {type(model).__name__} has no predict_proba method')
     if kind == "probability":
         return "identity", False
     if kind == "log_odds" and groups == 1:
         sigmoid = [w for w in objective.split() if w.startswith("sigmoid:")]
         if sigmoid and float(sigmoid[0].split(":", 1)[1]) != 1.0:
-            raise NotImplementedError(f"shapfusion.TreeExplainer: model_output={model_output!r} for LightGBM's {sigmoid[0]} (not the plain logistic) is not built yet")
+            raise NotImplementedError(
+                f"shapfusion.TreeExplainer: model_output={model_output!r} for LightGBM's {sigmoid[0]} (not the plain logistic) is not built yet"
+            )
         return "logistic", model_output == "predict_proba"
     if kind in ("log_odds", "softmax"):
-        raise NotImplementedError(f"shapfusion.TreeExplainer: model_output={model_output!r} of a multiclass model (softmax of {groups} outputs) is not built yet")
+        raise NotImplementedError(
+            f"shapfusion.TreeExplainer: model_output={model_output!r} of a multiclass model (softmax of {groups} outputs) is not built yet"
+        )
     raise NotImplementedError(f'model_output = "probability" is not yet supported when model.tree_output = "{kind}"!')
 
 
@@ -738,7 +760,7 @@ def _xgboost_booster(model: Any) -> Any:
     return model.get_booster() if hasattr(model, "get_booster") else model
 
 
-def _default_tree_limit(model: Any, num_trees: int) -> Optional[int]:
+def _default_tree_limit(model: Any, num_trees: int) -> int | None:
     """shap's default for XGBoost models: the trees up to the best iteration of early
     stopping (``None``: every tree)."""
     if _model_type(model) != "xgboost":
@@ -754,7 +776,7 @@ def _default_tree_limit(model: Any, num_trees: int) -> Optional[int]:
     return (best + 1) * (num_trees // rounds)
 
 
-def _native_tree_count(model: Any, tree_limit: int, num_trees: int, groups: int) -> Optional[int]:
+def _native_tree_count(model: Any, tree_limit: int, num_trees: int, groups: int) -> int | None:
     """How many of shapfusion's trees shap's ``tree_limit`` keeps."""
     kind = _model_type(model)
     if kind == "xgboost":

@@ -28,11 +28,12 @@ import os
 import threading
 import warnings
 from collections import OrderedDict
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from . import Explainer, _model_source, _directory_files
+from . import Explainer, _directory_files, _model_source
 
-__all__ = ["explain", "register", "model_payload", "to_arrow"]
+__all__ = ["explain", "model_payload", "register", "to_arrow"]
 
 #: Outputs and the default name of the column that holds them.
 _OUTPUTS = {"shap": "shap", "interactions": "interactions", "margin": "margin"}
@@ -40,12 +41,12 @@ _OUTPUTS = {"shap": "shap", "interactions": "interactions", "margin": "margin"}
 #: Explainers built in this Python worker, by (content key, threads, transform), most recently
 #: used last. Spark reuses Python workers across tasks (spark.python.worker.reuse), so a model
 #: is prepared once per worker, not per task; the oldest go when more than `_CACHE_SIZE` are held.
-_CACHE: "OrderedDict[Tuple[str, int, str], Explainer]" = OrderedDict()
+_CACHE: OrderedDict[tuple[str, int, str], Explainer] = OrderedDict()
 _CACHE_SIZE = 8
 _CACHE_LOCK = threading.Lock()
 
 
-def model_payload(model: Any) -> Tuple[str, Any, str]:
+def model_payload(model: Any) -> tuple[str, Any, str]:
     """The model as what a broadcast carries: ``("bytes", file bytes, name)`` for a model file
     or object, ``("spark", [(relative path, bytes), ...], name)`` for a Spark ML model directory
     or a fitted ``pyspark.ml`` model. XGBoost's Spark models (``xgboost.spark``) give their
@@ -63,7 +64,7 @@ def model_payload(model: Any) -> Tuple[str, Any, str]:
         return "bytes", f.read(), name
 
 
-def _content_key(payload: Tuple[str, Any, str], background: Optional[bytes]) -> str:
+def _content_key(payload: tuple[str, Any, str], background: bytes | None) -> str:
     """A digest of the model's and background's bytes: the same model in another call (or
     another broadcast) finds the explainer a worker already built."""
     digest = hashlib.sha256()
@@ -76,7 +77,9 @@ def _content_key(payload: Tuple[str, Any, str], background: Optional[bytes]) -> 
     return digest.hexdigest()
 
 
-def _explainer(payload: Tuple[str, Any, str], key: str, threads: int, background: Optional[bytes], transform: str = "identity") -> Explainer:
+def _explainer(
+    payload: tuple[str, Any, str], key: str, threads: int, background: bytes | None, transform: str = "identity"
+) -> Explainer:
     """This worker's explainer for a broadcast model, built at its first task."""
     cache_key = (key, threads, transform)
     with _CACHE_LOCK:
@@ -91,7 +94,9 @@ def _explainer(payload: Tuple[str, Any, str], key: str, threads: int, background
 
                 rows = pa.ipc.open_stream(background).read_all()
             if kind == "spark":
-                explainer = Explainer._from_source(dict(spark_files=data, name=name), threads=threads, background=rows, transform=transform)
+                explainer = Explainer._from_source(
+                    {"spark_files": data, "name": name}, threads=threads, background=rows, transform=transform
+                )
             else:
                 explainer = Explainer(data, threads=threads, background=rows, transform=transform)
             _CACHE[cache_key] = explainer
@@ -100,7 +105,7 @@ def _explainer(payload: Tuple[str, Any, str], key: str, threads: int, background
         return explainer
 
 
-def _task_threads(threads: Optional[int]) -> int:
+def _task_threads(threads: int | None) -> int:
     """``threads``, or the cores Spark gave this task (``spark.task.cpus``, 1 by default)."""
     if threads is not None:
         return threads
@@ -123,7 +128,7 @@ def to_arrow(df: Any) -> Any:
     return pa.Table.from_batches(batches) if batches else to_arrow_schema(df.schema).empty_table()
 
 
-def _background_ipc(background: Any, features: Sequence[str]) -> Optional[bytes]:
+def _background_ipc(background: Any, features: Sequence[str]) -> bytes | None:
     """A background (Spark DataFrame, pandas or Arrow) as Arrow IPC bytes for the broadcast."""
     if background is None:
         return None
@@ -136,23 +141,26 @@ def _background_ipc(background: Any, features: Sequence[str]) -> Optional[bytes]
     else:
         import pandas as pd
 
-        table = pa.Table.from_pandas(pd.DataFrame(background, columns=None if hasattr(background, "columns") else list(features)), preserve_index=False)
+        table = pa.Table.from_pandas(
+            pd.DataFrame(background, columns=None if hasattr(background, "columns") else list(features)), preserve_index=False
+        )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def explain(
     df: Any,
     model: Any,
-    features: Optional[Union[Sequence[str], Dict[str, str]]] = None,
+    features: Sequence[str] | dict[str, str] | None = None,
     output: str = "shap",
     background: Any = None,
-    keep: Optional[Sequence[str]] = None,
-    threads: Optional[int] = None,
-    name: Optional[str] = None,
-):
+    keep: Sequence[str] | None = None,
+    threads: int | None = None,
+    name: str | None = None,
+) -> Any:
     """Attributions of every row of the Spark DataFrame ``df``, as a Spark DataFrame.
 
     Parameters
@@ -198,9 +206,15 @@ def explain(
     keep = list(keep or [])
     payload, model_features, result_type = _prepare(model, output)
     mapping = _feature_columns(model_features, features)
-    missing = [f"{feature!r} (column {column!r})" if column != feature else repr(feature) for feature, column in mapping.items() if column not in df.columns]
+    missing = [
+        f"{feature!r} (column {column!r})" if column != feature else repr(feature)
+        for feature, column in mapping.items()
+        if column not in df.columns
+    ]
     if missing:
-        raise ValueError(f"the DataFrame lacks the model's feature column(s) {', '.join(missing)}; it has: {', '.join(df.columns)}")
+        raise ValueError(
+            f"the DataFrame lacks the model's feature column(s) {', '.join(missing)}; it has: {', '.join(df.columns)}"
+        )
     absent = [k for k in keep if k not in df.columns]
     if absent:
         raise ValueError(f"keep names column(s) the DataFrame lacks: {', '.join(absent)}; it has: {', '.join(df.columns)}")
@@ -227,7 +241,7 @@ def explain(
     return inputs.mapInArrow(run, spark_schema)
 
 
-def spark_arrays(batch: Any) -> List[Any]:
+def spark_arrays(batch: Any) -> list[Any]:
     """The columns of a shapfusion output batch in types Spark's Arrow reader takes: fixed-size
     lists (one value per class, interaction matrices) become plain lists of the same values."""
     return [_as_list(column) for column in batch.columns]
@@ -249,10 +263,12 @@ def _spark_struct(batch: Any) -> Any:
     import pyarrow as pa
 
     columns = spark_arrays(batch)
-    return pa.StructArray.from_arrays(columns, fields=[pa.field(f.name, c.type, f.nullable) for f, c in zip(batch.schema, columns)])
+    return pa.StructArray.from_arrays(
+        columns, fields=[pa.field(f.name, c.type, f.nullable) for f, c in zip(batch.schema, columns)]
+    )
 
 
-def _prepare(model: Any, output: str) -> Tuple[Tuple[str, Any, str], List[str], Any]:
+def _prepare(model: Any, output: str) -> tuple[tuple[str, Any, str], list[str], Any]:
     """On the driver: the model's broadcast payload, its feature names, and the Arrow type of
     the struct ``output`` gives (what the Spark schema is made from)."""
     import pyarrow as pa
@@ -264,38 +280,42 @@ def _prepare(model: Any, output: str) -> Tuple[Tuple[str, Any, str], List[str], 
     return payload, features, _spark_struct(empty).type
 
 
-def _driver_explainer(payload: Tuple[str, Any, str]) -> Explainer:
+def _driver_explainer(payload: tuple[str, Any, str]) -> Explainer:
     """An explainer on the driver, for the model's features and output types (no engine set-up
     to speak of: one thread, the reference engine)."""
     kind, data, name = payload
     if kind == "spark":
-        return Explainer._from_source(dict(spark_files=data, name=name), algorithm="treeshap", threads=1)
+        return Explainer._from_source({"spark_files": data, "name": name}, algorithm="treeshap", threads=1)
     return Explainer(data, algorithm="treeshap", threads=1)
 
 
-def _feature_columns(model_features: List[str], features: Any) -> Dict[str, str]:
+def _feature_columns(model_features: list[str], features: Any) -> dict[str, str]:
     """Feature name → column name."""
     if features is None:
         return {f: f for f in model_features}
     if isinstance(features, dict):
         unknown = [f for f in features if f not in model_features]
         if unknown:
-            raise ValueError(f"features names {', '.join(map(repr, unknown))}, which the model does not have; its features: {', '.join(model_features)}")
+            raise ValueError(
+                f"features names {', '.join(map(repr, unknown))}, which the model does not have; its features: {', '.join(model_features)}"
+            )
         return {f: features.get(f, f) for f in model_features}
     features = list(features)
     if len(features) != len(model_features):
-        raise ValueError(f"features lists {len(features)} columns for the model's {len(model_features)} features ({', '.join(model_features)})")
+        raise ValueError(
+            f"features lists {len(features)} columns for the model's {len(model_features)} features ({', '.join(model_features)})"
+        )
     return dict(zip(model_features, features))
 
 
-def _spark_schema(df: Any, keep: List[str], column: str, result_type: Any):
+def _spark_schema(df: Any, keep: list[str], column: str, result_type: Any) -> Any:
     from pyspark.sql.types import StructField, StructType
 
     fields = [df.schema[k] for k in keep]
     return StructType(fields + [StructField(column, _spark_type(result_type), True)])
 
 
-def _spark_type(arrow_type: Any, nullable_fields: bool = False):
+def _spark_type(arrow_type: Any, nullable_fields: bool = False) -> Any:
     """Spark's type for the Arrow types shapfusion writes (float64, lists and structs of them).
     ``nullable_fields`` declares every struct field nullable, as a pandas UDF's result is once
     Spark has converted it from pandas."""
@@ -303,7 +323,9 @@ def _spark_type(arrow_type: Any, nullable_fields: bool = False):
     from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
 
     if pa.types.is_struct(arrow_type):
-        return StructType([StructField(f.name, _spark_type(f.type, nullable_fields), f.nullable or nullable_fields) for f in arrow_type])
+        return StructType(
+            [StructField(f.name, _spark_type(f.type, nullable_fields), f.nullable or nullable_fields) for f in arrow_type]
+        )
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
         return ArrayType(_spark_type(arrow_type.value_type, nullable_fields), True)
     if pa.types.is_floating(arrow_type):
@@ -311,32 +333,36 @@ def _spark_type(arrow_type: Any, nullable_fields: bool = False):
     raise TypeError(f"shapfusion.spark: no Spark type for the output type {arrow_type}")
 
 
-def register(spark: Any, name: str, model: Any, output: str = "shap", threads: Optional[int] = None):
+def register(spark: Any, name: str, model: Any, output: str = "shap", threads: int | None = None) -> Any:
     """Registers the SQL function ``name(feature1, feature2, ...)`` on ``spark``: the model's
     features in its order, returning the struct ``explain`` writes (SHAP values and bias,
     interactions or the margin). An Arrow UDF on Spark 4.1+, a pandas UDF before. Returns the
     UDF, which DataFrame code can call too."""
     import pyarrow as pa
-    import pyspark.sql.functions as F
+    import pyspark.sql.functions as spark_functions
 
+    # The UDF constructors differ between Spark versions (arrow_udf from 4.1, pandas_udf before),
+    # so they are looked up at run time rather than typed against one version.
+    F: Any = spark_functions
     if output not in _OUTPUTS:
         raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
     payload, model_features, result_type = _prepare(model, output)
     broadcast = spark.sparkContext.broadcast((payload, None))
     key = _content_key(payload, None)
 
-    def compute(columns: List[pa.Array]) -> pa.StructArray:
+    def compute(columns: list[pa.Array]) -> pa.StructArray:
         if len(columns) != len(model_features):
-            raise ValueError(f"{name}() takes the model's {len(model_features)} features in order ({', '.join(model_features)}); got {len(columns)} arguments")
+            raise ValueError(
+                f"{name}() takes the model's {len(model_features)} features in order ({', '.join(model_features)}); got {len(columns)} arguments"
+            )
         explainer = _explainer(broadcast.value[0], key, _task_threads(threads), None)
         table = pa.table(dict(zip(model_features, columns)))
         return _spark_struct(explainer._compute(table, output, True))
 
     if hasattr(F, "arrow_udf"):
-
         # Spark infers the UDF kind from type hints, which a variadic signature has none of:
         # the scalar kind is named instead.
-        def arrow_fn(*columns):
+        def arrow_fn(*columns: Any) -> Any:
             return compute([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns])
 
         with warnings.catch_warnings():
@@ -344,7 +370,7 @@ def register(spark: Any, name: str, model: Any, output: str = "shap", threads: O
             udf = F.arrow_udf(arrow_fn, _spark_type(result_type), F.ArrowUDFType.SCALAR)
     else:
 
-        def pandas_fn(*columns):
+        def pandas_fn(*columns: Any) -> Any:
             arrays = [pa.Array.from_pandas(c) for c in columns]
             return pa.Table.from_struct_array(compute(arrays)).to_pandas()
 

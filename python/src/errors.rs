@@ -1,27 +1,24 @@
-//! shapfusion errors as Python exceptions, with the CLI's messages: a missing file is a
-//! `FileNotFoundError`, bad input (model, table, option) a `ValueError`, a path this build or
-//! model does not have a `NotImplementedError`.
+//! shapfusion errors as Python exceptions, by their kind, with the CLI's messages (every cause
+//! included): bad arguments and bad data are a `ValueError`, a missing model or file a
+//! `FileNotFoundError`, another I/O failure an `OSError`, an unreachable machine or service a
+//! `ConnectionError`, a bound reached a `MemoryError`, a path not built a
+//! `NotImplementedError`, anything else a `RuntimeError`.
 
-use pyo3::exceptions::{PyFileNotFoundError, PyNotImplementedError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyFileNotFoundError, PyMemoryError, PyNotImplementedError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
-use shapfusion_core::Error;
+use shapfusion_core::{Error, ErrorKind};
 
-/// The Python exception for `error`; the message is the error's `Display`, as the CLI prints it.
+/// The Python exception for `error`; the message is the error with its causes, as the CLI
+/// prints it.
 pub fn to_py(error: Error) -> PyErr {
-    let message = error.to_string();
-    match &error {
-        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
-        Error::Io { .. } => PyOSError::new_err(message),
-        Error::ModelNotFound(_) => PyFileNotFoundError::new_err(message),
-        Error::Unavailable(_) => PyNotImplementedError::new_err(message),
-        Error::Remote { .. } | Error::Draw { .. } | Error::Internal(_) | Error::VersionMismatch(_) => PyRuntimeError::new_err(message),
-        Error::ModelFormat { .. }
-        | Error::InvalidTree { .. }
-        | Error::UnsupportedModel { .. }
-        | Error::MissingColumn { .. }
-        | Error::ColumnType { .. }
-        | Error::Input(_)
-        | Error::Arrow { .. }
-        | Error::External { .. } => PyValueError::new_err(message),
+    let message = error.report();
+    match error.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::BadData => PyValueError::new_err(message),
+        ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
+        ErrorKind::Io => PyOSError::new_err(message),
+        ErrorKind::Unavailable => PyConnectionError::new_err(message),
+        ErrorKind::ResourceExhausted => PyMemoryError::new_err(message),
+        ErrorKind::Unsupported => PyNotImplementedError::new_err(message),
+        ErrorKind::Internal => PyRuntimeError::new_err(message),
     }
 }

@@ -42,7 +42,7 @@ impl Output {
             "interactions" => Ok(Output::Interactions),
             "margin" => Ok(Output::Margins),
             "saabas" => Ok(Output::Saabas),
-            other => Err(to_py(Error::Input(format!("unknown output {other:?}; expected shap, interactions, margin or saabas")))),
+            other => Err(to_py(Error::InvalidArgument(format!("unknown output {other:?}; expected shap, interactions, margin or saabas")))),
         }
     }
 
@@ -51,7 +51,7 @@ impl Output {
             Output::Shap => OutputKind::Shap,
             Output::Interactions => OutputKind::Interactions,
             Output::Margins => OutputKind::Margin,
-            Output::Saabas => return Err(to_py(Error::Unavailable("Saabas values come as a NumPy array only (as_arrow=False)".into()))),
+            Output::Saabas => return Err(to_py(Error::Unsupported("Saabas values come as a NumPy array only (as_arrow=False)".into()))),
         })
     }
 
@@ -120,12 +120,12 @@ impl NativeExplainer {
             (Some(path), None, None) => py.detach(|| load_path(&path)),
             (None, Some(bytes), None) => py.detach(|| Model::from_bytes(bytes, name)),
             (None, None, Some(files)) => py.detach(|| spark_files_model(files, name)),
-            _ => Err(Error::Input("give the model as exactly one of a path, bytes or a Spark ML model directory's files".into())),
+            _ => Err(Error::InvalidArgument("give the model as exactly one of a path, bytes or a Spark ML model directory's files".into())),
         }
         .map_err(to_py)?;
         if let Some(limit) = tree_limit {
             if limit == 0 {
-                return Err(to_py(Error::Input(format!("tree_limit must be at least 1; {name} has {} trees", model.trees().len()))));
+                return Err(to_py(Error::InvalidArgument(format!("tree_limit must be at least 1; {name} has {} trees", model.trees().len()))));
             }
             let mut parts = model.into_parts();
             parts.trees.truncate(limit);
@@ -171,7 +171,7 @@ impl NativeExplainer {
                 let block = rows.block(model, range.clone())?;
                 let out = output.compute(&self.explainer, &block)?;
                 if out.len() != range.len() * width {
-                    return Err(Error::Input(format!("the engine returned {} values for {} rows of {width}", out.len(), range.len())));
+                    return Err(Error::Internal(format!("the engine returned {} values for {} rows of {width}", out.len(), range.len())));
                 }
                 if range.len() == n {
                     values = out; // one chunk: the engine's array is the answer, no copy
@@ -340,7 +340,7 @@ fn spark_files_model(files: Vec<(String, Vec<u8>)>, name: &str) -> Result<Model>
     #[cfg(not(feature = "files"))]
     {
         drop(files);
-        Err(Error::Unavailable(format!(
+        Err(Error::Unsupported(format!(
             "{name}: this build of shapfusion reads no Parquet, which Spark ML models are stored in (build with the `files` feature)"
         )))
     }
@@ -351,7 +351,8 @@ fn spark_files_model(files: Vec<(String, Vec<u8>)>, name: &str) -> Result<Model>
 fn with_rows<'py, T>(model: &Model, x: &Bound<'py, PyAny>, names: Option<Vec<String>>, f: impl FnOnce(Rows<'_>) -> PyResult<T>) -> PyResult<T> {
     if let Ok(matrix) = x.extract::<PyReadonlyArray2<'py, f64>>() {
         let cols = matrix.shape()[1];
-        let values = matrix.as_slice().map_err(|_| to_py(Error::Input("X must be C-contiguous (shapfusion.Explainer copies it)".into())))?;
+        let values =
+            matrix.as_slice().map_err(|_| to_py(Error::InvalidArgument("X must be C-contiguous (shapfusion.Explainer copies it)".into())))?;
         let rows = Rows::matrix(model, values, cols, names.as_deref()).map_err(to_py)?;
         return f(rows);
     }

@@ -35,13 +35,13 @@ impl<'a> Rows<'a> {
         let positions = match names {
             Some(names) => {
                 if names.len() != cols {
-                    return Err(Error::Input(format!("X has {cols} columns but {} column names", names.len())));
+                    return Err(Error::InvalidArgument(format!("X has {cols} columns but {} column names", names.len())));
                 }
                 feature_positions(features, names)?
             }
             None if cols == features.len() => (0..cols).collect(),
             None => {
-                return Err(Error::Input(format!(
+                return Err(Error::InvalidArgument(format!(
                     "X has {cols} columns, but the model has {} features ({}); pass exactly those columns in that order, or a DataFrame whose column names are the feature names",
                     features.len(),
                     summarize(features)
@@ -49,7 +49,7 @@ impl<'a> Rows<'a> {
             }
         };
         if cols == 0 && !values.is_empty() {
-            return Err(Error::Input("X has no columns".into()));
+            return Err(Error::InvalidArgument("X has no columns".into()));
         }
         Ok(Rows::Matrix { values, cols, positions })
     }

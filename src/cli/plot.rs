@@ -6,9 +6,9 @@ use clap::{Args, Subcommand};
 
 use shapfusion::input::{read_background, RowSelection};
 use shapfusion::plot::{render_to_file, ChartKind, ChartOptions, PlotData, DEFAULT_TOP};
-use shapfusion::{Algorithm, Device, Explainer, Result};
+use shapfusion::{Explainer, Result};
 
-use super::{algorithm_parser, device_parser};
+use super::ComputeArgs;
 
 /// Which chart, with its own arguments.
 #[derive(Debug, Subcommand)]
@@ -77,12 +77,9 @@ pub struct PlotArgs {
     /// Title above the chart (default: says what is drawn).
     #[arg(long)]
     pub title: Option<String>,
-    /// Engine for --model without --shap.
-    #[arg(long, default_value = "auto", value_parser = algorithm_parser())]
-    pub algorithm: Algorithm,
-    /// Where --model computes.
-    #[arg(long, default_value = "auto", value_parser = device_parser())]
-    pub device: Device,
+    /// How --model without --shap computes.
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// Background rows for --model: interventional SHAP values instead of path-dependent ones.
     #[arg(long, requires = "model")]
     pub background: Option<PathBuf>,
@@ -109,14 +106,14 @@ pub fn run(command: PlotCommand) -> Result<()> {
         (Some(shap), model) => PlotData::from_files(shap, &args.input, model.as_ref().map(|m| m.feature_names()), selection)?,
         (None, Some(model)) => {
             let background = args.background.as_ref().map(|b| read_background(b, &model, args.background_rows, args.seed)).transpose()?;
-            let mut builder = Explainer::builder(model).algorithm(args.algorithm).device(args.device);
+            let mut builder = Explainer::builder(model).settings(args.compute.settings()?);
             if let Some(background) = background {
                 builder = builder.background(background);
             }
             PlotData::from_model(builder, &args.input, selection)?
         }
         // clap requires --shap or --model.
-        (None, None) => return Err(shapfusion::Error::Input("give --shap (an explain output) or --model".into())),
+        (None, None) => return Err(shapfusion::Error::InvalidArgument("give --shap (an explain output) or --model".into())),
     };
     let options = ChartOptions { kind, class: args.class, top: args.top, width: args.width, height: args.height, title: args.title };
     render_to_file(&data, &options, &args.output)?;

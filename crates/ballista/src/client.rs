@@ -37,7 +37,9 @@ impl RemoteScheduler {
     /// The scheduler's gRPC address (`http://host:port`) from a `df://host[:port]` or
     /// `http://host[:port]` URL.
     pub fn grpc_address(&self) -> Result<String> {
-        let bad = |why: &str| Error::Input(format!("Ballista scheduler {:?}: {why}; expected df://HOST:PORT, e.g. df://127.0.0.1:50050", self.url));
+        let bad = |why: &str| {
+            Error::InvalidArgument(format!("Ballista scheduler {:?}: {why}; expected df://HOST:PORT, e.g. df://127.0.0.1:50050", self.url))
+        };
         let url = url::Url::parse(&self.url).map_err(|e| bad(&e.to_string()))?;
         if !matches!(url.scheme(), "df" | "http") {
             return Err(bad(&format!("unsupported scheme {:?}", url.scheme())));
@@ -70,7 +72,7 @@ pub fn token_agent(token: &str) -> Result<ballista_core::extension::EndpointOver
     let agent = format!("{TOKEN_AGENT_PREFIX}{token}");
     // Checked once here, so the closure's own check cannot fail later.
     tonic::metadata::MetadataValue::<tonic::metadata::Ascii>::try_from(agent.as_str())
-        .map_err(|_| Error::Input("the token is not a valid header value (printable ASCII only)".into()))?;
+        .map_err(|_| Error::InvalidArgument("the token is not a valid header value (printable ASCII only)".into()))?;
     Ok(Arc::new(move |endpoint: tonic::transport::Endpoint| {
         endpoint.user_agent(agent.clone()).map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
     }))
@@ -83,7 +85,10 @@ pub fn token_agent(token: &str) -> Result<ballista_core::extension::EndpointOver
 pub fn remote_context(config: SessionConfig, runtime: Arc<RuntimeEnv>, scheduler: &RemoteScheduler) -> Result<SessionContext> {
     let address = scheduler.grpc_address()?;
     let local = SessionContext::new_with_config_rt(remote_config(config, scheduler.token.as_deref())?, runtime);
-    let state = local.state().upgrade_for_ballista(address).map_err(|e| Error::Input(format!("Ballista scheduler {}: {e}", scheduler.url)))?;
+    let state = local
+        .state()
+        .upgrade_for_ballista(address)
+        .map_err(|e| shapfusion_sql::from_datafusion(format!("Ballista scheduler {}", scheduler.url), e))?;
     Ok(SessionContext::new_with_state(state))
 }
 

@@ -16,7 +16,7 @@ use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::SessionContext;
 
 use super::{cluster_config, token_interceptor, ClusterModels, ShapPhysicalCodec};
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_flight::net::transport::{check_exposure, ListenOptions};
 
 /// How an executor runs.
@@ -58,13 +58,12 @@ fn address_towards(peer: &str) -> Option<String> {
 /// Runs an executor until it is stopped (SIGTERM, Ctrl-C) or its services fail.
 pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     let what = "shapfusion ballista executor";
-    let addr: SocketAddr = options
-        .listen
-        .listen
-        .parse()
-        .map_err(|e| Error::Input(format!("{what}: listen address {:?} must be IP:PORT: {e}", options.listen.listen)))?;
+    let addr: SocketAddr =
+        options.listen.listen.parse().map_err(|e| {
+            Error::external(ErrorKind::InvalidArgument, format!("{what}: listen address {:?} must be IP:PORT", options.listen.listen), e)
+        })?;
     if addr.port() == 0 {
-        return Err(Error::Input(format!(
+        return Err(Error::InvalidArgument(format!(
             "{what}: the listen address needs a port (the scheduler tells clients and other executors where to fetch data)"
         )));
     }
@@ -73,7 +72,7 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         .scheduler
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
-        .ok_or_else(|| Error::Input(format!("{what}: scheduler {:?}: expected HOST:PORT, e.g. 127.0.0.1:50050", options.scheduler)))?;
+        .ok_or_else(|| Error::InvalidArgument(format!("{what}: scheduler {:?}: expected HOST:PORT, e.g. 127.0.0.1:50050", options.scheduler)))?;
     let mut config = ExecutorProcessConfig::default();
     if let Some(id) = &options.executor_id {
         config.executor_id = id.clone();
@@ -81,9 +80,9 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     let external = match &options.external_host {
         Some(host) => host.clone(),
         // The address of the interface that reaches the scheduler: what the others reach too.
-        None if addr.ip().is_unspecified() => address_towards(&options.scheduler)
-            .or_else(super::own_host_name)
-            .ok_or_else(|| Error::Input(format!("{what}: listening on {addr}; give the external host name other machines reach this one at")))?,
+        None if addr.ip().is_unspecified() => address_towards(&options.scheduler).or_else(super::own_host_name).ok_or_else(|| {
+            Error::InvalidArgument(format!("{what}: listening on {addr}; give the external host name other machines reach this one at"))
+        })?,
         None => addr.ip().to_string(),
     };
     let here = format!("executor {} ({external}:{})", config.executor_id, addr.port());
@@ -99,7 +98,7 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     // directory.
     let runtime = match &options.runtime {
         Some(runtime) => runtime.clone(),
-        None => RuntimeEnvBuilder::new().with_temp_file_path(work_dir.clone()).build_arc().map_err(|e| Error::Input(format!("{what}: {e}")))?,
+        None => RuntimeEnvBuilder::new().with_temp_file_path(work_dir.clone()).build_arc().map_err(|e| shapfusion_sql::from_datafusion(what, e))?,
     };
     let registry = options.models.registry(Some(runtime.clone()))?;
     let functions = {
@@ -144,5 +143,5 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     }));
     tracing::info!(%here, scheduler = %options.scheduler, "starting");
     println!("{what} {} listening on http://{addr} (advertised as {external}:{})", config.executor_id, addr.port());
-    start_executor_process(Arc::new(config)).await.map_err(|e| Error::Input(format!("{here}: {e}")))
+    start_executor_process(Arc::new(config)).await.map_err(|e| Error::external(ErrorKind::Unavailable, here, e))
 }

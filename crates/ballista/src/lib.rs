@@ -87,7 +87,8 @@ fn token_interceptor(token: Option<String>) -> impl FnMut(Request<()>) -> std::r
 pub async fn health(url: &str, timeout: std::time::Duration) -> Result<String> {
     use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
     use ballista_core::serde::protobuf::GetJobStatusParams;
-    let unreachable = |message: String| shapfusion_core::Error::Remote { worker: url.to_string(), message };
+    let unreachable =
+        |message: String| shapfusion_core::Error::Remote { worker: url.to_string(), message, kind: shapfusion_core::ErrorKind::Unavailable };
     let (address, scheduler) = match url.strip_prefix("df://") {
         Some(_) => (crate::client::RemoteScheduler { url: url.to_string(), token: None }.grpc_address()?, true),
         None => (url.to_string(), false),

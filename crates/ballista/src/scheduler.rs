@@ -24,7 +24,7 @@ use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use super::{cluster_config, token_interceptor, ClusterModels};
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_flight::net::transport::{self, ListenOptions};
 use shapfusion_sql::AccessPolicy;
 use shapfusion_sql::ShapOptions;
@@ -108,8 +108,9 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<RunningSchedul
 
     let host = match &options.external_host {
         Some(host) => host.clone(),
-        None if addr.ip().is_unspecified() => super::own_host_name()
-            .ok_or_else(|| Error::Input(format!("{what}: listening on {addr}; give the external host name other machines reach this one at")))?,
+        None if addr.ip().is_unspecified() => super::own_host_name().ok_or_else(|| {
+            Error::InvalidArgument(format!("{what}: listening on {addr}; give the external host name other machines reach this one at"))
+        })?,
         None => addr.ip().to_string(),
     };
     let endpoint = format!("{host}:{}", addr.port());
@@ -126,7 +127,7 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<RunningSchedul
         Arc::new(super::ShapPhysicalCodec::new(registry, options.models.model_dir.clone(), "scheduler")),
     );
     let cluster = BallistaCluster::new_memory(endpoint.clone(), session_builder, config_producer);
-    let ballista = |e: ballista_core::error::BallistaError| Error::Input(format!("{what}: {e}"));
+    let ballista = |e: ballista_core::error::BallistaError| Error::external(ErrorKind::Internal, what, e);
     let metrics = default_metrics_collector().map_err(ballista)?;
     let mut server: SchedulerServer<LogicalPlanNode, PhysicalPlanNode> =
         SchedulerServer::new(endpoint, cluster, codec, Arc::new(config.clone()), metrics);
@@ -141,7 +142,7 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<RunningSchedul
             .add_service(service)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), transport::shutdown_signal())
             .await
-            .map_err(|e| Error::Input(format!("{what}: {e}")))
+            .map_err(|e| Error::external(ErrorKind::Internal, format!("{what} stopped"), e))
     });
     Ok(RunningScheduler { addr, task })
 }

@@ -55,7 +55,7 @@ impl Device {
             },
             Device::Gpu => gpu_status()
                 .map(|_| Device::Gpu)
-                .map_err(|why| Error::Unavailable(format!("device gpu was asked for, but {why}; ask for device cpu or auto instead"))),
+                .map_err(|why| Error::Unsupported(format!("device gpu was asked for, but {why}; ask for device cpu or auto instead"))),
         }
     }
 
@@ -83,7 +83,7 @@ impl FromStr for Device {
             "auto" => Ok(Device::Auto),
             "cpu" => Ok(Device::Cpu),
             "gpu" => Ok(Device::Gpu),
-            other => Err(Error::Input(format!("unknown device {other:?}; expected one of {}", Device::NAMES.join(", ")))),
+            other => Err(Error::InvalidArgument(format!("unknown device {other:?}; expected one of {}", Device::NAMES.join(", ")))),
         }
     }
 }
@@ -117,11 +117,11 @@ pub(crate) fn interventional_on(
     options: &EngineOptions,
 ) -> Result<Arc<dyn Engine>> {
     if device == Device::Gpu {
-        return Err(Error::Unavailable("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()));
+        return Err(Error::Unsupported("interventional SHAP (with a background) runs on the CPU only; ask for device cpu or auto".into()));
     }
     match transform {
         OutputTransform::Identity => build_interventional(model, background, algorithm, options),
-        _ if algorithm != Algorithm::Auto => Err(Error::Input(format!(
+        _ if algorithm != Algorithm::Auto => Err(Error::InvalidArgument(format!(
             "interventional SHAP of the {transform} output has one engine, auto (shap's per-reference rescaling); {algorithm} computes the margin's values"
         ))),
         _ => build_rescaled_interventional(model, background, transform, options),

@@ -1,7 +1,57 @@
-//! Typed errors for the library. Each variant names what went wrong and where (file, tree,
-//! node, column), so the CLI (and later SQL/Flight) can render them once at the edge.
+//! Typed errors. Each variant names what went wrong and where (file, tree, node, column, worker),
+//! and [`Error::kind`] says what kind of failure it is: the one thing every edge maps from (the
+//! CLI's exit message, a Flight status, a DataFusion error, a Python exception), so the same
+//! failure reads the same everywhere. A cause from another library is kept as the error's
+//! [`source`](std::error::Error::source), never flattened into a string, and
+//! [`Error::context`] adds what was being done without losing the cause's kind.
 
 use std::path::PathBuf;
+
+/// What kind of failure an error is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The caller asked for something that cannot be done as asked: a bad option, flag, URL,
+    /// query or request.
+    InvalidArgument,
+    /// What was given to work on is wrong: a corrupt or invalid model file, input rows without
+    /// a feature or of the wrong type, an empty background.
+    BadData,
+    /// A model, file or name that resolves to nothing.
+    NotFound,
+    /// Reading or writing a file failed (permissions, a full disk, an address in use).
+    Io,
+    /// A machine or service could not be reached or stopped answering (a worker, an object
+    /// store, a cluster), or holds another version than planned: trying again may succeed.
+    Unavailable,
+    /// A bound was reached: memory for tables, rows or bytes per request, a full queue.
+    ResourceExhausted,
+    /// Not built: a path this build, this model or this device does not have yet.
+    Unsupported,
+    /// Something went wrong inside this process, not with what it was given.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The kind's name, for logs and messages (`invalid argument`, `unavailable`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::BadData => "bad data",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Io => "I/O",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::ResourceExhausted => "resource exhausted",
+            ErrorKind::Unsupported => "not supported",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -72,9 +122,14 @@ pub enum Error {
         data_type: String,
     },
 
-    /// Bad input that is not about one column: unreadable file, wrong layout, bad option.
+    /// An option, flag, URL, query or request that cannot be done as asked.
     #[error("{0}")]
-    Input(String),
+    InvalidArgument(String),
+
+    /// Data given to work on that is wrong, not about one column: rows, a background, a file
+    /// that is not what it should be.
+    #[error("{0}")]
+    BadData(String),
 
     /// A model name or URL that resolves to nothing (names every place searched).
     #[error("{0}")]
@@ -87,15 +142,27 @@ pub enum Error {
         worker: String,
         /// What went wrong, with the worker's own message where it sent one.
         message: String,
+        /// What kind of failure: [`ErrorKind::Unavailable`] when the worker could not be reached
+        /// or stopped answering, else the kind the worker's own answer says.
+        kind: ErrorKind,
     },
 
     /// A machine has another version of a model or background than the caller planned with.
     #[error("{0}")]
     VersionMismatch(String),
 
-    /// A requested engine or path is not available in this build or for this model.
+    /// A requested engine or path is not built: not in this build, for this model or on this
+    /// device.
+    #[error("{0}")]
+    Unsupported(String),
+
+    /// A machine or service could not be reached, or stopped answering.
     #[error("{0}")]
     Unavailable(String),
+
+    /// A bound was reached (memory for tables, rows or bytes per request, a full queue).
+    #[error("{0}")]
+    ResourceExhausted(String),
 
     /// Something went wrong inside this process, not with what it was given (a compute thread
     /// that could not start, a task that panicked): servers report it as an internal error,
@@ -122,15 +189,27 @@ pub enum Error {
         source: arrow::error::ArrowError,
     },
 
-    /// An error of a library this one builds on (Parquet, DataFusion, the network), with what we
-    /// were doing; the library's error is kept as the source.
+    /// An error of a library this one builds on (Parquet, DataFusion, the network, an object
+    /// store), with what we were doing; the library's error is kept as the source.
     #[error("{context}: {source}")]
     External {
+        /// What kind of failure it is.
+        kind: ErrorKind,
         /// What we were doing.
         context: String,
         /// The library's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
+    /// An error with what was being done when it happened (see [`Error::context`]).
+    #[error("{context}: {source}")]
+    Context {
+        /// What we were doing.
+        context: String,
+        /// The error, whose kind this one has.
+        #[source]
+        source: Box<Error>,
     },
 }
 
@@ -146,7 +225,55 @@ impl Error {
     }
 
     /// Wraps another library's error with what we were doing, keeping it as the source.
-    pub fn external(context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Error::External { context: context.into(), source: Box::new(source) }
+    pub fn external(kind: ErrorKind, context: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::External { kind, context: context.into(), source: Box::new(source) }
+    }
+
+    /// This error, after `context` (what was being done), keeping its kind and cause.
+    pub fn context(self, context: impl Into<String>) -> Self {
+        Error::Context { context: context.into(), source: Box::new(self) }
+    }
+
+    /// What kind of failure this is: what every edge maps to its own form.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::ModelFormat { .. } | Error::InvalidTree { .. } | Error::MissingColumn { .. } | Error::ColumnType { .. } => ErrorKind::BadData,
+            Error::BadData(_) | Error::Arrow { .. } => ErrorKind::BadData,
+            Error::UnsupportedModel { .. } | Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::ModelNotFound(_) => ErrorKind::NotFound,
+            Error::Remote { kind, .. } | Error::External { kind, .. } => *kind,
+            Error::VersionMismatch(_) | Error::Unavailable(_) => ErrorKind::Unavailable,
+            Error::ResourceExhausted(_) => ErrorKind::ResourceExhausted,
+            Error::Internal(_) | Error::Draw { .. } => ErrorKind::Internal,
+            Error::Context { source, .. } => source.kind(),
+        }
+    }
+
+    /// The error under any [`Error::context`] wrappers: the one that says what failed.
+    pub fn innermost(&self) -> &Error {
+        match self {
+            Error::Context { source, .. } => source.innermost(),
+            e => e,
+        }
+    }
+
+    /// The message with every cause below it, one per line (`caused by: …`), as the command
+    /// line prints an error: the display already holds the direct causes' text where the
+    /// variant writes it, so only causes it does not show are added.
+    pub fn report(&self) -> String {
+        let mut out = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !out.contains(&text) {
+                out.push_str("\n  caused by: ");
+                out.push_str(&text);
+            }
+            cause = c.source();
+        }
+        out
     }
 }

@@ -15,7 +15,8 @@ use std::sync::{Arc, OnceLock};
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
 
-use crate::batch::{compute_pool, explain_batch, explain_block, output_fields, OutputKind};
+use crate::batch::{explain_batch, explain_block};
+use crate::compute_pool::compute_pool;
 use crate::device::{engine_on, interventional_on, Device};
 use crate::engine::{
     covers_counted_from, interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, OutputTransform,
@@ -24,6 +25,7 @@ use crate::engine::{
 use crate::error::{Error, Result};
 use crate::features::block_from_columns;
 use crate::features::FeatureColumns;
+use crate::layout::{output_fields, OutputKind};
 use crate::model::Model;
 use crate::settings::ComputeSettings;
 
@@ -251,17 +253,17 @@ impl ExplainerBuilder {
         let mut model = self.model;
         if let Some(rows) = &self.cover_rows {
             if self.background.is_some() {
-                return Err(Error::Input(
+                return Err(Error::InvalidArgument(
                     "give either background rows (interventional SHAP) or rows to count covers from (path-dependent SHAP over those rows), not both"
                         .into(),
                 ));
             }
-            let block = model.feature_block(rows).map_err(|e| Error::Input(format!("rows to count covers from: {e}")))?;
+            let block = model.feature_block(rows).map_err(|e| e.context("rows to count covers from"))?;
             model = Arc::new(pool.install(|| covers_counted_from(&model, &block))?);
         }
         let engine = match &self.background {
             None if self.transform != OutputTransform::Identity => {
-                return Err(Error::Input(format!(
+                return Err(Error::InvalidArgument(format!(
                     "the {} output transform is interventional only: give background rows (path-dependent values attribute the margin)",
                     self.transform
                 )))
@@ -272,7 +274,7 @@ impl ExplainerBuilder {
                 if self.output == OutputKind::Interactions {
                     return Err(interventional_interactions_unavailable());
                 }
-                let background = model.feature_block(rows).map_err(|e| Error::Input(format!("background: {e}")))?;
+                let background = model.feature_block(rows).map_err(|e| e.context("background"))?;
                 pool.install(|| interventional_on(device, model.clone(), &background, algorithm, self.transform, &options))?
             }
         };

@@ -25,7 +25,7 @@ impl Model {
     pub fn feature_block_from_values(&self, rows: usize, values: Vec<f64>) -> Result<FeatureBlock> {
         let cols = self.num_features();
         if rows.checked_mul(cols) != Some(values.len()) {
-            return Err(Error::Input(format!("{} values are not {rows} rows of the model's {cols} features", values.len())));
+            return Err(Error::InvalidArgument(format!("{} values are not {rows} rows of the model's {cols} features", values.len())));
         }
         let mut values = values;
         // CatBoost categorical features given as numbers are category values (hashed as their
@@ -114,10 +114,10 @@ pub fn check_feature_type(model: &Model, j: usize, t: &DataType) -> Result<()> {
     if is_text(t) && model.feature_kinds()[j] == FeatureKind::Categorical {
         return match model.categories().get(j) {
             Some(Some(Categories::Names(_) | Categories::CatboostHashes(_))) => Ok(()),
-            Some(Some(Categories::Numbers(_))) => Err(Error::Input(format!(
+            Some(Some(Categories::Numbers(_))) => Err(Error::BadData(format!(
                 "column {feature:?} holds strings, but the model's categories for it are numbers: pass the category codes (integers) instead"
             ))),
-            _ => Err(Error::Input(format!(
+            _ => Err(Error::BadData(format!(
                 "column {feature:?} holds strings, but the model stores no category names for its categorical feature {feature:?} (it was trained on integer codes): pass the codes instead"
             ))),
         };
@@ -159,7 +159,7 @@ fn code_or_unseen(code: Option<usize>, unseen: UnseenCategory, feature: &str, va
     match (code, unseen) {
         (Some(k), _) => Ok(k as f64),
         (None, UnseenCategory::Missing) => Ok(f64::NAN),
-        (None, UnseenCategory::Error) => Err(Error::Input(format!(
+        (None, UnseenCategory::Error) => Err(Error::BadData(format!(
             "column {feature:?}: category {value} was not seen in training, and XGBoost refuses such rows; the model knows {}",
             known()
         ))),
@@ -185,9 +185,9 @@ fn catboost_codes(column: &ArrayRef, hashes: &[u32], feature: &str) -> Result<Ve
             None => Ok(f64::NAN),
             Some(x) if x.is_nan() => Ok(f64::NAN),
             Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => Ok(of(&(x as i64).to_string())),
-            Some(x) => {
-                Err(Error::Input(format!("column {feature:?} holds {x}: a CatBoost categorical feature takes strings or integers, as CatBoost does")))
-            }
+            Some(x) => Err(Error::BadData(format!(
+                "column {feature:?} holds {x}: a CatBoost categorical feature takes strings or integers, as CatBoost does"
+            ))),
         })
         .collect()
 }
@@ -197,14 +197,14 @@ fn catboost_codes(column: &ArrayRef, hashes: &[u32], feature: &str) -> Result<Ve
 pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model) -> Result<FeatureBlock> {
     let f = model.num_features();
     if columns.len() != f {
-        return Err(Error::Input(format!("{} feature columns given, the model has {f} features", columns.len())));
+        return Err(Error::InvalidArgument(format!("{} feature columns given, the model has {f} features", columns.len())));
     }
     let rows = columns.first().map_or(0, |c| c.len());
     let mut values = vec![f64::NAN; rows * f];
     for (j, col) in columns.iter().enumerate() {
         let name = names.get(j).map(String::as_str).unwrap_or("?");
         if col.len() != rows {
-            return Err(Error::Input(format!("feature column {name:?} has {} rows, expected {rows}", col.len())));
+            return Err(Error::InvalidArgument(format!("feature column {name:?} has {} rows, expected {rows}", col.len())));
         }
         check_feature_type(model, j, col.data_type())?;
         let codes = match (col.data_type(), model.categories().get(j)) {

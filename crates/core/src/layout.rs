@@ -7,6 +7,7 @@
 //! * Margins: one column `margin` (the raw score), `Float64` or `FixedSizeList<Float64>[G]`.
 //!
 //! If a model feature is itself named `bias`, the bias column is named `bias_` instead.
+//! [`OutputKind`] says which of the three a caller asks for.
 
 use std::sync::Arc;
 
@@ -14,7 +15,62 @@ use arrow::array::{ArrayRef, FixedSizeListArray, Float64Array};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields};
 
 use crate::engine::{Attributions, Interactions, Predictions};
+use crate::error::{Error, Result};
 use crate::model::Model;
+
+/// What to compute for each row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputKind {
+    /// SHAP values: one column per feature plus `bias`.
+    #[default]
+    Shap,
+    /// SHAP interaction values: one `interactions` column.
+    Interactions,
+    /// Margin (raw score) predictions: one `margin` column.
+    Margin,
+}
+
+impl OutputKind {
+    /// The names, as the command line, SQL, the wire and Python spell them.
+    pub const NAMES: [&'static str; 3] = ["shap", "interactions", "margin"];
+
+    /// The name: `shap`, `interactions` or `margin`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            OutputKind::Shap => Self::NAMES[0],
+            OutputKind::Interactions => Self::NAMES[1],
+            OutputKind::Margin => Self::NAMES[2],
+        }
+    }
+}
+
+impl std::fmt::Display for OutputKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for OutputKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "shap" => Ok(OutputKind::Shap),
+            "interactions" => Ok(OutputKind::Interactions),
+            // The name it had before (what older clients and pools send).
+            "margin" | "predict" => Ok(OutputKind::Margin),
+            other => Err(Error::InvalidArgument(format!("unknown output {other:?}; expected one of {}", Self::NAMES.join(", ")))),
+        }
+    }
+}
+
+/// Output fields for `output` (without kept columns).
+pub fn output_fields(model: &Model, output: OutputKind) -> Vec<FieldRef> {
+    match output {
+        OutputKind::Shap => shap_fields(model).iter().cloned().collect(),
+        OutputKind::Interactions => vec![interactions_field(model)],
+        OutputKind::Margin => vec![margin_field(model)],
+    }
+}
 
 /// Name of the interactions column.
 pub const INTERACTIONS_COLUMN: &str = "interactions";

@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod compute_pool;
 mod device;
 pub mod engine;
 pub mod error;
@@ -54,10 +55,10 @@ mod test_fixtures;
 #[cfg(test)]
 mod test_support;
 
-pub use batch::{output_fields, OutputKind};
 pub use device::Device;
 pub use engine::{Algorithm, OutputTransform};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use explainer::{Explainer, ExplainerBuilder};
+pub use layout::{output_fields, OutputKind};
 pub use model::Model;
 pub use settings::ComputeSettings;

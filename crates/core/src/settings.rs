@@ -131,7 +131,7 @@ pub(crate) fn available_cores() -> usize {
 
 /// `mib` MiB in bytes, or an error naming `what` when it does not fit.
 fn mib_to_bytes(mib: usize, what: &str) -> Result<usize> {
-    mib.checked_mul(1 << 20).ok_or_else(|| Error::Input(format!("{what} of {mib} MiB is too large")))
+    mib.checked_mul(1 << 20).ok_or_else(|| Error::InvalidArgument(format!("{what} of {mib} MiB is too large")))
 }
 
 /// Serde by the names the command line and SQL use (`"treeshap"`, `"gpu"`).

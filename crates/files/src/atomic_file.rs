@@ -23,7 +23,7 @@ impl AtomicFile {
     pub fn create(target: &Path, inputs: &[&Path]) -> Result<AtomicFile> {
         for input in inputs {
             if same_file(target, input) {
-                return Err(Error::Input(format!(
+                return Err(Error::InvalidArgument(format!(
                     "the output {} is the input {}: writing it would destroy the input; choose another output path",
                     target.display(),
                     input.display()
@@ -31,7 +31,7 @@ impl AtomicFile {
             }
         }
         if target.is_dir() {
-            return Err(Error::Input(format!("the output {} is a directory; give a file name", target.display())));
+            return Err(Error::InvalidArgument(format!("the output {} is a directory; give a file name", target.display())));
         }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,

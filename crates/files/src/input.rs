@@ -15,7 +15,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_core::model::Model;
 
 /// Input file formats.
@@ -110,7 +110,7 @@ impl Iterator for InputReader {
 /// A Parquet reader over `source` projected to the `wanted` columns it has (all: `None`).
 fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: Option<&[String]>, batch_rows: usize) -> Result<InputReader> {
     let ctx = || format!("reading {label}");
-    let builder = ParquetRecordBatchReaderBuilder::try_new(source).map_err(|e| Error::external(ctx(), e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(source).map_err(|e| Error::external(ErrorKind::BadData, ctx(), e))?;
     let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
     // Read only what we need: each model feature plus the kept columns.
     let schema = builder.schema().clone();
@@ -118,7 +118,7 @@ fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: Op
         Some(wanted) => ProjectionMask::roots(builder.parquet_schema(), wanted.iter().filter_map(|n| schema.index_of(n).ok())),
         None => ProjectionMask::all(),
     };
-    let reader = builder.with_projection(mask).with_batch_size(batch_rows).build().map_err(|e| Error::external(ctx(), e))?;
+    let reader = builder.with_projection(mask).with_batch_size(batch_rows).build().map_err(|e| Error::external(ErrorKind::BadData, ctx(), e))?;
     Ok(InputReader { reader: Box::new(reader), total_rows: Some(total), label })
 }
 
@@ -133,7 +133,7 @@ fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wan
     // The footer first, for the column indices of the projection.
     let schema = arrow::ipc::reader::FileReader::try_new(&mut source, None).map_err(|e| Error::arrow(ctx(), e))?.schema();
     let projection: Vec<usize> = wanted.iter().filter_map(|n| schema.index_of(n).ok()).collect();
-    source.seek(SeekFrom::Start(0)).map_err(|e| Error::Input(format!("{}: {e}", ctx())))?;
+    source.seek(SeekFrom::Start(0)).map_err(|e| Error::external(ErrorKind::Io, ctx(), e))?;
     let reader = arrow::ipc::reader::FileReader::try_new(source, Some(projection)).map_err(|e| Error::arrow(ctx(), e))?;
     Ok(InputReader { reader: Box::new(reader), total_rows: None, label })
 }
@@ -145,7 +145,7 @@ fn csv_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, num
     let (inferred, _) =
         Format::default().with_header(true).infer_schema(BufReader::new(&mut source), Some(1000)).map_err(|e| Error::arrow(ctx(), e))?;
     if inferred.fields().is_empty() {
-        return Err(Error::Input(format!("{label}: empty CSV (no header line)")));
+        return Err(Error::BadData(format!("{label}: empty CSV (no header line)")));
     }
     let fields: Vec<FieldRef> = inferred
         .fields()
@@ -159,7 +159,7 @@ fn csv_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, num
         })
         .collect();
     let schema = Arc::new(Schema::new(fields));
-    source.seek(SeekFrom::Start(0)).map_err(|e| Error::Input(format!("{}: {e}", ctx())))?;
+    source.seek(SeekFrom::Start(0)).map_err(|e| Error::external(ErrorKind::Io, ctx(), e))?;
     let reader = arrow::csv::ReaderBuilder::new(schema)
         .with_header(true)
         .with_batch_size(batch_rows)
@@ -176,7 +176,7 @@ const BACKGROUND_BATCH_ROWS: usize = 65_536;
 pub fn read_background(path: &Path, model: &Model, max_rows: Option<usize>, seed: u64) -> Result<RecordBatch> {
     let label = format!("background {}", path.display());
     let reader = InputReader::open(path, model.feature_names(), &model.numeric_input_columns(), BACKGROUND_BATCH_ROWS)
-        .map_err(|e| Error::Input(format!("{label}: {e}")))?;
+        .map_err(|e| e.context(label.as_str()))?;
     sample_background(reader, model, max_rows, seed, &label)
 }
 
@@ -186,10 +186,10 @@ pub fn read_background(path: &Path, model: &Model, max_rows: Option<usize>, seed
 /// bounded by `max_rows`, not the input. The batch holds one Float64 column per model feature;
 /// errors start with `label`.
 pub fn sample_background(reader: InputReader, model: &Model, max_rows: Option<usize>, seed: u64, label: &str) -> Result<RecordBatch> {
-    let context = |e: Error| Error::Input(format!("{label}: {e}"));
+    let context = |e: Error| e.context(label);
     let cap = max_rows.unwrap_or(usize::MAX);
     if cap == 0 {
-        return Err(Error::Input(format!("{label}: a sample of 0 background rows was asked for; ask for at least 1")));
+        return Err(Error::InvalidArgument(format!("{label}: a sample of 0 background rows was asked for; ask for at least 1")));
     }
     // Reservoir sampling (Algorithm R): after `seen` rows, each is kept with probability cap/seen.
     let mut kept: Vec<(usize, Vec<f64>)> = Vec::new();
@@ -210,7 +210,7 @@ pub fn sample_background(reader: InputReader, model: &Model, max_rows: Option<us
         }
     }
     if kept.is_empty() {
-        return Err(Error::Input(format!("{label} has no rows; interventional SHAP needs at least one")));
+        return Err(Error::BadData(format!("{label} has no rows; interventional SHAP needs at least one")));
     }
     kept.sort_unstable_by_key(|(index, _)| *index);
     let fields: Vec<Field> = model.feature_names().iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
@@ -251,8 +251,8 @@ pub fn count_rows(reader: InputReader) -> Result<usize> {
 pub fn selected_indices(selection: RowSelection, total: usize, label: &str) -> Result<Vec<usize>> {
     match selection {
         RowSelection::One(row) if row < total => Ok(vec![row]),
-        RowSelection::One(row) => Err(Error::Input(format!("row {row} is out of range: {label} has {total} rows (rows count from 0)"))),
-        RowSelection::Sample { max_rows: Some(0), .. } => Err(Error::Input("a sample of 0 rows was asked for; ask for at least 1".into())),
+        RowSelection::One(row) => Err(Error::InvalidArgument(format!("row {row} is out of range: {label} has {total} rows (rows count from 0)"))),
+        RowSelection::Sample { max_rows: Some(0), .. } => Err(Error::InvalidArgument("a sample of 0 rows was asked for; ask for at least 1".into())),
         RowSelection::Sample { max_rows, seed } => {
             let keep = max_rows.unwrap_or(usize::MAX);
             if keep >= total {

@@ -14,7 +14,7 @@ use parquet::file::properties::WriterProperties;
 
 use crate::atomic_file::AtomicFile;
 use crate::input::InputReader;
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_core::model::Model;
 use shapfusion_core::ComputeSettings;
 use shapfusion_core::Explainer;
@@ -118,7 +118,7 @@ pub fn explain_rows(
     mut compute: impl FnMut(&RecordBatch) -> Result<Vec<ArrayRef>>,
 ) -> Result<usize> {
     if options.batch_rows == 0 {
-        return Err(Error::Input("rows per batch must be at least 1".into()));
+        return Err(Error::InvalidArgument("rows per batch must be at least 1".into()));
     }
     // Before the input is even opened: an output that is the input would destroy it.
     let pending = AtomicFile::create(output, &[input])?;
@@ -131,13 +131,13 @@ pub fn explain_rows(
     let mut keep_idx = Vec::new();
     let mut fields: Vec<FieldRef> = Vec::new();
     for name in &options.keep {
-        let i = schema.index_of(name).map_err(|_| Error::Input(format!("column to keep {name:?}: the input has no such column")))?;
+        let i = schema.index_of(name).map_err(|_| Error::InvalidArgument(format!("column to keep {name:?}: the input has no such column")))?;
         keep_idx.push(i);
         fields.push(schema.fields()[i].clone());
     }
     for f in &out_fields {
         if options.keep.contains(f.name()) {
-            return Err(Error::Input(format!("column to keep {:?} clashes with the output column of the same name", f.name())));
+            return Err(Error::InvalidArgument(format!("column to keep {:?} clashes with the output column of the same name", f.name())));
         }
     }
     fields.extend(out_fields);
@@ -198,20 +198,25 @@ impl<'a> OutputWriter<'a> {
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             .set_max_row_group_row_count(Some(((64usize << 20) / row_bytes).clamp(1024, 1 << 20)))
             .build();
-        let writer = ArrowWriter::try_new(file, schema, Some(props)).map_err(|e| Error::external(format!("writing {}", output.display()), e))?;
+        let writer = ArrowWriter::try_new(file, schema, Some(props))
+            .map_err(|e| Error::external(ErrorKind::Io, format!("writing {}", output.display()), e))?;
         Ok(OutputWriter::Parquet(writer, output))
     }
 
     fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         match self {
-            OutputWriter::Parquet(w, output) => w.write(batch).map_err(|e| Error::external(format!("writing {}", output.display()), e)),
+            OutputWriter::Parquet(w, output) => {
+                w.write(batch).map_err(|e| Error::external(ErrorKind::Io, format!("writing {}", output.display()), e))
+            }
             OutputWriter::ArrowIpc(w, output) => w.write(batch).map_err(|e| Error::arrow(format!("writing {}", output.display()), e)),
         }
     }
 
     fn close(self) -> Result<()> {
         match self {
-            OutputWriter::Parquet(w, output) => w.close().map(|_| ()).map_err(|e| Error::external(format!("closing {}", output.display()), e)),
+            OutputWriter::Parquet(w, output) => {
+                w.close().map(|_| ()).map_err(|e| Error::external(ErrorKind::Io, format!("closing {}", output.display()), e))
+            }
             OutputWriter::ArrowIpc(mut w, output) => w.finish().map_err(|e| Error::arrow(format!("closing {}", output.display()), e)),
         }
     }

@@ -20,10 +20,11 @@
 use std::path::Path;
 
 use shapfusion_core::error::{Error, Result};
-use shapfusion_core::model::SPARK_METADATA_DIR;
+use shapfusion_core::model::{ModelFormat, SPARK_METADATA_DIR};
 use shapfusion_core::Model;
 
-const FORMAT: &str = "Spark ML model directory";
+/// What this reader's errors call the format (the name every reader's errors use).
+const FORMAT: &str = ModelFormat::SparkMl.name();
 
 /// Most files a model directory may hold that are read.
 const MAX_FILES: usize = 100_000;

@@ -39,7 +39,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema};
 
 use crate::net::{auth, transport};
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_core::features::column_index;
 use shapfusion_files::pipeline::{explain_rows, ExplainOptions, ExplainSummary};
 use shapfusion_sql::call::PinnedCall;
@@ -136,18 +136,25 @@ pub async fn health(url: &str, timeout: std::time::Duration) -> Result<String> {
     use futures::StreamExt;
     let options = transport::ConnectOptions { connect_timeout: timeout, ..Default::default() };
     let attempt = async {
-        let channel = transport::endpoint(url, &options)?
-            .connect()
-            .await
-            .map_err(|e| Error::Remote { worker: url.to_string(), message: format!("cannot connect: {e}") })?;
+        let channel = transport::endpoint(url, &options)?.connect().await.map_err(|e| Error::Remote {
+            worker: url.to_string(),
+            message: format!("cannot connect: {e}"),
+            kind: ErrorKind::Unavailable,
+        })?;
         let mut client = transport::client(channel, &options)?;
-        let remote = |e: arrow_flight::error::FlightError| Error::Remote { worker: url.to_string(), message: e.to_string() };
+        let remote =
+            |e: arrow_flight::error::FlightError| Error::Remote { worker: url.to_string(), message: e.to_string(), kind: ErrorKind::Unavailable };
         let mut replies = client.do_action(arrow_flight::Action::new(protocol::ACTION_HEALTH, "")).await.map_err(remote)?;
-        let body =
-            replies.next().await.ok_or_else(|| Error::Remote { worker: url.to_string(), message: "empty health reply".into() })?.map_err(remote)?;
+        let body = replies
+            .next()
+            .await
+            .ok_or_else(|| Error::Remote { worker: url.to_string(), message: "empty health reply".into(), kind: ErrorKind::Unavailable })?
+            .map_err(remote)?;
         Ok(String::from_utf8_lossy(&body).into_owned())
     };
-    tokio::time::timeout(timeout, attempt)
-        .await
-        .map_err(|_| Error::Remote { worker: url.to_string(), message: format!("no health reply within {}", protocol::human_duration(timeout)) })?
+    tokio::time::timeout(timeout, attempt).await.map_err(|_| Error::Remote {
+        worker: url.to_string(),
+        message: format!("no health reply within {}", protocol::human_duration(timeout)),
+        kind: ErrorKind::Unavailable,
+    })?
 }

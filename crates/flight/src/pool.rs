@@ -27,9 +27,10 @@ use tokio::sync::Notify;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use super::protocol::{descriptor, human_duration, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES};
+use super::protocol::{descriptor, human_duration, kind_of_status, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES};
+use crate::net::limits::is_busy;
 use crate::net::transport::{self, ConnectOptions};
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_core::OutputKind;
 use shapfusion_sql::call::PinnedCall;
 
@@ -148,10 +149,10 @@ impl WorkerPool {
     /// A pool over `urls` (`http://host:port`, `https://…`). Connections open lazily.
     pub fn new(urls: &[String], options: PoolOptions) -> Result<Self> {
         if urls.is_empty() {
-            return Err(Error::Input("a worker pool needs at least one worker URL".into()));
+            return Err(Error::InvalidArgument("a worker pool needs at least one worker URL".into()));
         }
         if options.max_in_flight == 0 || options.max_chunk_rows == 0 {
-            return Err(Error::Input("pool: max_in_flight and max_chunk_rows must be at least 1".into()));
+            return Err(Error::InvalidArgument("pool: max_in_flight and max_chunk_rows must be at least 1".into()));
         }
         let workers = urls
             .iter()
@@ -328,6 +329,7 @@ impl WorkerPool {
                         return Err(Error::Remote {
                             worker: self.workers[i].url.clone(),
                             message: format!("{}: internal error on two workers, not retried further: {first}; {here}", what()),
+                            kind: ErrorKind::Internal,
                         });
                     }
                     // The worker answered, so it is not down; the chunk goes elsewhere once.
@@ -355,6 +357,7 @@ impl WorkerPool {
         }
         Err(Error::Remote {
             worker: "pool".into(),
+            kind: ErrorKind::Unavailable,
             message: format!(
                 "{} within {}; attempts: {}; {}",
                 what(),
@@ -378,6 +381,7 @@ impl WorkerPool {
                     return Err(Failure::Fatal(Error::Remote {
                         worker: self.workers[i].url.clone(),
                         message: format!("returned {got} rows for a chunk of {rows} rows (rows {start}..{}); reply refused", start + rows),
+                        kind: ErrorKind::Internal,
                     }));
                 }
                 Ok((schema, batches))
@@ -425,6 +429,7 @@ impl WorkerPool {
             Ok(r) => r,
             Err(_) => Err(Error::Remote {
                 worker: "pool".into(),
+                kind: ErrorKind::Unavailable,
                 message: format!(
                     "{} did not finish within the pool's deadline of {}; {}",
                     what(),
@@ -460,8 +465,9 @@ impl WorkerPool {
                 let url = &self.workers[i].url;
                 let mut client = self.client(i).map_err(Failure::Fatal)?;
                 let info = client.get_flight_info(descriptor(command)).await.map_err(|e| classify(url, e))?;
-                let unreadable =
-                    |what: &str, e: String| Failure::Fatal(Error::Remote { worker: url.clone(), message: format!("unreadable {what}: {e}") });
+                let unreadable = |what: &str, e: String| {
+                    Failure::Fatal(Error::Remote { worker: url.clone(), message: format!("unreadable {what}: {e}"), kind: ErrorKind::Internal })
+                };
                 let meta: ModelInfo = serde_json::from_slice(&info.app_metadata).map_err(|e| unreadable("model info", e.to_string()))?;
                 let schema = info.try_decode_schema().map_err(|e| unreadable("schema", e.to_string()))?;
                 Ok((meta, Arc::new(schema)))
@@ -491,15 +497,22 @@ fn classify(url: &str, e: FlightError) -> Failure {
             | Code::FailedPrecondition
             | Code::OutOfRange
             | Code::Unimplemented
-            | Code::AlreadyExists => {
-                Failure::Fatal(Error::Remote { worker: url.to_string(), message: format!("{} ({:?})", status.message(), status.code()) })
+            | Code::AlreadyExists
+            | Code::ResourceExhausted
+                if !is_busy(&status) =>
+            {
+                Failure::Fatal(Error::Remote {
+                    worker: url.to_string(),
+                    message: format!("{} ({:?})", status.message(), status.code()),
+                    kind: kind_of_status(status.code()),
+                })
             }
             // An error status the worker sent; one raised here by the transport (a connection
             // reset mid-stream) carries its cause and is retried like any transport failure.
             Code::Internal | Code::Unknown | Code::DataLoss if std::error::Error::source(&*status).is_none() => {
                 Failure::Internal(format!("{} ({:?})", status.message(), status.code()))
             }
-            Code::ResourceExhausted => Failure::Busy(status.message().to_string()),
+            _ if is_busy(&status) => Failure::Busy(status.message().to_string()),
             code => Failure::Retry(format!("{} ({code:?})", status.message())),
         },
         other => Failure::Retry(other.to_string()),
@@ -516,8 +529,11 @@ mod tests {
         assert!(b1.iter().all(|d| *d >= Duration::from_millis(25) && *d <= Duration::from_millis(50)), "{b1:?}");
         assert!(b1.iter().any(|d| *d != b1[0]), "no jitter: {b1:?}");
         assert!(busy_backoff(30) <= Duration::from_secs(2) && busy_backoff(30) >= Duration::from_secs(1));
-        let busy = classify("http://w", FlightError::Tonic(Box::new(tonic::Status::resource_exhausted("busy: the queue is full"))));
+        let busy = classify("http://w", FlightError::Tonic(Box::new(crate::net::limits::busy("busy: the queue is full".into()))));
         assert!(matches!(busy, Failure::Busy(m) if m.contains("queue is full")));
+        // Over a bound of the request itself: another try cannot do better.
+        let too_big = classify("http://w", FlightError::Tonic(Box::new(tonic::Status::resource_exhausted("needs 40 GiB, over the bound"))));
+        assert!(matches!(too_big, Failure::Fatal(e) if e.kind() == ErrorKind::ResourceExhausted));
     }
 
     #[test]

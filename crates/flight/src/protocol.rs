@@ -9,7 +9,7 @@ use arrow_flight::FlightDescriptor;
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
-use shapfusion_core::error::Error;
+use shapfusion_core::error::{Error, ErrorKind};
 use shapfusion_core::model::Model;
 use shapfusion_core::{output_fields, OutputKind};
 use shapfusion_sql::call::{PinnedCall, CALL_VERSION};
@@ -102,15 +102,35 @@ pub struct WorkerStats {
     pub latency_seconds_sum: f64,
 }
 
-/// Maps a library error to the gRPC status a client should see.
+/// The gRPC status a client sees for a library error, from its kind; a planned model version a
+/// machine does not hold is a failed precondition (the client re-plans).
 pub fn status_from_error(e: &Error) -> Status {
-    let msg = e.to_string();
-    match e {
-        Error::ModelNotFound(_) => Status::not_found(msg),
-        Error::MissingColumn { .. } | Error::ColumnType { .. } | Error::Input(_) => Status::invalid_argument(msg),
-        Error::Unavailable(_) | Error::VersionMismatch(_) => Status::failed_precondition(msg),
-        Error::ModelFormat { .. } | Error::InvalidTree { .. } | Error::UnsupportedModel { .. } => Status::failed_precondition(msg),
-        _ => Status::internal(msg),
+    let msg = e.report();
+    if matches!(e.innermost(), Error::VersionMismatch(_)) {
+        return Status::failed_precondition(msg);
+    }
+    match e.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::BadData => Status::invalid_argument(msg),
+        ErrorKind::NotFound => Status::not_found(msg),
+        ErrorKind::Unavailable => Status::unavailable(msg),
+        ErrorKind::ResourceExhausted => Status::resource_exhausted(msg),
+        ErrorKind::Unsupported => Status::unimplemented(msg),
+        ErrorKind::Io | ErrorKind::Internal => Status::internal(msg),
+    }
+}
+
+/// The kind of failure a worker's gRPC status says (the other way round from
+/// [`status_from_error`]).
+pub fn kind_of_status(code: tonic::Code) -> ErrorKind {
+    use tonic::Code;
+    match code {
+        Code::InvalidArgument | Code::OutOfRange | Code::AlreadyExists => ErrorKind::InvalidArgument,
+        Code::NotFound => ErrorKind::NotFound,
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Aborted | Code::FailedPrecondition => ErrorKind::Unavailable,
+        Code::Unauthenticated | Code::PermissionDenied => ErrorKind::InvalidArgument,
+        Code::ResourceExhausted => ErrorKind::ResourceExhausted,
+        Code::Unimplemented => ErrorKind::Unsupported,
+        Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss => ErrorKind::Internal,
     }
 }
 
@@ -145,5 +165,24 @@ mod tests {
         let unknown = Error::ModelNotFound("unknown model \"x\"; searched: …".into());
         assert_eq!(status_from_error(&unknown).code(), tonic::Code::NotFound);
         assert_eq!(status_from_error(&Error::Internal("no threads".into())).code(), tonic::Code::Internal);
+        // Every kind has its code, and a client reading the code back gets the kind again.
+        for (e, code) in [
+            (Error::InvalidArgument("bad".into()), tonic::Code::InvalidArgument),
+            (Error::BadData("no rows".into()), tonic::Code::InvalidArgument),
+            (Error::Unavailable("store down".into()), tonic::Code::Unavailable),
+            (Error::ResourceExhausted("over the bound".into()), tonic::Code::ResourceExhausted),
+            (Error::Unsupported("not built".into()), tonic::Code::Unimplemented),
+        ] {
+            let status = status_from_error(&e);
+            assert_eq!(status.code(), code, "{e}");
+            assert_eq!(kind_of_status(status.code()), if e.kind() == ErrorKind::BadData { ErrorKind::InvalidArgument } else { e.kind() });
+        }
+        // A context keeps the kind and shows the cause once.
+        let io = Error::io("/m/fraud.json", std::io::Error::from(std::io::ErrorKind::PermissionDenied)).context("loading model fraud");
+        let status = status_from_error(&io);
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(status.message().starts_with("loading model fraud: /m/fraud.json:"), "{}", status.message());
+        // A version another machine holds is a precondition, so the caller plans again.
+        assert_eq!(status_from_error(&Error::VersionMismatch("v2".into()).context("worker")).code(), tonic::Code::FailedPrecondition);
     }
 }

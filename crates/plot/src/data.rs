@@ -55,7 +55,7 @@ impl PlotData {
         self.features
             .iter()
             .position(|f| f == name)
-            .ok_or_else(|| Error::Input(format!("feature {name:?} is not in the model; its features are: {}", self.features.join(", "))))
+            .ok_or_else(|| Error::InvalidArgument(format!("feature {name:?} is not in the model; its features are: {}", self.features.join(", "))))
     }
 
     /// Feature `j`'s value in row `r` as text: the category name, a number, or "missing".
@@ -84,7 +84,7 @@ impl PlotData {
         let shap_rows = count_rows(shap_reader)?;
         let input_rows = count_rows(open_input()?)?;
         if shap_rows != input_rows {
-            return Err(Error::Input(format!(
+            return Err(Error::BadData(format!(
                 "{shap_label} has {shap_rows} rows but {input_label} has {input_rows}: the SHAP file must be the explain output of that input, row for row"
             )));
         }
@@ -133,14 +133,16 @@ impl ShapLayout {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         // The bias is `bias_` when a feature is itself named `bias`.
         let bias = ["bias_", "bias"].iter().find_map(|b| names.iter().rposition(|n| n == b)).ok_or_else(|| {
-            Error::Input(format!("{label} has no bias column: is it an explain output of SHAP values? Its columns are: {}", names.join(", ")))
+            Error::BadData(format!("{label} has no bias column: is it an explain output of SHAP values? Its columns are: {}", names.join(", ")))
         })?;
         let bias_type = schema.field(bias).data_type().clone();
         let groups = match &bias_type {
             DataType::Float64 => 1,
             DataType::FixedSizeList(item, g) if *item.data_type() == DataType::Float64 && *g > 0 => *g as usize,
             other => {
-                return Err(Error::Input(format!("{label}: the bias column has type {other}; explain writes Float64 or a list of Float64 per class")))
+                return Err(Error::BadData(format!(
+                    "{label}: the bias column has type {other}; explain writes Float64 or a list of Float64 per class"
+                )))
             }
         };
         let features: Vec<String> = match features {
@@ -151,15 +153,18 @@ impl ShapLayout {
             }
         };
         if features.is_empty() {
-            return Err(Error::Input(format!("{label} has no SHAP columns before its bias column")));
+            return Err(Error::BadData(format!("{label} has no SHAP columns before its bias column")));
         }
         let mut columns = Vec::with_capacity(features.len() + 1);
         for name in &features {
             let i = schema
                 .index_of(name)
-                .map_err(|_| Error::Input(format!("{label} has no SHAP column for feature {name:?}; its columns are: {}", names.join(", "))))?;
+                .map_err(|_| Error::BadData(format!("{label} has no SHAP column for feature {name:?}; its columns are: {}", names.join(", "))))?;
             if *schema.field(i).data_type() != bias_type {
-                return Err(Error::Input(format!("{label}: column {name:?} has type {}, the bias column {bias_type}", schema.field(i).data_type())));
+                return Err(Error::BadData(format!(
+                    "{label}: column {name:?} has type {}, the bias column {bias_type}",
+                    schema.field(i).data_type()
+                )));
             }
             columns.push(i);
         }
@@ -198,7 +203,7 @@ fn feature_values(batch: &RecordBatch, features: &[String], label: &str) -> Resu
     let mut labels = Vec::with_capacity(f);
     for (j, name) in features.iter().enumerate() {
         let column =
-            batch.column_by_name(name).ok_or_else(|| Error::Input(format!("{label} has no column {name:?} (a feature of the SHAP values)")))?;
+            batch.column_by_name(name).ok_or_else(|| Error::BadData(format!("{label} has no column {name:?} (a feature of the SHAP values)")))?;
         let (numbers, names) = column_numbers(column).map_err(|e| Error::arrow(format!("{label}: column {name:?}"), e))?;
         for (r, v) in numbers.into_iter().enumerate() {
             values[r * f + j] = v;

@@ -110,7 +110,7 @@ impl ImageFormat {
         match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
             Some("png") => Ok(ImageFormat::Png),
             Some("svg") => Ok(ImageFormat::Svg),
-            _ => Err(Error::Input(format!("{}: name the chart .png or .svg (the extension picks the format)", path.display()))),
+            _ => Err(Error::InvalidArgument(format!("{}: name the chart .png or .svg (the extension picks the format)", path.display()))),
         }
     }
 }
@@ -181,14 +181,14 @@ impl<'a> Chart<'a> {
     /// Checks `options` against `data` (class, features, row) and lays the chart out.
     fn plan(data: &'a PlotData, options: &'a ChartOptions) -> Result<Chart<'a>> {
         if data.rows == 0 {
-            return Err(Error::Input("no rows to plot".into()));
+            return Err(Error::InvalidArgument("no rows to plot".into()));
         }
         if options.top == 0 {
-            return Err(Error::Input("the number of features to draw must be at least 1".into()));
+            return Err(Error::InvalidArgument("the number of features to draw must be at least 1".into()));
         }
         let group = match options.class {
             Some(k) if k >= data.groups => {
-                return Err(Error::Input(format!(
+                return Err(Error::InvalidArgument(format!(
                     "class {k} is out of range: the model has {} output{} (classes 0..{})",
                     data.groups,
                     if data.groups == 1 { "" } else { "s" },
@@ -199,7 +199,11 @@ impl<'a> Chart<'a> {
             None if data.groups == 1 => Some(0),
             None if options.kind == ChartKind::Bar => None,
             None => {
-                return Err(Error::Input(format!("the model has {} outputs (classes); pick the class to draw, 0..{}", data.groups, data.groups - 1)))
+                return Err(Error::InvalidArgument(format!(
+                    "the model has {} outputs (classes); pick the class to draw, 0..{}",
+                    data.groups,
+                    data.groups - 1
+                )))
             }
         };
         let importance = mean_abs_shap(data, group);
@@ -215,7 +219,7 @@ impl<'a> Chart<'a> {
             }
             ChartKind::Waterfall { row } => {
                 if *row >= data.rows {
-                    return Err(Error::Input(format!("row {row} is out of range: {} rows to plot (rows count from 0)", data.rows)));
+                    return Err(Error::InvalidArgument(format!("row {row} is out of range: {} rows to plot (rows count from 0)", data.rows)));
                 }
                 // The top features and one bar for the rest.
                 let shown = options.top.min(data.features.len());
@@ -232,7 +236,10 @@ impl<'a> Chart<'a> {
             }),
         );
         if size.0 < 200 || size.1 < 150 || size.0 > 20_000 || size.1 > 20_000 {
-            return Err(Error::Input(format!("a chart of {}x{} pixels: width and height must be 200..20000 and 150..20000", size.0, size.1)));
+            return Err(Error::InvalidArgument(format!(
+                "a chart of {}x{} pixels: width and height must be 200..20000 and 150..20000",
+                size.0, size.1
+            )));
         }
         let class = match (group, data.groups) {
             (Some(k), g) if g > 1 => format!(", class {k}"),

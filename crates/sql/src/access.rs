@@ -42,7 +42,7 @@ impl AccessPolicy {
     /// must exist, or URL prefixes such as `s3://bucket/shared/`).
     pub fn new(data_roots: &[String], write_roots: &[String]) -> Result<AccessPolicy> {
         let parse = |flag: &str, roots: &[String]| -> Result<Vec<Root>> {
-            roots.iter().map(|r| root(r).map_err(|e| Error::Input(format!("{flag} {r:?}: {e}")))).collect()
+            roots.iter().map(|r| root(r).map_err(|e| Error::InvalidArgument(format!("{flag} {r:?}: {e}")))).collect()
         };
         Ok(AccessPolicy { read: parse("data root", data_roots)?, write: parse("write root", write_roots)? })
     }

@@ -92,17 +92,17 @@ impl PinnedCall {
     pub fn from_json(json: &[u8]) -> Result<Self> {
         const EXAMPLE: &str = r#"{"model": "fraud", "output": "shap"}"#;
         let call: PinnedCall = serde_json::from_slice(json).map_err(|e| {
-            Error::Input(format!(
+            Error::InvalidArgument(format!(
                 "bad call {:?}: {e}; expected JSON like {EXAMPLE} (output: {})",
                 String::from_utf8_lossy(json),
                 OutputKind::NAMES.join(", ")
             ))
         })?;
         if call.model.trim().is_empty() {
-            return Err(Error::Input("the call names no model".into()));
+            return Err(Error::InvalidArgument("the call names no model".into()));
         }
         if let Some(v) = call.version.filter(|v| *v > CALL_VERSION) {
-            return Err(Error::Unavailable(format!(
+            return Err(Error::Unsupported(format!(
                 "the call is version {v} of the form, this build reads up to version {CALL_VERSION}; upgrade this machine to the caller's shapfusion"
             )));
         }
@@ -138,7 +138,7 @@ impl PinnedCall {
     pub fn settings_on(&self, host: &ComputeSettings, here: &str) -> Result<ComputeSettings> {
         let Some(asked) = self.settings else { return Ok(*host) };
         let run = asked.within(host);
-        run.check_device().map_err(|e| Error::Unavailable(format!("{here} cannot honour the caller's setting device {}: {e}", asked.device)))?;
+        run.check_device().map_err(|e| e.context(format!("{here} cannot honour the caller's setting device {}", asked.device)))?;
         Ok(run)
     }
 }
@@ -150,13 +150,9 @@ impl ResolvedCall {
     }
 }
 
-/// `e` with the machine that raised it, keeping its kind.
+/// `e` with the machine that raised it, keeping its kind and cause.
 fn at(here: &str, e: Error) -> Error {
-    match e {
-        Error::ModelNotFound(m) => Error::ModelNotFound(format!("{here}: {m}")),
-        Error::Unavailable(m) => Error::Unavailable(format!("{here}: {m}")),
-        other => Error::Input(format!("{here}: {other}")),
-    }
+    e.context(here)
 }
 
 /// Refuses an object whose content hash here differs from the caller's.

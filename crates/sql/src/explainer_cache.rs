@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arrow::array::RecordBatch;
 
 use crate::registry::{LoadedBackground, LoadedModel};
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::Result;
 use shapfusion_core::model::Model;
 use shapfusion_core::ComputeSettings;
 use shapfusion_core::Explainer;
@@ -58,6 +58,6 @@ pub(crate) fn explainer_for(model: &LoadedModel, settings: &ComputeSettings, bac
 pub(crate) fn background_rows(background: &LoadedBackground, model: &Model) -> Result<RecordBatch> {
     let label = format!("background {:?} ({})", background.name, background.url);
     let reader = InputReader::from_bytes(background.bytes().clone(), &label, model.feature_names(), &model.numeric_input_columns(), 65_536)
-        .map_err(|e| Error::Input(format!("{label}: {e}")))?;
+        .map_err(|e| e.context(label.as_str()))?;
     sample_background(reader, model, None, 0, &label)
 }

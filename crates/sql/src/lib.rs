@@ -23,6 +23,7 @@
 
 mod access;
 pub mod call;
+pub mod errors;
 pub mod explainer_cache;
 #[cfg(feature = "ffi")]
 pub mod ffi;
@@ -40,6 +41,7 @@ use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionConfig;
 
 pub use access::AccessPolicy;
+pub use errors::{from_datafusion, to_datafusion};
 pub use options::{ShapOptions, ShapSettings};
 pub use remote::{install_remote, RemoteCompute};
 pub use shell::SessionBackend;

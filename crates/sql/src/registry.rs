@@ -35,8 +35,9 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
+use crate::errors::from_datafusion;
 use crate::io_runtime::run_io;
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_core::model::{Model, MODEL_EXTENSIONS};
 use shapfusion_files::spark;
 
@@ -167,19 +168,19 @@ impl ModelRegistry {
     pub fn background(&self, name: &str) -> Result<Arc<LoadedBackground>> {
         let url = self.backgrounds.read().expect("backgrounds").get(name).cloned().ok_or_else(|| {
             let names = self.background_names();
-            Error::Input(format!(
+            Error::InvalidArgument(format!(
                 "unknown background {name:?}; registered backgrounds: {}",
                 if names.is_empty() { "none (the server registers them by NAME=URL)".to_string() } else { names.join(", ") }
             ))
         })?;
-        let url = Url::parse(&url).map_err(|e| Error::Input(format!("bad background URL {url:?}: {e}")))?;
-        let version = self.head(&url).map_err(|e| Error::Input(format!("background {name:?}: {e}")))?;
+        let url = Url::parse(&url).map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("bad background URL {url:?}"), e))?;
+        let version = self.head(&url).map_err(|e| e.context(format!("background {name:?}")))?;
         if let Some(b) = self.get_background_version(url.as_str(), &version) {
             return Ok(b);
         }
         let (store, path) = self.store_for(&url)?;
         let bytes = run_io(async move { store.get(&path).await?.bytes().await })
-            .map_err(|e| Error::Input(format!("cannot read background {name:?} at {url}: {e}")))?;
+            .map_err(|e| store_error(format!("cannot read background {name:?} at {url}"), e))?;
         let loaded = Arc::new(LoadedBackground { name: name.to_string(), url: url.to_string(), version, content_hash: content_hash(&bytes), bytes });
         tracing::info!(name, url = loaded.url, version = loaded.version, "loaded background");
         let mut cache = self.background_cache.lock().expect("background cache");
@@ -208,7 +209,7 @@ impl ModelRegistry {
         let registered = self.names.read().expect("names").get(reference).cloned();
         if let Some(url) = registered {
             // Registered URLs were parsed by `register`.
-            return self.load_url(&Url::parse(&url).map_err(|e| Error::Input(format!("bad model URL {url:?}: {e}")))?);
+            return self.load_url(&Url::parse(&url).map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("bad model URL {url:?}"), e))?);
         }
         searched.push(format!("registered models ({})", {
             let names: Vec<String> = self.names().into_iter().map(|(n, _)| n).collect();
@@ -282,8 +283,8 @@ impl ModelRegistry {
     pub fn list_dir(&self, dir: &str) -> Result<Vec<String>> {
         let base = to_url(dir)?;
         let (store, prefix) = self.store_for(&base)?;
-        let listed = run_io(async move { store.list_with_delimiter(Some(&prefix)).await.map(|l| l.objects).map_err(|e| e.to_string()) })
-            .map_err(|e| Error::Input(format!("cannot list model directory {base}: {e}")))?;
+        let listed = run_io(async move { store.list_with_delimiter(Some(&prefix)).await.map(|l| l.objects) })
+            .map_err(|e| store_error(format!("cannot list model directory {base}"), e))?;
         let mut names: Vec<String> = listed
             .iter()
             .filter_map(|o| {
@@ -321,7 +322,7 @@ impl ModelRegistry {
         let (store, prefix) = self.store_for(url)?;
         let listed_prefix = prefix.clone();
         let objects = run_io(async move { store.list(Some(&listed_prefix)).try_collect::<Vec<_>>().await })
-            .map_err(|e| Error::Input(format!("cannot list model directory {url}: {e}")))?;
+            .map_err(|e| store_error(format!("cannot list model directory {url}"), e))?;
         let base = format!("{}/", prefix.as_ref().trim_end_matches('/'));
         let mut files: Vec<(String, object_store::ObjectMeta)> = objects
             .into_iter()
@@ -355,7 +356,7 @@ impl ModelRegistry {
             }
             Ok::<_, object_store::Error>(out)
         })
-        .map_err(|e| Error::Input(format!("cannot read model directory {url}: {e}")))?;
+        .map_err(|e| store_error(format!("cannot read model directory {url}"), e))?;
         let model = Arc::new(spark::from_files(&read, url.as_str())?);
         let mut hasher = blake3::Hasher::new();
         for (relative, bytes) in &read {
@@ -389,8 +390,7 @@ impl ModelRegistry {
         }
         let (store, path) = self.store_for(url)?;
         let url = url.as_str();
-        let bytes =
-            run_io(async move { store.get(&path).await?.bytes().await }).map_err(|e| Error::Input(format!("cannot read model {url}: {e}")))?;
+        let bytes = run_io(async move { store.get(&path).await?.bytes().await }).map_err(|e| store_error(format!("cannot read model {url}"), e))?;
         let model = Arc::new(Model::from_bytes(&bytes, url)?);
         let content_hash = content_hash(&bytes);
         self.cache_loaded(LoadedModel { url: url.to_string(), version, content_hash, model })
@@ -401,7 +401,7 @@ impl ModelRegistry {
         let (store, path) = self.store_for(url)?;
         let meta = run_io(async move { store.head(&path).await }).map_err(|e| match e {
             object_store::Error::NotFound { .. } => Error::ModelNotFound(format!("model not found: {url}")),
-            e => Error::Input(format!("cannot reach model {url}: {e}")),
+            e => store_error(format!("cannot reach model {url}"), e),
         })?;
         Ok(meta.e_tag.unwrap_or_else(|| format!("{}-{}", meta.last_modified.timestamp_micros(), meta.size)))
     }
@@ -410,15 +410,15 @@ impl ModelRegistry {
     /// URL and the environment (cached per scheme and host).
     fn store_for(&self, url: &Url) -> Result<(Arc<dyn ObjectStore>, StorePath)> {
         if let Some(env) = &self.runtime_env {
-            let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(|e| Error::Input(format!("{url}: {e}")))?;
+            let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(|e| from_datafusion(url.as_str(), e))?;
             if let Ok(store) = env.object_store(store_url) {
-                let path = StorePath::from_url_path(url.path()).map_err(|e| Error::Input(format!("{url}: {e}")))?;
+                let path = StorePath::from_url_path(url.path()).map_err(|e| Error::external(ErrorKind::InvalidArgument, url.as_str(), e))?;
                 return Ok((store, path));
             }
         }
         let key = url[..url::Position::BeforePath].to_string();
-        let (built, path) =
-            object_store::parse_url_opts(url, std::env::vars()).map_err(|e| Error::Input(format!("no object store for {url}: {e}")))?;
+        let (built, path) = object_store::parse_url_opts(url, std::env::vars())
+            .map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("no object store for {url}"), e))?;
         let mut stores = self.stores.lock().expect("stores");
         let store = stores.entry(key).or_insert_with(|| Arc::from(built)).clone();
         Ok((store, path))
@@ -428,7 +428,7 @@ impl ModelRegistry {
 /// Registers `name` → `url` (parsed as a URL or a local path) in `names`.
 fn insert_named(names: &RwLock<HashMap<String, String>>, kind: &str, name: &str, url: &str) -> Result<()> {
     if name.is_empty() {
-        return Err(Error::Input(format!("{kind} name for {url:?} is empty")));
+        return Err(Error::InvalidArgument(format!("{kind} name for {url:?} is empty")));
     }
     let url = to_url(url)?;
     names.write().expect("names").insert(name.to_string(), url.to_string());
@@ -438,7 +438,7 @@ fn insert_named(names: &RwLock<HashMap<String, String>>, kind: &str, name: &str,
 /// Splits a `NAME=URL` value, trimmed; the error names the `kind` (model, background) and
 /// shows `example`.
 fn split_named<'a>(kind: &str, arg: &'a str, example: &str) -> Result<(&'a str, &'a str)> {
-    let (name, url) = arg.split_once('=').ok_or_else(|| Error::Input(format!("{kind} {arg:?}: expected NAME=URL, e.g. {example}")))?;
+    let (name, url) = arg.split_once('=').ok_or_else(|| Error::InvalidArgument(format!("{kind} {arg:?}: expected NAME=URL, e.g. {example}")))?;
     Ok((name.trim(), url.trim()))
 }
 
@@ -459,10 +459,10 @@ fn looks_like_location(s: &str) -> bool {
 /// Turns a URL or a (relative or absolute) local path into a URL.
 pub fn to_url(s: &str) -> Result<Url> {
     if s.contains("://") {
-        return Url::parse(s).map_err(|e| Error::Input(format!("bad URL {s:?}: {e}")));
+        return Url::parse(s).map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("bad URL {s:?}"), e));
     }
     let path = std::path::absolute(s).map_err(|e| Error::io(s, e))?;
-    Url::from_file_path(&path).map_err(|_| Error::Input(format!("cannot turn {s:?} into a file URL")))
+    Url::from_file_path(&path).map_err(|_| Error::InvalidArgument(format!("cannot turn {s:?} into a file URL")))
 }
 
 fn join_url(base: &Url, file: &str) -> Result<Url> {
@@ -470,7 +470,23 @@ fn join_url(base: &Url, file: &str) -> Result<Url> {
     if !s.ends_with('/') {
         s.push('/');
     }
-    Url::parse(&s).and_then(|u| u.join(file)).map_err(|e| Error::Input(format!("bad model directory {base}: {e}")))
+    Url::parse(&s).and_then(|u| u.join(file)).map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("bad model directory {base}"), e))
+}
+
+/// An object store's error with what was being done, kept as the cause: a missing object is
+/// not found, a refused credential or a bad request an invalid argument, anything else (the
+/// store unreachable, a broken connection) unavailable.
+fn store_error(context: String, e: object_store::Error) -> Error {
+    let kind = match &e {
+        object_store::Error::NotFound { .. } => ErrorKind::NotFound,
+        object_store::Error::InvalidPath { .. }
+        | object_store::Error::NotSupported { .. }
+        | object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }
+        | object_store::Error::UnknownConfigurationKey { .. } => ErrorKind::InvalidArgument,
+        _ => ErrorKind::Unavailable,
+    };
+    Error::external(kind, context, e)
 }
 
 #[cfg(test)]

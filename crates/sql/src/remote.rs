@@ -27,7 +27,7 @@ pub fn install_remote(remote: Arc<dyn RemoteCompute>) {
 /// The installed [`RemoteCompute`], or why there is none.
 pub(crate) fn remote() -> Result<&'static Arc<dyn RemoteCompute>> {
     REMOTE.get().ok_or_else(|| {
-        Error::Unavailable(
+        Error::Unsupported(
             "shap.workers is set, but this process has no worker client: build with the `flight` feature and call shapfusion::flight::install() when setting up SQL sessions".into(),
         )
     })

@@ -17,7 +17,7 @@ use datafusion_cli::print_format::PrintFormat;
 use datafusion_cli::print_options::{MaxRows, PrintOptions};
 
 use crate::registry::ModelRegistry;
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 
 /// How `shapfusion sql` prints results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl std::str::FromStr for OutputFormat {
             "json" => OutputFormat::Json,
             "ndjson" => OutputFormat::NdJson,
             "parquet" => OutputFormat::Parquet,
-            other => return Err(Error::Input(format!("unknown format {other:?}; expected one of {}", OutputFormat::NAMES.join(", ")))),
+            other => return Err(Error::InvalidArgument(format!("unknown format {other:?}; expected one of {}", OutputFormat::NAMES.join(", ")))),
         })
     }
 }
@@ -104,7 +104,7 @@ pub struct ShellOptions {
 /// Functions that compute on workers (`shap.workers`) need a transport installed first
 /// ([`install_remote`](crate::install_remote); `shapfusion_flight::install`).
 pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<ModelRegistry>, Arc<InstrumentedObjectStoreRegistry>)> {
-    let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
+    let df = |e: datafusion::error::DataFusionError| crate::from_datafusion("shapfusion sql", e);
     let stores = Arc::new(InstrumentedObjectStoreRegistry::new());
     let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(stores.clone());
     if let Some(bytes) = setup.memory_limit {
@@ -138,7 +138,7 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
 
 /// Runs the shell: files, then commands, else the REPL.
 pub async fn run(options: ShellOptions) -> Result<()> {
-    let df = |e: datafusion::error::DataFusionError| Error::Input(e.to_string());
+    let df = |e: datafusion::error::DataFusionError| crate::from_datafusion("shapfusion sql", e);
     let (ctx, _registry, stores) = new_session(&options.setup).await?;
     let repl = options.commands.is_empty() && options.files.is_empty();
     let mut print = PrintOptions {
@@ -154,7 +154,7 @@ pub async fn run(options: ShellOptions) -> Result<()> {
         instrumented_registry: stores,
     };
     if repl {
-        return exec::exec_from_repl(&ctx, &mut print).await.map_err(|e| Error::Input(e.to_string()));
+        return exec::exec_from_repl(&ctx, &mut print).await.map_err(|e| Error::external(ErrorKind::Io, "the SQL shell", e));
     }
     let mut statements: Vec<String> = Vec::new();
     for f in &options.files {
@@ -162,7 +162,7 @@ pub async fn run(options: ShellOptions) -> Result<()> {
     }
     statements.extend(options.commands.iter().cloned());
     if options.format == OutputFormat::Parquet {
-        let output = options.output.clone().ok_or_else(|| Error::Input("Parquet output needs an output path".into()))?;
+        let output = options.output.clone().ok_or_else(|| Error::InvalidArgument("Parquet output needs an output path".into()))?;
         let last = statements.pop().unwrap_or_default();
         exec::exec_from_commands(&ctx, statements, &print).await.map_err(df)?;
         let frame = ctx.sql(&last).await.map_err(df)?;

@@ -15,12 +15,13 @@ use std::sync::Arc;
 
 use super::options::ShapOptions;
 use crate::call::{PinnedCall, ResolvedCall};
+use crate::errors::to_datafusion;
 use crate::explainer_cache::explainer_for;
 use crate::registry::{LoadedBackground, LoadedModel, ModelRegistry};
 use arrow::array::{ArrayRef, StructArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::{exec_datafusion_err, plan_datafusion_err, plan_err, DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::common::{exec_datafusion_err, plan_err, DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
@@ -73,14 +74,14 @@ impl ShapUdf {
     /// The model `name` and the session's background, as the registry resolves them now.
     fn resolve(&self, name: &str) -> DfResult<(Arc<LoadedModel>, Option<Arc<LoadedBackground>>)> {
         let dir = Some(self.options.model_dir.as_str()).filter(|d| !d.is_empty());
-        let model = self.registry.resolve(name, dir).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+        let model = self.registry.resolve(name, dir).map_err(|e| to_datafusion(e.context(format!("{}()", self.name))))?;
         if self.options.background.is_empty() {
             return Ok((model, None));
         }
         if self.kind == OutputKind::Interactions {
             return plan_err!("{}(): interaction values are path-dependent only; RESET shap.background first", self.name);
         }
-        let background = self.registry.background(&self.options.background).map_err(|e| plan_datafusion_err!("{}(): {e}", self.name))?;
+        let background = self.registry.background(&self.options.background).map_err(|e| to_datafusion(e.context(format!("{}()", self.name))))?;
         Ok((model, Some(background)))
     }
 
@@ -135,7 +136,7 @@ impl ShapUdf {
 
     /// The batch step's output columns as this function's one result column.
     fn as_result(&self, model: &Model, columns: Vec<ArrayRef>) -> shapfusion_core::Result<ArrayRef> {
-        let mismatch = |detail: String| shapfusion_core::Error::Input(format!("{}(): the output does not match the model: {detail}", self.name));
+        let mismatch = |detail: String| shapfusion_core::Error::Internal(format!("{}(): the output does not match the model: {detail}", self.name));
         Ok(match self.kind {
             OutputKind::Shap => {
                 Arc::new(StructArray::try_new(output_fields(model, self.kind).into(), columns, None).map_err(|e| mismatch(e.to_string()))?)
@@ -234,7 +235,7 @@ impl ShapUdf {
 }
 
 fn df_err(e: shapfusion_core::Error) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
+    crate::to_datafusion(e)
 }
 
 impl ScalarUDFImpl for ShapUdf {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::block::FeatureBlock;
 use super::drivers::check_output;
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::output::{Attributions, Interactions, Predictions};
 use crate::error::Result;
 use crate::model::{Model, ModelParts, Node, Tree};

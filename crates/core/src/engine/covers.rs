@@ -25,9 +25,9 @@ pub const UNREACHED_COVER: f64 = 1e-6;
 /// ([`Model::feature_block`](crate::model::Model)).
 pub fn covers_counted_from(model: &Model, rows: &FeatureBlock) -> Result<Model> {
     if rows.rows() == 0 {
-        return Err(Error::Input("the rows to count covers from are empty; give at least one".into()));
+        return Err(Error::InvalidArgument("the rows to count covers from are empty; give at least one".into()));
     }
-    check_block(model, rows).map_err(|e| Error::Input(format!("rows to count covers from: {e}")))?;
+    check_block(model, rows).map_err(|e| e.context("rows to count covers from"))?;
     let mut counted = model.clone().into_parts();
     counted.trees.par_iter_mut().for_each(|tree| {
         let mut counts = vec![0u64; tree.nodes.len()];

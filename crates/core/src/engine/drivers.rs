@@ -45,7 +45,7 @@ pub(crate) fn check_depth(engine: &str, p: &PreparedModel) -> Result<()> {
         return Ok(());
     }
     let tree = p.trees.iter().position(|t| t.depth == p.max_depth).unwrap_or(0);
-    Err(Error::Unavailable(format!(
+    Err(Error::Unsupported(format!(
         "{engine}: tree {tree} has depth {}, deeper than the {MAX_RECURSIVE_DEPTH} this engine takes (its recursion and per-thread scratch grow with depth); the linear engine takes it",
         p.max_depth
     )))
@@ -60,7 +60,7 @@ pub const MAX_OUTPUT_VALUES: usize = 1 << 28;
 pub(crate) fn check_output(rows: usize, width: usize, what: &str) -> Result<()> {
     let values = rows.saturating_mul(width);
     if values > MAX_OUTPUT_VALUES {
-        return Err(Error::Input(format!(
+        return Err(Error::InvalidArgument(format!(
             "{rows} rows × {width} {what} per row is {} MiB, over the limit of {} MiB for one batch; explain fewer rows at a time",
             values.saturating_mul(8) >> 20,
             (MAX_OUTPUT_VALUES * 8) >> 20
@@ -72,7 +72,11 @@ pub(crate) fn check_output(rows: usize, width: usize, what: &str) -> Result<()> 
 /// Errors unless the block has one column per model feature.
 pub(crate) fn check_block(model: &Model, block: &FeatureBlock) -> Result<()> {
     if block.cols() != model.num_features() {
-        return Err(Error::Input(format!("feature block has {} columns but the model has {} features", block.cols(), model.num_features())));
+        return Err(Error::InvalidArgument(format!(
+            "feature block has {} columns but the model has {} features",
+            block.cols(),
+            model.num_features()
+        )));
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::block::FeatureBlock;
 use super::drivers::shap_by_tree;
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::interactions::FastInteractions;
 use super::output::{Attributions, Interactions};
 use super::path::{poly_div_linear, poly_mul_linear, weighted_sum, ShapleyWeights};

@@ -36,7 +36,7 @@ use rayon::prelude::*;
 use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{rows_per_task, shap_by_task, ROWS_PER_TASK};
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::interactions::FastInteractions;
 use super::output::{Attributions, Interactions};
 use super::path::{poly_mul_linear, weighted_sum, ShapleyWeights};
@@ -148,12 +148,12 @@ impl FastV2 {
         super::drivers::check_depth("fast-v2", &prepared)?;
         match table_bytes(&prepared) {
             None => {
-                return Err(Error::Unavailable(format!(
+                return Err(Error::Unsupported(format!(
                     "fast-v2: a path has more than {MAX_PATH_FEATURES} distinct features; use linear (or fast-v1)"
                 )))
             }
             Some(bytes) if bytes > memory_bound => {
-                return Err(Error::Unavailable(format!(
+                return Err(Error::ResourceExhausted(format!(
                     "fast-v2 needs {:.1} MiB of tables for this model, over the bound of {:.1} MiB; use linear (no tables) or raise the bound",
                     bytes as f64 / (1 << 20) as f64,
                     memory_bound as f64 / (1 << 20) as f64

@@ -6,7 +6,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::block::FeatureBlock;
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::output::Interactions;
 use super::prepared::PreparedModel;
 use super::quadrature::Quadrature;

@@ -45,7 +45,7 @@ use rayon::prelude::*;
 use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{check_block, rows_per_task, shap_by_task_from};
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
 use crate::error::{Error, Result};
@@ -183,7 +183,7 @@ impl FailWalk {
                 }
             };
             let Some(next) = slots.checked_add(2) else {
-                return Err(Error::Input(format!("interventional: tree {t} has more nodes than a walk can number")));
+                return Err(Error::InvalidArgument(format!("interventional: tree {t} has more nodes than a walk can number")));
             };
             let (left, right) = (slots, slots + 1);
             slots = next;
@@ -535,7 +535,7 @@ impl Interventional {
             })
             .sum();
         if pattern_bytes > budget {
-            return Err(Error::Unavailable(format!(
+            return Err(Error::ResourceExhausted(format!(
                 "interventional: the background's {} rows aggregate to {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
                 background.rows(),
                 (memory_bound - budget + pattern_bytes) >> 20,
@@ -582,7 +582,7 @@ impl Interventional {
             trees.push(AggregatedTree { walk, data });
         }
         if bias.iter().any(|b| !b.is_finite()) {
-            return Err(Error::Input("interventional: the background's mean margin is not finite".into()));
+            return Err(Error::InvalidArgument("interventional: the background's mean margin is not finite".into()));
         }
         let max_slots = trees.iter().map(|t| t.walk.slots * t.walk.words).max().unwrap_or(1);
         Ok(Interventional { model, trees, bias, weights, packed, max_slots })
@@ -770,7 +770,7 @@ impl Engine for Interventional {
 
 /// Why interventional interaction values are refused.
 pub(crate) fn interactions_unavailable() -> Error {
-    Error::Unavailable(
+    Error::Unsupported(
         "interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into(),
     )
 }
@@ -778,9 +778,9 @@ pub(crate) fn interactions_unavailable() -> Error {
 /// Refuses an empty background or one with the wrong number of columns.
 pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Result<()> {
     if background.rows() == 0 {
-        return Err(Error::Input("the background has no rows; interventional SHAP needs at least one".into()));
+        return Err(Error::InvalidArgument("the background has no rows; interventional SHAP needs at least one".into()));
     }
-    check_block(model, background).map_err(|e| Error::Input(format!("background: {e}")))
+    check_block(model, background).map_err(|e| e.context("background"))
 }
 
 /// The definition, background row by background row (Lundberg et al. 2020's interventional

@@ -66,7 +66,7 @@ use rayon::prelude::*;
 use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{check_block, finish_interaction_row, interactions_by_task, rows_per_task_up_to, shap_by_task, ROWS_PER_TASK};
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
@@ -259,7 +259,7 @@ impl LinearTree {
     fn parts(tree: &Tree, prep: &PreparedTree, index: usize) -> Result<Vec<LinearTree>> {
         let distinct = prep.leaf_path_lengths(tree).max().unwrap_or(0);
         if exact_points(distinct) > MAX_POINTS {
-            return Err(Error::Unavailable(format!(
+            return Err(Error::Unsupported(format!(
                 "linear: tree {index} has a path with {distinct} distinct features (limit {}); use fast-v1",
                 2 * MAX_POINTS
             )));
@@ -544,7 +544,7 @@ impl Linear {
             let bytes = WalkStack::bytes(lt.depth + 1, lt.points(), lt.width, pairs);
             if bytes > MAX_WALK_BYTES {
                 let what = if pairs { "interaction values" } else { "SHAP values" };
-                return Err(Error::Unavailable(format!(
+                return Err(Error::ResourceExhausted(format!(
                     "linear: tree {t} (depth {}, {} distinct features on a path) needs {} MiB of scratch per thread for {what}, over the bound of {} MiB",
                     lt.depth,
                     lt.width,

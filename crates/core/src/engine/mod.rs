@@ -23,7 +23,7 @@ mod complement;
 mod covers;
 mod decision;
 pub(crate) mod drivers;
-mod explainer;
+mod engine_trait;
 mod fast_v1;
 mod fast_v2;
 mod interactions;
@@ -46,7 +46,7 @@ pub use block::FeatureBlock;
 use complement::{complementary_outputs, Complement};
 pub use covers::{covers_counted_from, UNREACHED_COVER};
 pub use drivers::{finish_interaction_row, MAX_OUTPUT_VALUES, MAX_RECURSIVE_DEPTH, ROWS_PER_TASK};
-pub use explainer::Engine;
+pub use engine_trait::Engine;
 pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
 pub use interventional::{DEFAULT_INTERVENTIONAL_MEMORY_BYTES, MAX_INTERVENTIONAL_PATH_FEATURES};
 pub use options::{Algorithm, EngineOptions, OutputTransform, DEFAULT_V2_MEMORY_BYTES};
@@ -110,7 +110,7 @@ pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algori
         match algorithm {
             Algorithm::Auto => Ok(Arc::new(interventional::Interventional::new(prepared, background, options.interventional_memory_bytes)?)),
             Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::new(prepared, background)?)),
-            other => Err(Error::Input(format!(
+            other => Err(Error::InvalidArgument(format!(
                 "interventional SHAP (with a background) has two engines, auto (the background aggregated once) and treeshap (the reference, row by row); {other} is path-dependent only"
             ))),
         }

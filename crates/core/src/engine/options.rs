@@ -57,7 +57,7 @@ impl FromStr for Algorithm {
             "fast-v2" | "fast_v2" => Algorithm::FastV2,
             "quadrature" => Algorithm::Quadrature,
             "linear" => Algorithm::Linear,
-            other => return Err(Error::Input(format!("unknown algorithm {other:?}; expected one of {}", Algorithm::NAMES.join(", ")))),
+            other => return Err(Error::InvalidArgument(format!("unknown algorithm {other:?}; expected one of {}", Algorithm::NAMES.join(", ")))),
         })
     }
 }
@@ -126,7 +126,7 @@ impl FromStr for OutputTransform {
         Ok(match s {
             "identity" => OutputTransform::Identity,
             "logistic" => OutputTransform::Logistic,
-            other => return Err(Error::Input(format!("unknown output transform {other:?}; expected identity or logistic"))),
+            other => return Err(Error::InvalidArgument(format!("unknown output transform {other:?}; expected identity or logistic"))),
         })
     }
 }

@@ -160,7 +160,7 @@ impl PreparedModel {
             bias[t.group] += p.expected;
         }
         if bias.iter().any(|b| !b.is_finite()) {
-            return Err(Error::Input("model's expected value is not finite (check covers and leaf values)".into()));
+            return Err(Error::InvalidArgument("model's expected value is not finite (check covers and leaf values)".into()));
         }
         let max_depth = trees.iter().map(|t| t.depth).max().unwrap_or(0);
         Ok(PreparedModel { model, trees, bias, max_depth })

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use super::block::FeatureBlock;
 use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_tree};
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree};
 use crate::error::{Error, Result};
@@ -221,7 +221,7 @@ impl Quadrature {
         for (t, (tree, prep)) in prepared.model.trees().iter().zip(&prepared.trees).enumerate() {
             let d = prep.leaf_path_lengths(tree).max().unwrap_or(0);
             rules.push(Rule::new(d).ok_or_else(|| {
-                Error::Unavailable(format!("quadrature: tree {t} has a path with {d} distinct features (limit {}); use fast-v1", 2 * MAX_POINTS))
+                Error::Unsupported(format!("quadrature: tree {t} has a path with {d} distinct features (limit {}); use fast-v1", 2 * MAX_POINTS))
             })?);
         }
         let mut plans: Vec<PathPlan> = prepared.model.trees().iter().zip(&prepared.trees).map(|(t, p)| PathPlan::new(t, p)).collect();

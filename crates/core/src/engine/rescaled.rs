@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use super::block::FeatureBlock;
 use super::drivers::{rows_per_task, shap_by_task_from};
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::interventional::{
     check_background, count_ones_wide, for_each_bit, for_each_bit_wide, interactions_unavailable, meet_wide, FailWalk, Weights,
 };
@@ -85,7 +85,7 @@ impl RescaledInterventional {
         let rows = background.rows();
         let bytes = rows.checked_mul(total_leaves).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX);
         if bytes > memory_bound || rows > u32::MAX as usize {
-            return Err(Error::Unavailable(format!(
+            return Err(Error::ResourceExhausted(format!(
                 "interventional {transform} output: the background's {rows} rows × {total_leaves} leaves take {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
                 bytes >> 20,
                 memory_bound >> 20
@@ -103,7 +103,7 @@ impl RescaledInterventional {
         }
         bias.iter_mut().for_each(|b| *b /= rows as f64);
         if bias.iter().any(|b| !b.is_finite()) {
-            return Err(Error::Input(format!("interventional {transform} output: the background's mean output is not finite")));
+            return Err(Error::InvalidArgument(format!("interventional {transform} output: the background's mean output is not finite")));
         }
         // Each leaf's background rows by fail set, in increasing set then row order, so every
         // sum below runs in the same order on every run.

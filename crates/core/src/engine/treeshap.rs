@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::block::FeatureBlock;
 use super::drivers::{check_block, check_output, finish_interaction_row, par_rows, shap_by_tree, shap_row_by_tree};
-use super::explainer::Engine;
+use super::engine_trait::Engine;
 use super::output::{Attributions, Interactions};
 use super::path::{extend, unwind, unwound_sum, PathElem, NO_FEATURE};
 use super::prepared::{PreparedModel, PreparedTree};

@@ -12,7 +12,7 @@ use super::paths::WARP_LANES;
 use super::warps::PathProgram;
 use crate::engine::drivers::check_block;
 use crate::engine::{Attributions, Engine, FeatureBlock, Interactions};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::model::Model;
 
 /// The kernels' source, compiled at run time for the device's architecture.
@@ -25,11 +25,11 @@ pub fn compile_kernels(major: i32, minor: i32) -> Result<Ptx> {
         name: Some("treeshap.cu".into()),
         ..Default::default()
     };
-    compile_ptx_with_opts(KERNEL_SOURCE, options).map_err(|e| Error::Unavailable(format!("NVRTC could not compile kernels/treeshap.cu: {e}")))
+    compile_ptx_with_opts(KERNEL_SOURCE, options).map_err(|e| Error::external(ErrorKind::Internal, "NVRTC could not compile kernels/treeshap.cu", e))
 }
 
 fn gpu_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::Unavailable(format!("GPU: {what}: {e}"))
+    move |e| Error::external(ErrorKind::Unsupported, format!("GPU: {what}"), e)
 }
 
 /// Device 0's context and the kernels compiled for it, shared by every model in the process.
@@ -78,7 +78,7 @@ fn kernels() -> Result<&'static Kernels> {
             load().map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|why| Error::Unavailable(why.clone()))
+        .map_err(|why| Error::Unsupported(why.clone()))
 }
 
 /// The model's paths on the device, and the per-batch buffers reused across batches.

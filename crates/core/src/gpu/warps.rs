@@ -102,7 +102,7 @@ impl PathProgram {
         if let Some(len) = lengths.iter().copied().find(|&l| l > LONG_PATH_MAX_ELEMENTS) {
             // Unreachable through the depth bound above (a path has at most depth + 1
             // elements); kept so the kernels' local arrays can never overflow.
-            return Err(crate::error::Error::Unavailable(format!(
+            return Err(crate::error::Error::Unsupported(format!(
                 "GPU engine: a path has {len} elements, more than the {LONG_PATH_MAX_ELEMENTS} the quadrature kernels take"
             )));
         }
@@ -330,7 +330,7 @@ impl PathProgram {
                 Kernel::Shap => self.simulate_shap_sums(call.x, call.width),
                 Kernel::InteractionPairs => self.simulate_interaction_pairs(call.x, call.width),
                 kernel => {
-                    return Err(crate::error::Error::Unavailable(format!(
+                    return Err(crate::error::Error::Unsupported(format!(
                         "{} is not simulated lane by lane; tests/gpu_emulation.rs runs it",
                         kernel.name()
                     )))

@@ -31,7 +31,7 @@
 use serde_json::Value;
 
 use super::{
-    check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
+    check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
     MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::{Error, Result};
@@ -45,12 +45,10 @@ const MAX_DEPTH: usize = 20;
 /// Cover of a leaf no training row reached.
 pub const EMPTY_LEAF_COVER: f64 = 1e-200;
 
-const FORMAT: &str = "CatBoost JSON";
-
 pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
-    let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
-    let root: Value =
-        serde_json::from_slice(bytes).map_err(|e| err(if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() }))?;
+    let file = ModelFile::new(name, ModelFormat::CatboostJson);
+    let err = |detail: String| file.error(detail);
+    let root: Value = serde_json::from_slice(bytes).map_err(|e| file.json_error(e))?;
     let info = root.get("features_info").ok_or_else(|| err("missing field features_info".into()))?;
 
     // Features: float features by their flat (input column) index; categorical ones are named
@@ -103,7 +101,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
 
     let (scale, bias) = scale_and_bias(root.get("scale_and_bias"), &err)?;
     let splits = SplitReader { float_column: &float_column, cat_columns: &cat_columns, hashes: &mut hashes, cat_features };
-    let mut read = TreeReader { name, scale, splits, dims: 0, trees: Vec::new() };
+    let mut read = TreeReader { file, scale, splits, dims: 0, trees: Vec::new() };
     match (root.get("oblivious_trees").and_then(Value::as_array), root.get("trees").and_then(Value::as_array)) {
         (Some(oblivious), _) => {
             for (t, tree_json) in oblivious.iter().enumerate() {
@@ -214,7 +212,7 @@ impl SplitReader<'_> {
 /// Reads the trees of one file into `trees` (a tree per output dimension each), checking that
 /// every tree has the same number of outputs (`dims`, set by the first).
 struct TreeReader<'a> {
-    name: &'a str,
+    file: ModelFile<'a>,
     /// The tree weight (`scale_and_bias`'s scale).
     scale: f64,
     splits: SplitReader<'a>,
@@ -225,8 +223,8 @@ struct TreeReader<'a> {
 impl TreeReader<'_> {
     /// One `oblivious_trees` entry.
     fn oblivious(&mut self, tree_json: &Value, t: usize) -> Result<()> {
-        let name = self.name;
-        let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
+        let file = self.file;
+        let bad = |node: usize, detail: String| file.tree_error(t, node, detail);
         let splits = tree_json.get("splits").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let depth = splits.len();
         if depth > MAX_DEPTH {
@@ -260,8 +258,8 @@ impl TreeReader<'_> {
     /// (depth first, left before right); the JSON is walked with an explicit stack, so its nesting
     /// sets no recursion depth here.
     fn non_symmetric(&mut self, tree_json: &Value, t: usize) -> Result<()> {
-        let name = self.name;
-        let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
+        let file = self.file;
+        let bad = |node: usize, detail: String| file.tree_error(t, node, detail);
         // (JSON node, the index it gets); its children are pushed right first, so left is read next.
         let mut stack = vec![(tree_json, 0usize)];
         let mut nodes: Vec<Node> = vec![Node::leaf(0.0, 0.0)];

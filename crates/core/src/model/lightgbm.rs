@@ -11,18 +11,15 @@
 use std::collections::HashMap;
 
 use super::{
-    as_index, check_count, Categories, FeatureKind, MissingType, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
-    MAX_GROUPS,
+    as_index, check_count, Categories, FeatureKind, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
+    MAX_FEATURES, MAX_GROUPS,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<ModelParts> {
-    let text = std::str::from_utf8(bytes).map_err(|e| Error::ModelFormat {
-        path: name.into(),
-        format: "LightGBM text",
-        detail: format!("not UTF-8 text ({e})"),
-    })?;
-    let err = |detail: String| Error::ModelFormat { path: name.into(), format: "LightGBM text", detail };
+pub(super) fn from_text_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
+    let file = ModelFile::new(name, ModelFormat::LightgbmText);
+    let text = std::str::from_utf8(bytes).map_err(|e| file.error(format!("not UTF-8 text ({e})")))?;
+    let err = |detail: String| file.error(detail);
 
     // Header: key=value lines (and bare flags such as `average_output`) up to the first tree.
     let mut lines = text.lines().enumerate().peekable();
@@ -63,11 +60,9 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let objective = header.get("objective").map(|s| s.trim().to_string()).unwrap_or_default();
     let average_output = header.contains_key("average_output");
     if header.get("linear_tree").map(|v| v.trim()) == Some("1") {
-        return Err(Error::UnsupportedModel {
-            path: name.into(),
-            detail: "linear_tree=1: linear-tree leaves are not supported by path-dependent TreeSHAP (LightGBM's own pred_contrib refuses them too)"
-                .into(),
-        });
+        return Err(file.unsupported(
+            "linear_tree=1: linear-tree leaves are not supported by path-dependent TreeSHAP (LightGBM's own pred_contrib refuses them too)",
+        ));
     }
 
     // LightGBM always ends the tree list with this line; without it the file was cut short.
@@ -96,7 +91,7 @@ pub(super) fn from_text(bytes: &[u8], name: &str) -> Result<ModelParts> {
                 fields.insert(k, v);
             }
         }
-        let tree = parse_tree(&fields, t, t % per_iter, name, num_features, &mut feature_kinds)?;
+        let tree = parse_tree(&fields, t, t % per_iter, &file, num_features, &mut feature_kinds)?;
         trees.push(tree);
     }
     if trees.is_empty() {
@@ -187,8 +182,8 @@ fn feature_categories(
     Ok(out)
 }
 
-fn parse_tree(f: &HashMap<&str, &str>, t: usize, group: usize, name: &str, num_features: usize, kinds: &mut [FeatureKind]) -> Result<Tree> {
-    let err = |detail: String| Error::ModelFormat { path: name.into(), format: "LightGBM text", detail: format!("Tree={t}: {detail}") };
+fn parse_tree(f: &HashMap<&str, &str>, t: usize, group: usize, file: &ModelFile, num_features: usize, kinds: &mut [FeatureKind]) -> Result<Tree> {
+    let err = |detail: String| file.error(format!("Tree={t}: {detail}"));
     let list = |k: &str| -> Result<Vec<f64>> {
         match f.get(k) {
             None => Err(err(format!("missing {k}="))),
@@ -196,10 +191,7 @@ fn parse_tree(f: &HashMap<&str, &str>, t: usize, group: usize, name: &str, num_f
         }
     };
     if f.get("is_linear").map(|v| v.trim()) == Some("1") {
-        return Err(Error::UnsupportedModel {
-            path: name.into(),
-            detail: format!("tree {t} is a linear tree (is_linear=1); path-dependent TreeSHAP does not cover linear leaves"),
-        });
+        return Err(file.unsupported(format!("tree {t} is a linear tree (is_linear=1); path-dependent TreeSHAP does not cover linear leaves")));
     }
     let num_leaves: usize =
         f.get("num_leaves").ok_or_else(|| err("missing num_leaves=".into()))?.trim().parse().map_err(|_| err("num_leaves= is not a count".into()))?;
@@ -248,19 +240,14 @@ fn parse_tree(f: &HashMap<&str, &str>, t: usize, group: usize, name: &str, num_f
         // Non-negative: internal node; negative: ~leaf.
         let idx = if c >= 0.0 { c } else { n_int as f64 + (-c - 1.0) };
         if c.fract() != 0.0 || idx >= total as f64 {
-            return Err(Error::InvalidTree {
-                path: name.into(),
-                tree: t,
-                node,
-                detail: format!("child {c} is out of range ({n_int} internal nodes, {num_leaves} leaves)"),
-            });
+            return Err(file.tree_error(t, node, format!("child {c} is out of range ({n_int} internal nodes, {num_leaves} leaves)")));
         }
         Ok(idx as u32)
     };
 
     let mut nodes = Vec::with_capacity(total);
     for i in 0..n_int {
-        let bad = |detail: String| Error::InvalidTree { path: name.into(), tree: t, node: i, detail };
+        let bad = |detail: String| file.tree_error(t, i, detail);
         let dt = as_index(decision_type[i], 256).ok_or_else(|| bad(format!("decision_type {:?} is not a byte of flags", decision_type[i])))? as u32;
         let feat = as_index(split_feature[i], num_features)
             .ok_or_else(|| bad(format!("splits on feature {:?} but the model has {num_features} features", split_feature[i])))?;

@@ -84,7 +84,7 @@ pub enum ModelFormat {
     /// CatBoost `save_model("*.json", format="json")`.
     CatboostJson,
     /// The shapfusion trees file (`shapfusion.save_model`, for scikit-learn estimators), a
-    /// documented, versioned JSON form of plain node arrays: `docs/model-format.md`.
+    /// documented, versioned JSON form of plain node arrays: `docs/src/trees-file.md`.
     ShapfusionJson,
     /// A Spark ML tree model directory (`model.save(dir)`: metadata JSON and Parquet node data).
     SparkMl,
@@ -519,8 +519,10 @@ pub struct Model {
 }
 
 impl Model {
-    /// The model `parts` describe, after checking them (see [`validate`](Self::validate));
-    /// `name` (the file) is what errors name.
+    /// The model `parts` describe, after checking the structure of every tree: children in
+    /// range, no cycles or shared nodes, features in range, finite non-negative covers (a leaf
+    /// value that is not finite is taken, as the libraries take it, with a warning). `name`
+    /// (the file) is what errors name.
     pub fn new(parts: ModelParts, name: &str) -> Result<Model> {
         let ModelParts { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories } =
             parts;
@@ -626,13 +628,13 @@ impl Model {
         let model = match format {
             ModelFormat::XgboostJson => xgboost::from_json_bytes(bytes, name)?,
             ModelFormat::XgboostUbjson => xgboost::from_ubjson_bytes(bytes, name)?,
-            ModelFormat::LightgbmText => lightgbm::from_text(bytes, name)?,
+            ModelFormat::LightgbmText => lightgbm::from_text_bytes(bytes, name)?,
             ModelFormat::CatboostJson => catboost::from_json_bytes(bytes, name)?,
             ModelFormat::ShapfusionJson => neutral::from_json_bytes(bytes, name)?,
             ModelFormat::SparkMl => {
                 return Err(Error::ModelFormat {
                     path: name.into(),
-                    format: "Spark ML model directory",
+                    format: ModelFormat::SparkMl.name(),
                     detail: "a Spark ML model is a directory, not one file: give the directory `model.save` wrote".into(),
                 })
             }
@@ -848,6 +850,47 @@ pub struct ModelSummary {
     pub output_groups: usize,
     /// Base margin per group.
     pub base_margin: Vec<f64>,
+}
+
+/// The model file a reader is reading, for its errors. Every reader builds its errors here, so
+/// each names the file, its format and (for a bad tree) the tree and node in one way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ModelFile<'a> {
+    name: &'a str,
+    format: ModelFormat,
+}
+
+impl<'a> ModelFile<'a> {
+    /// The file `name` (what errors call it), read as `format`.
+    pub(crate) fn new(name: &'a str, format: ModelFormat) -> Self {
+        ModelFile { name, format }
+    }
+
+    /// The format being read.
+    pub(crate) fn format(&self) -> ModelFormat {
+        self.format
+    }
+
+    /// The file is not a valid model of its format: `detail` says what is wrong where.
+    pub(crate) fn error(&self, detail: impl Into<String>) -> Error {
+        Error::ModelFormat { path: self.name.into(), format: self.format.name(), detail: detail.into() }
+    }
+
+    /// The file is not JSON (or ends early).
+    pub(crate) fn json_error(&self, e: serde_json::Error) -> Error {
+        self.error(if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() })
+    }
+
+    /// The file is a valid model that shapfusion cannot explain exactly: `detail` says which
+    /// part and why.
+    pub(crate) fn unsupported(&self, detail: impl Into<String>) -> Error {
+        Error::UnsupportedModel { path: self.name.into(), detail: detail.into() }
+    }
+
+    /// Node `node` of tree `tree` is invalid.
+    pub(crate) fn tree_error(&self, tree: usize, node: usize, detail: impl Into<String>) -> Error {
+        Error::InvalidTree { path: self.name.into(), tree, node, detail: detail.into() }
+    }
 }
 
 /// Guesses the format from the first bytes of the content (not the file extension).

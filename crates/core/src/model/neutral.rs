@@ -1,5 +1,5 @@
 //! The shapfusion trees file: a documented, versioned JSON form of tree ensembles as plain node
-//! arrays (`docs/model-format.md`). `shapfusion.save_model` writes it for scikit-learn
+//! arrays (`docs/src/trees-file.md`). `shapfusion.save_model` writes it for scikit-learn
 //! estimators, so the command line, SQL and the workers read them without Python and without
 //! ever unpickling anything.
 //!
@@ -11,10 +11,10 @@
 use serde::Deserialize;
 
 use super::{
-    check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
+    check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
     MAX_FEATURES, MAX_GROUPS,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The version of the shapfusion trees file this build writes and reads.
 pub const NEUTRAL_FORMAT_VERSION: u32 = 1;
@@ -101,8 +101,9 @@ fn one() -> f64 {
 }
 
 pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
-    let err = |detail: String| Error::ModelFormat { path: name.into(), format: "shapfusion trees JSON", detail };
-    let json = |e: serde_json::Error| err(if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() });
+    let file = ModelFile::new(name, ModelFormat::ShapfusionJson);
+    let err = |detail: String| file.error(detail);
+    let json = |e: serde_json::Error| file.json_error(e);
     let header: Header = serde_json::from_slice(bytes).map_err(json)?;
     if header.format != FORMAT_TAG {
         return Err(err(format!("\"format\" is {:?}, not {FORMAT_TAG:?}", header.format)));
@@ -118,26 +119,26 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
             }
         )));
     }
-    let file: File = serde_json::from_slice(bytes).map_err(json)?;
-    let nf = check_count(file.feature_names.len(), MAX_FEATURES, "the number of features").map_err(&err)?;
-    let groups = check_count(file.num_outputs, MAX_GROUPS, "num_outputs").map_err(&err)?;
+    let parsed: File = serde_json::from_slice(bytes).map_err(json)?;
+    let nf = check_count(parsed.feature_names.len(), MAX_FEATURES, "the number of features").map_err(&err)?;
+    let groups = check_count(parsed.num_outputs, MAX_GROUPS, "num_outputs").map_err(&err)?;
     if groups == 0 {
         return Err(err("num_outputs is 0".into()));
     }
-    if file.base_margin.len() != groups {
-        return Err(err(format!("base_margin has {} values for {groups} outputs", file.base_margin.len())));
+    if parsed.base_margin.len() != groups {
+        return Err(err(format!("base_margin has {} values for {groups} outputs", parsed.base_margin.len())));
     }
-    let precision = match file.input_precision.as_str() {
+    let precision = match parsed.input_precision.as_str() {
         "float32" => Precision::F32,
         "float64" => Precision::F64,
         other => return Err(err(format!("input_precision {other:?} is neither \"float32\" nor \"float64\""))),
     };
     let mut feature_kinds = vec![FeatureKind::Numeric; nf];
-    for &f in &file.categorical_features {
+    for &f in &parsed.categorical_features {
         *feature_kinds.get_mut(f).ok_or_else(|| err(format!("categorical feature {f} is out of range ({nf} features)")))? = FeatureKind::Categorical;
     }
     let mut categories = vec![None; nf];
-    for (j, names) in file.categories {
+    for (j, names) in parsed.categories {
         let k = j
             .parse::<usize>()
             .ok()
@@ -148,28 +149,28 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
         }
         categories[k] = Some(Categories::Names(names));
     }
-    let trees = file.trees.iter().enumerate().map(|(t, arrays)| tree(arrays, t, nf, groups, name)).collect::<Result<Vec<_>>>()?;
-    let library_version = file.producer.map(|p| match p.estimator {
+    let trees = parsed.trees.iter().enumerate().map(|(t, arrays)| tree(arrays, t, nf, groups, &file)).collect::<Result<Vec<_>>>()?;
+    let library_version = parsed.producer.map(|p| match p.estimator {
         Some(e) => format!("{} {} ({e})", p.library, p.version),
         None => format!("{} {}", p.library, p.version),
     });
     Ok(ModelParts {
         format: ModelFormat::ShapfusionJson,
         library_version,
-        objective: file.objective,
+        objective: parsed.objective,
         categories,
-        feature_names: file.feature_names,
+        feature_names: parsed.feature_names,
         feature_kinds,
         num_groups: groups,
-        base_margin: file.base_margin,
+        base_margin: parsed.base_margin,
         trees,
         precision,
     })
 }
 
 /// One tree from its arrays; every index is checked here or by [`Model::validate`].
-fn tree(a: &TreeArrays, t: usize, nf: usize, groups: usize, name: &str) -> Result<Tree> {
-    let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
+fn tree(a: &TreeArrays, t: usize, nf: usize, groups: usize, file: &ModelFile) -> Result<Tree> {
+    let bad = |node: usize, detail: String| file.tree_error(t, node, detail);
     let n = a.left.len();
     if n == 0 {
         return Err(bad(0, "tree has no nodes".into()));

@@ -12,24 +12,21 @@
 use serde_json::Value;
 
 use super::{
-    as_index, check_count, Categories, FeatureKind, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_CATEGORY_WORDS,
+    as_index, check_count, Categories, FeatureKind, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_CATEGORY_WORDS,
     MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
 pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
-    let bytes = quote_non_finite(bytes);
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| Error::ModelFormat {
-        path: name.into(),
-        format: "XGBoost JSON",
-        detail: if e.is_eof() { format!("{e} (the file looks truncated)") } else { e.to_string() },
-    })?;
-    Reader { name, format: ModelFormat::XgboostJson }.model(&value)
+    let file = ModelFile::new(name, ModelFormat::XgboostJson);
+    let value: Value = serde_json::from_slice(&quote_non_finite(bytes)).map_err(|e| file.json_error(e))?;
+    Reader { file }.model(&value)
 }
 
 pub(super) fn from_ubjson_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
-    let value = super::ubjson::decode(bytes).map_err(|detail| Error::ModelFormat { path: name.into(), format: "XGBoost UBJSON", detail })?;
-    Reader { name, format: ModelFormat::XgboostUbjson }.model(&value)
+    let file = ModelFile::new(name, ModelFormat::XgboostUbjson);
+    let value = super::ubjson::decode(bytes).map_err(|detail| file.error(detail))?;
+    Reader { file }.model(&value)
 }
 
 /// How far inside (0, 1) XGBoost holds a logistic `base_score` before taking its logit.
@@ -80,20 +77,12 @@ fn quote_non_finite(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 }
 
 struct Reader<'a> {
-    name: &'a str,
-    format: ModelFormat,
+    file: ModelFile<'a>,
 }
 
 impl Reader<'_> {
     fn err(&self, detail: impl Into<String>) -> Error {
-        Error::ModelFormat {
-            path: self.name.into(),
-            format: match self.format {
-                ModelFormat::XgboostUbjson => "XGBoost UBJSON",
-                _ => "XGBoost JSON",
-            },
-            detail: detail.into(),
-        }
+        self.file.error(detail)
     }
 
     fn field<'v>(&self, v: &'v Value, path: &str, key: &str) -> Result<&'v Value> {
@@ -150,11 +139,9 @@ impl Reader<'_> {
                 (self.field(inner, "gradient_booster.gbtree", "model")?, Some(w))
             }
             "gblinear" => {
-                return Err(Error::UnsupportedModel {
-                    path: self.name.into(),
-                    detail: "booster gblinear is a linear model, not trees; its SHAP values are coef * (x - mean(x)) and need the training means"
-                        .into(),
-                })
+                return Err(self.file.unsupported(
+                    "booster gblinear is a linear model, not trees; its SHAP values are coef * (x - mean(x)) and need the training means",
+                ))
             }
             other => return Err(self.err(format!("unknown booster {other:?}"))),
         };
@@ -176,18 +163,15 @@ impl Reader<'_> {
 
         let mut trees = Vec::with_capacity(trees_json.len());
         for (t, tj) in trees_json.iter().enumerate() {
-            let group = as_index(tree_info[t], num_groups).ok_or_else(|| Error::InvalidTree {
-                path: self.name.into(),
-                tree: t,
-                node: 0,
-                detail: format!("model.tree_info[{t}] = {:?} is not an output group (the model has {num_groups})", tree_info[t]),
+            let group = as_index(tree_info[t], num_groups).ok_or_else(|| {
+                self.file.tree_error(t, 0, format!("model.tree_info[{t}] = {:?} is not an output group (the model has {num_groups})", tree_info[t]))
             })?;
             let weight = weights.as_ref().map_or(1.0, |w| w[t]);
             trees.extend(self.tree(tj, t, group, weight, &feature_kinds, num_groups)?);
         }
 
         Ok(ModelParts {
-            format: self.format,
+            format: self.file.format(),
             library_version: version,
             objective,
             feature_names,
@@ -416,39 +400,28 @@ impl Reader<'_> {
             let seg = as_index(cat_segments[k], categories.len() + 1);
             let size = seg.and_then(|s| as_index(cat_sizes[k], categories.len() - s + 1));
             let (Some(seg), Some(size)) = (seg, size) else {
-                return Err(Error::InvalidTree {
-                    path: self.name.into(),
-                    tree: t,
+                return Err(self.file.tree_error(
+                    t,
                     node,
-                    detail: format!(
+                    format!(
                         "category list (segment {:?}, size {:?}) points outside the tree's {} categories",
                         cat_segments[k],
                         cat_sizes[k],
                         categories.len()
                     ),
-                });
+                ));
             };
             let codes = &categories[seg..seg + size];
             let max = codes.iter().fold(0.0f64, |m, &c| m.max(c));
             if codes.iter().any(|&c| c < 0.0 || c.fract() != 0.0 || c >= 16_777_216.0) {
-                return Err(Error::InvalidTree {
-                    path: self.name.into(),
-                    tree: t,
-                    node,
-                    detail: "category codes must be integers in [0, 2^24)".into(),
-                });
+                return Err(self.file.tree_error(t, node, "category codes must be integers in [0, 2^24)"));
             }
             let nwords = if size == 0 { 0 } else { max as usize / 32 + 1 };
             let start = words.len();
             // One code near 2^24 makes a 2 MiB bitset: bound the tree's total, which the file's
             // size does not.
             if start + nwords > MAX_CATEGORY_WORDS {
-                return Err(Error::InvalidTree {
-                    path: self.name.into(),
-                    tree: t,
-                    node,
-                    detail: format!("category sets need more than {} MiB of bitsets", (MAX_CATEGORY_WORDS * 4) >> 20),
-                });
+                return Err(self.file.tree_error(t, node, format!("category sets need more than {} MiB of bitsets", (MAX_CATEGORY_WORDS * 4) >> 20)));
             }
             words.resize(start + nwords, 0u32);
             for &c in codes {
@@ -462,12 +435,9 @@ impl Reader<'_> {
             if c == -1.0 {
                 Ok(LEAF)
             } else {
-                as_index(c, n).map(|c| c as u32).ok_or_else(|| Error::InvalidTree {
-                    path: self.name.into(),
-                    tree: t,
-                    node,
-                    detail: format!("child index {c} is out of range (tree has {n} nodes)"),
-                })
+                as_index(c, n)
+                    .map(|c| c as u32)
+                    .ok_or_else(|| self.file.tree_error(t, node, format!("child index {c} is out of range (tree has {n} nodes)")))
             }
         };
 
@@ -480,20 +450,12 @@ impl Reader<'_> {
                 continue;
             }
             let r = child(right[i], i)?;
-            let f = as_index(feature[i], kinds.len()).ok_or_else(|| Error::InvalidTree {
-                path: self.name.into(),
-                tree: t,
-                node: i,
-                detail: format!("splits on feature {:?} but the model has {} features", feature[i], kinds.len()),
+            let f = as_index(feature[i], kinds.len()).ok_or_else(|| {
+                self.file.tree_error(t, i, format!("splits on feature {:?} but the model has {} features", feature[i], kinds.len()))
             })?;
             let is_cat = split_type.get(i).copied().unwrap_or(0.0) == 1.0;
             let (rule, categories) = if is_cat {
-                let cats = node_cats[i].ok_or_else(|| Error::InvalidTree {
-                    path: self.name.into(),
-                    tree: t,
-                    node: i,
-                    detail: "categorical split without a category list".into(),
-                })?;
+                let cats = node_cats[i].ok_or_else(|| self.file.tree_error(t, i, "categorical split without a category list"))?;
                 (SplitRule::XgbCategories, cats)
             } else {
                 (SplitRule::XgbLess { threshold: cond[i] }, (0, 0))
@@ -538,14 +500,15 @@ impl Reader<'_> {
         let mut per_target: Vec<Tree> = (0..size).map(|g| Tree { group: g, ..tree.clone() }).collect();
         for i in (0..tree.nodes.len()).filter(|&i| left[i] == -1.0) {
             let slot = if by_leaf_index { as_index(right[i], slots) } else { Some(i).filter(|&i| i < slots) };
-            let slot = slot.ok_or_else(|| Error::InvalidTree {
-                path: self.name.into(),
-                tree: t,
-                node: i,
-                detail: format!(
-                    "leaf vector {} is out of range: the tree stores {slots} vectors of {size} values",
-                    if by_leaf_index { right[i] } else { i as f64 }
-                ),
+            let slot = slot.ok_or_else(|| {
+                self.file.tree_error(
+                    t,
+                    i,
+                    format!(
+                        "leaf vector {} is out of range: the tree stores {slots} vectors of {size} values",
+                        if by_leaf_index { right[i] } else { i as f64 }
+                    ),
+                )
             })?;
             for (g, tree) in per_target.iter_mut().enumerate() {
                 // Float32 in XGBoost, as the scalar leaves in `tree`.

@@ -38,7 +38,7 @@ pub fn read_token_file(path: &std::path::Path) -> Result<String> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     let token = text.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
-        return Err(Error::Input(format!("{}: the token file is empty", path.display())));
+        return Err(Error::InvalidArgument(format!("{}: the token file is empty", path.display())));
     }
     Ok(token)
 }

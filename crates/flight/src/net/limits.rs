@@ -275,7 +275,7 @@ impl Admission {
             }
             if queue.queued >= self.limits.max_queued {
                 self.inner.refused_queue_full.fetch_add(1, Ordering::Relaxed);
-                return Err(Status::resource_exhausted(format!(
+                return Err(busy(format!(
                     "busy: the queue is full ({} requests running, {} waiting, the most this server queues; {} raises it); retry shortly",
                     queue.running, queue.queued, self.names.max_queued
                 )));
@@ -302,7 +302,7 @@ impl Admission {
                     return Ok(permit());
                 }
                 self.inner.refused_queue_timeout.fetch_add(1, Ordering::Relaxed);
-                Err(Status::resource_exhausted(format!(
+                Err(busy(format!(
                     "busy: the request waited {:?} for a slot, this server's queue deadline ({} raises it); retry later",
                     self.limits.queue_timeout, self.names.queue_timeout
                 )))
@@ -373,6 +373,27 @@ impl Admission {
             }
         }))
     }
+}
+
+/// The metadata key by which a server asks a client to try again after a pause (gRPC's own
+/// name for server pushback, in milliseconds).
+pub const RETRY_PUSHBACK: &str = "grpc-retry-pushback-ms";
+
+/// How long a busy answer asks the client to wait before trying again.
+const BUSY_PUSHBACK_MS: u32 = 50;
+
+/// A `ResourceExhausted` answer that says "busy, try again shortly": it carries
+/// [`RETRY_PUSHBACK`], which a request over its own bounds (too many rows, too much memory)
+/// does not, so a pool retries the one and fails fast on the other.
+pub fn busy(message: String) -> Status {
+    let mut status = Status::resource_exhausted(message);
+    status.metadata_mut().insert(RETRY_PUSHBACK, tonic::metadata::MetadataValue::from(BUSY_PUSHBACK_MS));
+    status
+}
+
+/// Whether `status` is a [`busy`] answer: worth trying again, here or elsewhere.
+pub fn is_busy(status: &Status) -> bool {
+    status.code() == tonic::Code::ResourceExhausted && status.metadata().contains_key(RETRY_PUSHBACK)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 
 use super::limits::{AdmissionStats, LATENCY_BUCKETS};
 use super::transport::{check_exposure, ListenOptions};
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 
 /// Renders the metrics page on every scrape.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
@@ -80,8 +80,8 @@ impl Exposition {
 pub async fn serve_metrics(listen: &ListenOptions, token: Option<String>, what: &str, render: Render) -> Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind(&listen.listen)
         .await
-        .map_err(|e| Error::Input(format!("{what} metrics: cannot listen on {}: {e}", listen.listen)))?;
-    let addr = listener.local_addr().map_err(|e| Error::Input(format!("{what} metrics: {e}")))?;
+        .map_err(|e| Error::external(ErrorKind::Io, format!("{what} metrics: cannot listen on {}", listen.listen), e))?;
+    let addr = listener.local_addr().map_err(|e| Error::external(ErrorKind::Io, format!("{what} metrics"), e))?;
     let options = ListenOptions { authenticated: token.is_some(), ..listen.clone() };
     check_exposure(addr, &options, &format!("{what} metrics"))?;
     println!("{what} metrics on http://{addr}/metrics");

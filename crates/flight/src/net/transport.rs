@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig};
 
-use shapfusion_core::error::{Error, Result};
+use shapfusion_core::error::{Error, ErrorKind, Result};
 
 /// Default limit of one gRPC message, both directions (a record batch is one message unless
 /// the sender splits it). Large enough for 64k-row batches of 500 features.
@@ -75,7 +75,7 @@ pub fn check_exposure(addr: SocketAddr, options: &ListenOptions, what: &str) -> 
     }
     if !options.authenticated {
         if !options.insecure_no_auth {
-            return Err(Error::Input(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{what}: refusing to listen on {addr} without authentication: anyone who reaches that address could use it. \
                  Configure a token (clients then send 'authorization: Bearer <token>'), listen on 127.0.0.1, \
                  or allow unauthenticated calls from the network explicitly{}",
@@ -93,8 +93,10 @@ pub fn check_exposure(addr: SocketAddr, options: &ListenOptions, what: &str) -> 
 /// scripts and tests read to find a port-0 server. Refuses an unauthenticated non-loopback
 /// address (see [`check_exposure`]) before accepting anything.
 pub async fn bind(options: &ListenOptions, what: &str) -> Result<(TcpListener, SocketAddr)> {
-    let listener = TcpListener::bind(&options.listen).await.map_err(|e| Error::Input(format!("{what}: cannot listen on {}: {e}", options.listen)))?;
-    let addr = listener.local_addr().map_err(|e| Error::Input(format!("{what}: {e}")))?;
+    let listener = TcpListener::bind(&options.listen)
+        .await
+        .map_err(|e| Error::external(ErrorKind::Io, format!("{what}: cannot listen on {}", options.listen), e))?;
+    let addr = listener.local_addr().map_err(|e| Error::external(ErrorKind::Io, what, e))?;
     check_exposure(addr, options, what)?;
     let scheme = if options.tls.is_some() { "https" } else { "http" };
     println!("{what} listening on {scheme}://{addr}");
@@ -123,7 +125,7 @@ pub async fn serve<S: FlightService>(
         let key_pem = std::fs::read(key).map_err(|e| Error::io(key, e))?;
         builder = builder
             .tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem)))
-            .map_err(|e| Error::Input(format!("TLS set-up with {} and {}: {e}", cert.display(), key.display())))?;
+            .map_err(|e| Error::external(ErrorKind::BadData, format!("TLS set-up with {} and {}", cert.display(), key.display()), e))?;
     }
     // The server gets a copy of the signal; the original starts the grace period.
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -151,7 +153,7 @@ pub async fn serve<S: FlightService>(
             shutdown,
         );
     tokio::select! {
-        r = served => r.map_err(|e| Error::Input(format!("server stopped: {e}"))),
+        r = served => r.map_err(|e| Error::external(ErrorKind::Internal, "server stopped", e)),
         _ = grace => Ok(()),
     }
 }
@@ -197,7 +199,7 @@ impl Default for ConnectOptions {
 /// A lazily connecting channel to `url` (`http://host:port` or `https://…`).
 pub fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint> {
     let mut endpoint = Endpoint::from_shared(url.to_string())
-        .map_err(|e| Error::Input(format!("bad worker URL {url:?}: {e}; expected http://host:port")))?
+        .map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("bad worker URL {url:?} (expected http://host:port)"), e))?
         .connect_timeout(options.connect_timeout)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
@@ -214,7 +216,7 @@ pub fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint> {
             let pem = std::fs::read(ca).map_err(|e| Error::io(ca, e))?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
-        endpoint = endpoint.tls_config(tls).map_err(|e| Error::Input(format!("TLS for {url}: {e}")))?;
+        endpoint = endpoint.tls_config(tls).map_err(|e| Error::external(ErrorKind::BadData, format!("TLS for {url}"), e))?;
     }
     Ok(endpoint)
 }
@@ -242,7 +244,7 @@ pub fn client(channel: Channel, options: &ConnectOptions) -> Result<FlightClient
         FlightServiceClient::new(channel).max_decoding_message_size(options.max_message_bytes).max_encoding_message_size(options.max_message_bytes);
     let mut client = FlightClient::new_from_inner(inner);
     if let Some(token) = &options.token {
-        client.add_header("authorization", &format!("Bearer {token}")).map_err(|e| Error::Input(format!("bad token: {e}")))?;
+        client.add_header("authorization", &format!("Bearer {token}")).map_err(|e| Error::external(ErrorKind::InvalidArgument, "bad token", e))?;
     }
     Ok(client)
 }

@@ -38,7 +38,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::net::auth;
 use crate::net::limits::Admission;
-use shapfusion_core::error::{Error, Result};
+use crate::protocol::status_from_error;
+use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_sql::registry::ModelRegistry;
 use shapfusion_sql::{AccessPolicy, SessionBackend};
 
@@ -107,12 +108,10 @@ pub struct SqlService {
     sessions: Mutex<HashMap<String, Session>>,
 }
 
+/// A DataFusion error's status, by the kind it has as shapfusion's (an error of a shap function
+/// keeps its own).
 fn df_status(e: datafusion::error::DataFusionError) -> Status {
-    use datafusion::error::DataFusionError as E;
-    match e.find_root() {
-        E::Plan(_) | E::SQL(..) | E::SchemaError(..) | E::NotImplemented(_) => Status::invalid_argument(e.to_string()),
-        _ => Status::internal(e.to_string()),
-    }
+    status_from_error(&shapfusion_sql::from_datafusion("the query", e))
 }
 
 /// A random, unguessable handle (128 bits from the OS).
@@ -156,7 +155,7 @@ impl SqlService {
             .split_once('=')
             .map(|(n, l)| (n.trim(), l.trim()))
             .filter(|(n, l)| !n.is_empty() && !l.is_empty())
-            .ok_or_else(|| Error::Input(format!("table {arg:?}: expected NAME=URL, e.g. payments=s3://bucket/payments/")))?;
+            .ok_or_else(|| Error::InvalidArgument(format!("table {arg:?}: expected NAME=URL, e.g. payments=s3://bucket/payments/")))?;
         let location = if location.contains("://") { location.to_string() } else { shapfusion_sql::registry::to_url(location)?.to_string() };
         let (format, options) =
             if location.to_ascii_lowercase().ends_with(".csv") { ("CSV", "OPTIONS ('format.has_header' 'true')") } else { ("PARQUET", "") };
@@ -165,11 +164,12 @@ impl SqlService {
             name.replace('"', "\"\""),
             location.replace('\'', "''")
         );
-        let fail = |e: String| Error::Input(format!("table {name}: {e}"));
-        let plan = self.base.state().create_logical_plan(&sql).await.map_err(|e| fail(e.to_string()))?;
-        register_stores(&self.base, &plan).map_err(|e| fail(e.to_string()))?;
-        self.base.execute_logical_plan(plan).await.map_err(|e| fail(e.to_string()))?.collect().await.map_err(|e| fail(e.to_string()))?;
-        let provider = self.base.table_provider(name).await.map_err(|e| fail(e.to_string()))?;
+        let what = format!("table {name}");
+        let fail = |e| shapfusion_sql::from_datafusion(what.as_str(), e);
+        let plan = self.base.state().create_logical_plan(&sql).await.map_err(fail)?;
+        register_stores(&self.base, &plan).map_err(|e| e.context(what.as_str()))?;
+        self.base.execute_logical_plan(plan).await.map_err(fail)?.collect().await.map_err(fail)?;
+        let provider = self.base.table_provider(name).await.map_err(fail)?;
         self.template.lock().expect("template").tables.push((name.to_string(), provider));
         tracing::info!(table = name, location, "registered table");
         Ok(())
@@ -184,11 +184,11 @@ impl SqlService {
     fn new_session(&self) -> std::result::Result<SessionContext, Status> {
         let template = self.template.lock().expect("template");
         let ctx = match &template.backend {
-            Some(backend) => backend.new_context(template.config.clone(), template.runtime.clone()).map_err(|e| Status::internal(e.to_string()))?,
+            Some(backend) => backend.new_context(template.config.clone(), template.runtime.clone()).map_err(|e| status_from_error(&e))?,
             None => SessionContext::new_with_config_rt(template.config.clone(), template.runtime.clone()),
         };
         crate::install();
-        shapfusion_sql::register_with(&ctx, template.registry.clone()).map_err(|e| Status::internal(e.to_string()))?;
+        shapfusion_sql::register_with(&ctx, template.registry.clone()).map_err(|e| status_from_error(&e))?;
         for (name, provider) in &template.tables {
             ctx.register_table(name.as_str(), provider.clone()).map_err(df_status)?;
         }
@@ -226,7 +226,7 @@ impl SqlService {
     async fn plan(&self, client: &str, sql: &str) -> std::result::Result<DataFrame, Status> {
         let ctx = self.session_ctx(client)?;
         let plan = self.allowed_plan(&ctx, sql).await?;
-        register_stores(&ctx, &plan).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        register_stores(&ctx, &plan).map_err(|e| status_from_error(&e))?;
         ctx.execute_logical_plan(plan).await.map_err(df_status)
     }
 
@@ -285,15 +285,15 @@ fn register_store(ctx: &SessionContext, location: &str, options: &HashMap<String
     if url.scheme() == "file" || url.scheme().len() == 1 {
         return Ok(());
     }
-    let base = url::Url::parse(&url[..url::Position::BeforePath]).map_err(|e| Error::Input(format!("{location}: {e}")))?;
+    let base = url::Url::parse(&url[..url::Position::BeforePath]).map_err(|e| Error::external(ErrorKind::InvalidArgument, location, e))?;
     let store_url =
-        datafusion::execution::object_store::ObjectStoreUrl::parse(base.as_str()).map_err(|e| Error::Input(format!("{location}: {e}")))?;
+        datafusion::execution::object_store::ObjectStoreUrl::parse(base.as_str()).map_err(|e| shapfusion_sql::from_datafusion(location, e))?;
     if ctx.runtime_env().object_store(&store_url).is_ok() {
         return Ok(());
     }
     let from_statement = options.iter().map(|(k, v)| (k.replace('.', "_"), v.clone()));
     let (store, _) = object_store::parse_url_opts(&url, std::env::vars().chain(from_statement))
-        .map_err(|e| Error::Input(format!("no object store for {location}: {e}")))?;
+        .map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("no object store for {location}"), e))?;
     ctx.register_object_store(&base, Arc::from(store));
     Ok(())
 }

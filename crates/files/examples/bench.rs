@@ -3,21 +3,24 @@
 //! little-endian f64 so the suite can check them against the reference.
 //!
 //! ```text
-//! cargo run --release --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet]
+//! cargo run --release -p shapfusion-files --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet]
 //! ```
 //!
 //! Prints one JSON line: engine, rows, set-up seconds (tables, or the background's
 //! aggregation), best and median seconds over the repeats, rows/s, and the bytes the engine
 //! holds for its work where it counts them (`engine_bytes`, else null). With `--background`, the
 //! values are interventional SHAP values over the background's rows.
+//!
+//! It lives in `shapfusion-files` (Parquet in, the engines of `shapfusion-core`) so that a
+//! release build of it compiles no DataFusion or tonic.
 
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::engine::{build_engine, build_interventional, Algorithm, EngineOptions};
-use shapfusion::model::Model;
+use shapfusion_core::engine::{build_engine, build_interventional, Algorithm, EngineOptions};
+use shapfusion_core::model::Model;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().collect();
@@ -47,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
     // Read before the clock starts: set-up is the tables or the background's aggregation only.
     let background = match &background {
-        Some(path) => Some(model.feature_block(&shapfusion::input::read_background(std::path::Path::new(path), &model, None, 0)?)?),
+        Some(path) => Some(model.feature_block(&shapfusion_files::input::read_background(std::path::Path::new(path), &model, None, 0)?)?),
         None => None,
     };
     let options = EngineOptions { v2_memory_bytes: 4 << 30, ..Default::default() };
@@ -61,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut values = Vec::new();
     for _ in 0..repeats.max(1) {
         let start = Instant::now();
-        values = pool.install(|| -> shapfusion::Result<Vec<f64>> {
+        values = pool.install(|| -> shapfusion_core::Result<Vec<f64>> {
             Ok(if interactions { explainer.interactions(&block)?.values } else { explainer.shap(&block)?.values })
         })?;
         times.push(start.elapsed().as_secs_f64());
