@@ -28,8 +28,10 @@ host="$(rustc -vV | sed -n 's/^host: //p')"
 cargo build --locked --release --bins --target "$host"
 bin_dir="$CARGO_TARGET_DIR/$host/release"
 
-status=0
-for target in "${targets[@]}"; do
+# One target: seeds its corpus, fuzzes it for $seconds, prints a summary; non-zero when libFuzzer
+# found a failing input.
+fuzz_one() {
+  local target="$1" pattern corpus artifacts seed dir data trees
   case "$target" in
     xgboost_json) pattern='*.json' ;;
     xgboost_ubjson) pattern='*.ubj' ;;
@@ -64,11 +66,29 @@ for target in "${targets[@]}"; do
   fi
   cp -n regressions/"$target"/* "$corpus/" 2>/dev/null || true
   echo "== $target: $seconds s from $(ls "$corpus" | wc -l) inputs"
+  local found=0
   if ! "$bin_dir/$target" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 \
       -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>"$work/$target.log"; then
-    status=1
-    echo "$target: libFuzzer found a failing input (saved in $artifacts):" >&2
+    found=1
+    echo "$target: libFuzzer found a failing input (saved in $artifacts):"
   fi
   grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done|#[0-9]+ +DONE)|ERROR|panicked" "$work/$target.log" | tail -n 8 || true
+  return "$found"
+}
+
+# libFuzzer runs one process on one core: the targets run side by side, one per core
+# ($FUZZ_JOBS), each for its full $seconds, and their summaries print in order when all are done.
+parallel="${FUZZ_JOBS:-$(nproc)}"
+summaries="$(mktemp -d)"
+for target in "${targets[@]}"; do
+  while (( $(jobs -rp | wc -l) >= parallel )); do sleep 1; done
+  ( if fuzz_one "$target" >"$summaries/$target.txt" 2>&1; then echo 0; else echo 1; fi >"$summaries/$target.status" ) &
 done
+wait
+status=0
+for target in "${targets[@]}"; do
+  cat "$summaries/$target.txt"
+  [[ "$(cat "$summaries/$target.status" 2>/dev/null)" == 0 ]] || status=1
+done
+rm -rf "$summaries"
 exit "$status"

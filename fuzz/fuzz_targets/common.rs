@@ -21,8 +21,8 @@ pub fn check(bytes: &[u8], format: ModelFormat) {
 pub fn explain(model: Model) {
     let summary = model.summary();
     assert_eq!(summary.features.len(), model.num_features());
-    let nodes: usize = model.trees.iter().map(|t| t.nodes.len()).sum();
-    if nodes > EXPLAIN_NODES || model.num_features() > 256 || model.num_groups > 16 {
+    let nodes: usize = model.trees().iter().map(|t| t.nodes.len()).sum();
+    if nodes > EXPLAIN_NODES || model.num_features() > 256 || model.num_groups() > 16 {
         return;
     }
     let f = model.num_features();
@@ -30,7 +30,7 @@ pub fn explain(model: Model) {
     let Ok(block) = model.feature_block_from_values(rows.len(), rows.concat()) else { return };
     // The prediction of the row as the engines see it (category values already turned into
     // codes, inputs rounded to the model's precision).
-    let mut margin = vec![0.0; model.num_groups];
+    let mut margin = vec![0.0; model.num_groups()];
     model.predict_row(block.row(0), &mut margin);
     let model = Arc::new(model);
     let Ok(explainer) = build_engine(model, Algorithm::Auto, None, &EngineOptions::default()) else { return };
