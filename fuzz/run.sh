@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes the model readers with libFuzzer on the stable toolchain.
 #
-#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s each; all three targets)
+#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s each; every target)
+#   fuzz/run.sh build                                 (build the targets only: CI builds them
+#                                                      early, in the background, and fuzzes later)
 #
 # Targets: xgboost_json, xgboost_ubjson, lightgbm_text, catboost_json, shapfusion_json, spark_ml. Each starts from the committed models
 # (tests/fixtures/**, the crafted corpus, and fuzz/regressions/<target>/) plus what earlier
@@ -11,6 +13,11 @@
 # once fixed: `cargo test --test crafted_models` replays every file there.
 set -euo pipefail
 cd "$(dirname "$0")"
+build_only=0
+if [[ "${1:-}" == build ]]; then
+  build_only=1
+  shift
+fi
 seconds="${1:-60}"
 shift || true
 targets=("$@")
@@ -26,6 +33,7 @@ export CARGO_TARGET_DIR="$work/target"
 # An explicit --target keeps these flags off build scripts and proc macros, as cargo fuzz does.
 host="$(rustc -vV | sed -n 's/^host: //p')"
 cargo build --locked --release --bins --target "$host"
+[[ $build_only -eq 0 ]] || exit 0
 bin_dir="$CARGO_TARGET_DIR/$host/release"
 
 # One target: seeds its corpus, fuzzes it for $seconds, prints a summary; non-zero when libFuzzer
