@@ -68,7 +68,15 @@ def extract_tests(archive: Path, into: Path) -> Path:
     """The release's tests/ directory under ``into``; returns the release root."""
     with tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if "/tests/" in m.name and m.isfile() and not m.issym() and not m.islnk()]
-        tar.extractall(into, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, members=members, filter="data")
+        else:
+            # Python before 3.11.4 (Debian 12's 3.11.2) has no extraction filters: the members
+            # are regular files already; refuse any that would land outside `into`.
+            for member in members:
+                if Path(member.name).is_absolute() or ".." in Path(member.name).parts:
+                    raise SystemExit(f"shap_suite: {archive} has a member outside its root: {member.name}")
+            tar.extractall(into, members=members)
     roots = [p for p in into.iterdir() if p.is_dir()]
     if len(roots) != 1:
         raise SystemExit(f"shap_suite: unexpected layout in {archive}")
