@@ -19,8 +19,11 @@ carry=target/gpu-carry
 read -r -a models <<< "${GPU_MODELS:-small-8f medium-8f medium-54f medium-128f medium-multiclass}"
 
 if [[ "${1:-run}" == build ]]; then
-  features=(--release --locked --no-default-features --features gpu)
-  cargo build "${features[@]}" --example gpu_bench
+  # gpu_bench lives in shapfusion-files: its release build is the engines, the GPU code and
+  # Parquet only. gpu_paths is an integration test of the root crate, so its build still compiles
+  # that crate's dev-dependencies (DataFusion among them) in release.
+  cargo build --release --locked -p shapfusion-files --features gpu --example gpu_bench
+  features=(--release --locked -p shapfusion --no-default-features --features gpu)
   test_bin=$(cargo test "${features[@]}" --test gpu_paths --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and "gpu_paths" in m["executable"]][0])')
   mkdir -p "$carry"

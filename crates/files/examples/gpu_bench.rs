@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion::engine::{build_engine, Algorithm, Engine, EngineOptions, FeatureBlock};
-use shapfusion::gpu::GpuEngine;
-use shapfusion::model::Model;
+use shapfusion_core::engine::{build_engine, Algorithm, Engine, EngineOptions, FeatureBlock};
+use shapfusion_core::gpu::GpuEngine;
+use shapfusion_core::model::Model;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -65,7 +65,7 @@ fn rows(model: &Model, path: &str, n: usize) -> Result<FeatureBlock, Error> {
 }
 
 /// Median seconds of `repeats` runs of `f`, after one warm-up run.
-fn median_seconds(repeats: usize, mut f: impl FnMut() -> shapfusion::Result<()>) -> Result<f64, Error> {
+fn median_seconds(repeats: usize, mut f: impl FnMut() -> shapfusion_core::Result<()>) -> Result<f64, Error> {
     f()?;
     let mut times = Vec::new();
     for _ in 0..repeats.max(1) {
@@ -103,7 +103,7 @@ struct Row {
 
 fn main() -> Result<(), Error> {
     let o = parse_args()?;
-    let info = shapfusion::gpu::probe().map_err(|why| format!("no usable GPU: {why}"))?;
+    let info = shapfusion_core::gpu::probe().map_err(|why| format!("no usable GPU: {why}"))?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("GPU: {} ; CPU engine: auto on {threads} threads", info.name);
     let mut table = Vec::new();
@@ -123,7 +123,7 @@ fn main() -> Result<(), Error> {
         let cpu = build_engine(model.clone(), Algorithm::Auto, Some(o.cpu_rows), &EngineOptions::default())?;
         let f = model.num_features();
         let width = model.num_groups() * (f + 1);
-        let run = |engine: &dyn Engine, what: &str, block: &FeatureBlock| -> shapfusion::Result<Vec<f64>> {
+        let run = |engine: &dyn Engine, what: &str, block: &FeatureBlock| -> shapfusion_core::Result<Vec<f64>> {
             Ok(if what == "shap" { engine.shap(block)?.values } else { engine.interactions(block)?.values })
         };
 
