@@ -62,11 +62,15 @@ class Explainer:
         mean margin. Same forms as ``X``. Without it, values are path-dependent, as XGBoost's
         and LightGBM's own.
     transform
-        What interventional values attribute: ``"identity"`` (the margin) or ``"logistic"``
+        What interventional values attribute: ``"identity"`` (the margin), ``"logistic"``
         (the probability of a log-odds model, as ``shap.TreeExplainer(model, data,
         model_output="probability")`` computes it: each background row's margin values scaled
-        to the change in probability; the bias is the background's mean probability). Needs
-        ``background``; its cost per row grows with the background's size.
+        to the change in probability; the bias is the background's mean probability), or a
+        loss of the margin against each row's label, as ``model_output="log_loss"`` computes
+        it: ``"logistic_nlogloss"`` (``ln(1 + e^m) - y m``, a log-odds model's log loss) or
+        ``"squared_loss"`` (``(m - y)^2``); a loss's values need ``labels`` and each row's bias
+        is the background's mean loss against the row's label. Needs ``background``; its cost
+        per row grows with the background's size.
     tree_limit
         Explain the model's first ``tree_limit`` trees only, in the model file's order (for
         XGBoost and LightGBM, rounds times trees per round); ``None`` is all of them.
@@ -188,7 +192,7 @@ class Explainer:
 
     # -- results ---------------------------------------------------------------------------
 
-    def shap_values(self, X: Any, *, as_arrow: bool = False) -> np.ndarray | pyarrow.RecordBatch:
+    def shap_values(self, X: Any, *, labels: Any = None, as_arrow: bool = False) -> np.ndarray | pyarrow.RecordBatch:
         """SHAP values of every row of ``X``.
 
         Returns a float64 array in XGBoost's ``pred_contribs`` layout: ``(n, F+1)`` for a model
@@ -199,10 +203,18 @@ class Explainer:
         With ``as_arrow=True``, a ``pyarrow.RecordBatch`` with the columns ``shapfusion explain``
         writes: one float64 column per feature then ``bias`` (lists of G values for G outputs).
 
+        ``labels`` (one number per row) are the rows' labels, for an explainer of a loss
+        ``transform``; each row then sums to its loss against its label.
+
         Raises ``ValueError`` when ``X`` lacks a feature (the message names it and lists the
-        columns ``X`` has) or has a column of the wrong type.
+        columns ``X`` has) or has a column of the wrong type, or when ``labels`` are given to an
+        explainer of no loss (or not given to one of a loss).
         """
-        return self._compute(X, "shap", as_arrow)
+        if labels is not None:
+            if as_arrow:
+                raise NotImplementedError("shap_values(labels=...): a loss's values come as a NumPy array only (as_arrow=False)")
+            labels = np.ascontiguousarray(np.asarray(labels, dtype=np.float64).reshape(-1))
+        return self._compute(X, "shap", as_arrow, labels)
 
     def interactions(self, X: Any, *, as_arrow: bool = False) -> np.ndarray | pyarrow.RecordBatch:
         """SHAP interaction values of every row of ``X``.
@@ -319,16 +331,16 @@ class Explainer:
         array[array == self._missing] = np.nan
         return array
 
-    def _compute(self, X: Any, output: str, as_arrow: bool) -> Any:
+    def _compute(self, X: Any, output: str, as_arrow: bool, labels: np.ndarray | None = None) -> Any:
         X = self._missing_as_nan(X)
         if _is_sparse(X):
-            return self._compute_sparse(X, output, as_arrow)
+            return self._compute_sparse(X, output, as_arrow, labels)
         rows, names = _rows(X)
         if as_arrow:
             return self._native.compute_arrow(rows, output, names)
-        return self._native.compute(rows, output, names)
+        return self._native.compute(rows, output, names, labels)
 
-    def _compute_sparse(self, X: Any, output: str, as_arrow: bool) -> Any:
+    def _compute_sparse(self, X: Any, output: str, as_arrow: bool, labels: np.ndarray | None) -> Any:
         """A SciPy sparse matrix, densified a block of rows at a time (a wide matrix never
         whole). Entries it does not store are what the model's library makes of them: missing
         for XGBoost models (as in a DMatrix), 0 for the others (as LightGBM and scikit-learn
@@ -345,7 +357,8 @@ class Explainer:
                 dense = np.full(part.shape, fill)
                 part = part.tocoo()
                 dense[part.row, part.col] = part.data
-            parts.append(self._compute(dense, output, as_arrow))
+            part_labels = None if labels is None else labels[start : start + rows]
+            parts.append(self._compute(dense, output, as_arrow, part_labels))
         if as_arrow:
             import pyarrow as pa
 

@@ -5,9 +5,9 @@ The constructor takes shap's arguments and resolves ``feature_perturbation`` as 
 used (shap keeps a random 100 of a larger background). ``shap_values``,
 ``shap_interaction_values``, ``expected_value`` and ``explainer(X)`` (a ``shap.Explanation``)
 have shap's layouts; ``explainer.model`` is a view of the trees with shap's node arrays and
-``predict``. ``model_output`` is ``"raw"``, ``"probability"`` or ``"predict_proba"`` (the last
-two interventional, as in shap). What is not built yet raises ``NotImplementedError`` naming
-it: ``model_output="log_loss"`` and probabilities of multiclass log-odds (softmax) models.
+``predict``. ``model_output`` is ``"raw"``, ``"probability"``, ``"predict_proba"`` or
+``"log_loss"`` (all but the first interventional, as in shap). What is not built yet raises
+``NotImplementedError`` naming it: probabilities and losses of multiclass (softmax) models.
 ``approximate=True`` gives Saabas values, as shap does. ``patch_shap()`` makes shap itself use this class
 (``shap.TreeExplainer``, ``shap.explainers.Tree`` and the tree choice of ``shap.Explainer``);
 ``unpatch_shap()`` undoes it.
@@ -38,6 +38,9 @@ __all__ = ["TreeExplainer", "patch_shap", "unpatch_shap"]
 _LOG_ODDS_OBJECTIVES = {"binary:logistic", "reg:logistic", "binary", "cross_entropy", "xentropy", "Logloss", "CrossEntropy"}
 
 
+#: The transforms of ``model_output="log_loss"``: losses of each row's margin against its label.
+_LOSSES = ("logistic_nlogloss", "squared_loss")
+
 #: The constructor's ``approximate`` when not given (shap warns whenever it is).
 _UNSET: Any = object()
 
@@ -52,9 +55,12 @@ class TreeExplainer:
     with every node's cover counted from ``data`` (as shap does: a node no row reaches gets
     1e-6). ``model_output``: ``"raw"`` (the margin), ``"probability"`` (log-odds models: the
     logistic of the margin, each background row's values rescaled as shap does; probability
-    trees: their output) or ``"predict_proba"`` (classifiers: one output per class, ``[1 - p,
-    p]`` for binary log-odds models); both need ``data``. ``threads`` (not shap's) bounds the
-    compute threads.
+    trees: their output), ``"predict_proba"`` (classifiers: one output per class, ``[1 - p,
+    p]`` for binary log-odds models) or ``"log_loss"`` (the loss of each row's margin against
+    its label ``y``, given to ``shap_values(X, y)``: the log loss of a binary log-odds model,
+    the squared error of a squared-error regressor; ``expected_value`` is then a function of
+    the label, as in shap); all need ``data``. ``threads`` (not shap's) bounds the compute
+    threads.
 
     Columns are matched as shap and the libraries match them: a DataFrame that has every one of
     the model's feature names is matched by name (also with LightGBM's spaces-to-underscores
@@ -137,6 +143,8 @@ class TreeExplainer:
         self._tree_output = _tree_output(model, info.objective)
         self._model_view: Any = None
         self._expected: float | np.ndarray | None = None
+        self._background_margins: np.ndarray | None = None
+        self._last_bias: Any = None
 
     # -- what shap exposes ---------------------------------------------------------------
 
@@ -159,11 +167,14 @@ class TreeExplainer:
         self.__dict__["model"] = value
 
     @property
-    def expected_value(self) -> float | np.ndarray:
+    def expected_value(self) -> Any:
         """The mean output: over the background (interventional; of the probability for
         ``model_output="probability"``), or the cover-weighted mean of the trees
         (path-dependent; with ``data``, the covers are the data's). A float for one output, an
-        array for several."""
+        array for several. For ``model_output="log_loss"``, as in shap, a function of the label
+        ``y``: the background's mean loss against ``y`` (an array for an array of labels)."""
+        if self._loss:
+            return self._expected_loss
         if self._expected is None:
             zeros = np.zeros((1, len(self._model_names)))
             bias = self._explainer.shap_values(zeros)[..., -1].reshape(-1)
@@ -200,9 +211,13 @@ class TreeExplainer:
             )
         rows, flat = self._aligned(X, "X")
         explainer = self._for_limit(self._native_limit(tree_limit))
-        phi = explainer.saabas_values(rows) if approximate else explainer.shap_values(rows)
+        labels = self._labels(y, _row_count(rows))
+        phi = explainer.saabas_values(rows) if approximate else explainer.shap_values(rows, labels=labels)
+        if from_call:
+            self._last_bias = phi[..., -1]
         if check_additivity:
-            output = self._transformed(explainer.predict_margin(rows))
+            margin = explainer.predict_margin(rows)
+            output = self._transformed(margin, None if labels is None else labels.reshape(margin.shape))
             total = phi.sum(axis=-1)
             scale = max(float(np.abs(phi).max()) if phi.size else 0.0, 1.0)
             if phi.size and np.abs(total - output).max() > 1e-6 * scale:
@@ -250,12 +265,18 @@ class TreeExplainer:
                 raise NotImplementedError("Approximate computation not yet supported for interaction effects!")
             values = self.shap_interaction_values(X)
         else:
-            values = self.shap_values(X, check_additivity=check_additivity, approximate=approximate)
+            values = self.shap_values(X, y, check_additivity=check_additivity, approximate=approximate, from_call=True)
         # shap's base values: the expected value once per entry of the values' first axis
         # (for one row given flat, as many as its features: code written for shap reads
-        # base_values[0]).
-        base = np.asarray(self.expected_value, dtype=np.float64)
-        base_values = np.tile(base, (values.shape[0], 1)) if base.ndim == 1 else np.full(values.shape[0], float(base))
+        # base_values[0]). For a loss, each row's own: the mean loss against its label (shap
+        # tiles its expected_value function there instead).
+        if self._loss:
+            base_values = np.asarray(self._last_bias, dtype=np.float64).reshape(-1)
+            if base_values.size == 1 and values.ndim == 1:
+                base_values = np.full(values.shape[0], base_values[0])
+        else:
+            base = np.asarray(self.expected_value, dtype=np.float64)
+            base_values = np.tile(base, (values.shape[0], 1)) if base.ndim == 1 else np.full(values.shape[0], float(base))
         rows, flat = _flat_row(X)
         data = _data_rows(rows)[0] if flat else _data_rows(rows)
         return shap.Explanation(
@@ -327,10 +348,44 @@ class TreeExplainer:
             return None
         return _native_tree_count(self._original_model, tree_limit, self._num_trees, self._groups)
 
-    def _transformed(self, margin: np.ndarray) -> np.ndarray:
+    @property
+    def _loss(self) -> bool:
+        return self._transform in _LOSSES
+
+    def _expected_loss(self, y: Any) -> Any:
+        """The background's mean loss against the label ``y`` (shap's ``expected_value(y)``)."""
+        if self._background_margins is None:
+            self._background_margins = self._explainer.predict_margin(self._background).reshape(-1)
+        labels = np.asarray(y, dtype=np.float64)
+        losses = self._transformed(self._background_margins[:, None], labels.reshape(1, -1)).mean(axis=0)
+        return float(losses[0]) if labels.ndim == 0 else losses.reshape(labels.shape)
+
+    def _transformed(self, margin: np.ndarray, y: Any = None) -> np.ndarray:
+        """The output explained, of margins ``margin`` (and, for a loss, labels ``y``)."""
         if self._transform == "logistic":
             return np.asarray(1.0 / (1.0 + np.exp(-margin)))
+        if self._transform == "logistic_nlogloss":
+            # ln(1 + e^m) without overflow, as the engine computes it.
+            return np.asarray(np.logaddexp(0.0, margin) - y * margin)
+        if self._transform == "squared_loss":
+            return np.asarray((margin - y) ** 2)
         return margin
+
+    def _labels(self, y: Any, rows: int) -> np.ndarray | None:
+        """The labels of ``rows`` rows for a loss (shap's errors where they are missing or
+        miscounted); ``None`` for the other outputs, which read no labels."""
+        if not self._loss:
+            return None
+        if y is None:
+            raise _shap_error("ExplainerError", ValueError)(
+                'Both samples and labels must be provided when model_output = "log_loss" (i.e. `explainer.shap_values(X, y)`)!'
+            )
+        labels = np.asarray(y, dtype=np.float64).reshape(-1)
+        if len(labels) != rows:
+            raise _shap_error("DimensionError", ValueError)(
+                f"The number of labels ({len(labels)}) does not match the number of samples to explain ({rows})!"
+            )
+        return labels
 
     def _aligned(self, X: Any, what: str) -> tuple[Any, bool]:
         """(rows whose columns carry the model's feature names where they are matched by
@@ -406,15 +461,24 @@ class _TreeEnsembleFields:
 
     def predict(self, X: Any, y: Any = None, output: str | None = None, tree_limit: int | None = None) -> np.ndarray:
         """The model's output for ``X`` as shap's ``TreeEnsemble.predict`` gives it: the margin,
-        or its transform for ``model_output="probability"``; ``(n,)`` for one output, ``(n,
-        G)`` for several; one row given flat gives ``()`` or ``(G,)``."""
+        or its transform for ``model_output="probability"``, or the loss against the labels
+        ``y`` for ``model_output="log_loss"``; ``(n,)`` for one output, ``(n, G)`` for
+        several; one row given flat gives ``()`` or ``(G,)``."""
         rows, flat = self._owner._aligned(X, "X")
         margin = self._owner._for_limit(self._owner._native_limit(tree_limit)).predict_margin(rows)
-        out = margin if output == "raw" else self._owner._transformed(margin)
+        if output == "raw":
+            out = margin
+        elif self._owner._loss:
+            # shap reads no labels as zeros here.
+            labels = np.zeros(margin.shape) if y is None else np.asarray(y, dtype=np.float64).reshape(margin.shape)
+            out = self._owner._transformed(margin, labels)
+        else:
+            out = self._owner._transformed(margin)
         return out[0] if flat else out
 
     def get_transform(self) -> str:
-        """What the explained output is of the margin: ``identity`` or ``logistic``."""
+        """What the explained output is of the margin, in shap's names: ``identity``,
+        ``logistic``, ``logistic_nlogloss`` or ``squared_loss``."""
         return self._owner._transform
 
     def __repr__(self) -> str:
@@ -731,9 +795,9 @@ def _resolve_output(model: Any, model_output: str, objective: str, groups: int) 
     ``[1 - p, p]``) for shap's ``model_output``."""
     if model_output == "raw":
         return "identity", False
+    if model_output == "log_loss":
+        return _loss_transform(model, objective, groups), False
     if model_output not in ("probability", "predict_proba"):
-        if model_output == "log_loss":
-            raise NotImplementedError('shapfusion.TreeExplainer: model_output="log_loss" is not built yet')
         raise ValueError(
             f"Unrecognized model_output parameter value: {model_output!r}! Expected raw, probability or predict_proba."
         )
@@ -754,6 +818,47 @@ def _resolve_output(model: Any, model_output: str, objective: str, groups: int) 
             f"shapfusion.TreeExplainer: model_output={model_output!r} of a multiclass model (softmax of {groups} outputs) is not built yet"
         )
     raise NotImplementedError(f'model_output = "probability" is not yet supported when model.tree_output = "{kind}"!')
+
+
+def _loss_transform(model: Any, objective: str, groups: int) -> str:
+    """The loss ``model_output="log_loss"`` explains: the log loss of a binary log-odds model
+    (``logistic_nlogloss``), the squared error of a regressor trained on it (``squared_loss``);
+    shap's error for the others."""
+    kind = _tree_output(model, objective)
+    if groups == 1 and kind == "log_odds":
+        sigmoid = [w for w in objective.split() if w.startswith("sigmoid:")]
+        if not sigmoid or float(sigmoid[0].split(":", 1)[1]) == 1.0:
+            return "logistic_nlogloss"
+    if groups == 1 and kind == "raw_value" and _trained_on_squared_error(model, objective):
+        return "squared_loss"
+    raise NotImplementedError(f'model_output = "log_loss" is not yet supported when model.objective = "{objective}"!')
+
+
+#: Objectives that train on the squared error, as the model files name them (XGBoost, LightGBM's
+#: first word, CatBoost).
+_SQUARED_ERROR_OBJECTIVES = {"reg:squarederror", "reg:linear", "regression", "regression_l2", "RMSE"}
+
+
+def _trained_on_squared_error(model: Any, objective: str) -> bool:
+    """Whether a regressor's trees were fitted to the squared error (a scikit-learn estimator's
+    ``criterion`` or ``loss``; a model file's objective)."""
+    if _trees_file.is_sklearn_estimator(model):
+        loss = getattr(model, "loss", None)
+        if isinstance(loss, str):
+            return loss in ("squared_error", "ls")
+        return getattr(model, "criterion", None) in ("squared_error", "mse", "friedman_mse")
+    words = objective.split()
+    return bool(words) and words[0] in _SQUARED_ERROR_OBJECTIVES
+
+
+def _row_count(rows: Any) -> int:
+    """Rows of ``rows`` (any form ``Explainer`` takes)."""
+    shape = getattr(rows, "shape", None)
+    if shape is not None:
+        return int(shape[0])
+    if hasattr(rows, "num_rows"):
+        return int(rows.num_rows)
+    return len(rows)
 
 
 def _xgboost_booster(model: Any) -> Any:

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use arrow_pyarrow::ToPyArrow;
-use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use shapfusion_core::model::{SplitRule, LEAF};
@@ -78,13 +78,16 @@ impl Output {
         first_chunk_rows(leaves, factor, explainer.threads())
     }
 
-    /// The computed values of one block, row-major.
-    fn compute(self, explainer: &Explainer, block: &shapfusion_core::engine::FeatureBlock) -> Result<Vec<f64>> {
-        Ok(match self {
-            Output::Shap => explainer.shap_values(block)?.values,
-            Output::Interactions => explainer.interaction_values(block)?.values,
-            Output::Margins => explainer.margins(block)?.values,
-            Output::Saabas => explainer.saabas_values(block)?.values,
+    /// The computed values of one block, row-major; `labels`, the block's rows' labels, for
+    /// SHAP values of a loss.
+    fn compute(self, explainer: &Explainer, block: &shapfusion_core::engine::FeatureBlock, labels: Option<&[f64]>) -> Result<Vec<f64>> {
+        Ok(match (self, labels) {
+            (Output::Shap, Some(labels)) => explainer.shap_values_with_labels(block, labels)?.values,
+            (_, Some(_)) => return Err(Error::InvalidArgument("labels go with SHAP values of a loss output only".into())),
+            (Output::Shap, None) => explainer.shap_values(block)?.values,
+            (Output::Interactions, None) => explainer.interaction_values(block)?.values,
+            (Output::Margins, None) => explainer.margins(block)?.values,
+            (Output::Saabas, None) => explainer.saabas_values(block)?.values,
         })
     }
 }
@@ -94,8 +97,9 @@ impl NativeExplainer {
     /// Loads the model (`path`; `data`, the model file's bytes; or `spark_files`, a Spark ML
     /// model directory's (relative path, bytes) pairs; named `name` in errors) and
     /// builds the engine. `background`, when given, is rows for interventional SHAP, as a
-    /// float64 matrix (with `background_names`) or an Arrow object; `transform` ("identity" or
-    /// "logistic") is what those values attribute. `cover_rows` (with `cover_names`), in the same
+    /// float64 matrix (with `background_names`) or an Arrow object; `transform` ("identity",
+    /// "logistic", or a loss: "logistic_nlogloss", "squared_loss") is what those values
+    /// attribute. `cover_rows` (with `cover_names`), in the same
     /// forms, are rows to count the covers of path-dependent values from. `tree_limit` keeps the
     /// model's first trees only (in the file's order).
     #[new]
@@ -150,26 +154,34 @@ impl NativeExplainer {
 
     /// `output` ("shap", "interactions" or "margin") for every row of `x` (a float64 matrix,
     /// with `names` for its columns, or an Arrow object), as a NumPy array in XGBoost's layout:
-    /// `(n, *row_shape)`.
-    #[pyo3(signature = (x, output, names=None))]
+    /// `(n, *row_shape)`. `labels` (float64, one per row) are the rows' labels, for SHAP values
+    /// of a loss transform.
+    #[pyo3(signature = (x, output, names=None, labels=None))]
     fn compute<'py>(
         &self,
         py: Python<'py>,
         x: &Bound<'py, PyAny>,
         output: &str,
         names: Option<Vec<String>>,
+        labels: Option<PyReadonlyArray1<'py, f64>>,
     ) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
         let output = Output::parse(output)?;
+        let labels: Option<Vec<f64>> = labels.map(|l| l.as_array().to_vec());
         let model = self.explainer.model();
         let row_shape = output.row_shape(model);
         let width = row_shape.iter().try_fold(1usize, |w, &d| w.checked_mul(d)).unwrap_or(usize::MAX);
         with_rows(model, x, names, |rows| {
             let n = rows.len();
+            if let Some(labels) = &labels {
+                if labels.len() != n {
+                    return Err(to_py(Error::InvalidArgument(format!("{} labels for {n} rows: give one label per row", labels.len()))));
+                }
+            }
             // Reserved (untouched) up front, so a call too large for memory fails before any work.
             let mut values = reserve(n, width)?;
             for_each_chunk(py, n, output.first_chunk(&self.explainer, self.leaves), |range| {
                 let block = rows.block(model, range.clone())?;
-                let out = output.compute(&self.explainer, &block)?;
+                let out = output.compute(&self.explainer, &block, labels.as_deref().map(|l| &l[range.clone()]))?;
                 if out.len() != range.len() * width {
                     return Err(Error::Internal(format!("the engine returned {} values for {} rows of {width}", out.len(), range.len())));
                 }

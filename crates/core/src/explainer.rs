@@ -103,6 +103,15 @@ impl Explainer {
         self.pool.install(|| self.engine.shap(block))
     }
 
+    /// SHAP values of a loss of `block`'s rows against their `labels` (one per row), in the
+    /// layout of [`shap_values`](Self::shap_values): for an explainer built with a loss
+    /// [`output_transform`](ExplainerBuilder::output_transform) and a background (shap's
+    /// `model_output="log_loss"`); each row's bias is the background's mean loss against the
+    /// row's label, so each row adds up to its own loss.
+    pub fn shap_values_with_labels(&self, block: &FeatureBlock, labels: &[f64]) -> Result<Attributions> {
+        self.pool.install(|| self.engine.shap_with_labels(block, labels))
+    }
+
     /// SHAP interaction values of `block` in XGBoost's `pred_interactions` layout (an error for
     /// an interventional explainer: interactions are path-dependent only).
     pub fn interaction_values(&self, block: &FeatureBlock) -> Result<Interactions> {

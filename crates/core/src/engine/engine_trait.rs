@@ -3,7 +3,7 @@
 use super::block::FeatureBlock;
 use super::drivers::{check_block, check_output, par_rows};
 use super::output::{Attributions, Interactions, Predictions};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::Model;
 
 /// An engine bound to one model. Cheap to share across threads.
@@ -16,6 +16,18 @@ pub trait Engine: Send + Sync {
 
     /// SHAP values of every row of `block`.
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions>;
+
+    /// SHAP values of a loss of every row of `block` against the row's label (`labels`, one
+    /// per row). Only an engine of a loss transform (see
+    /// [`OutputTransform::needs_labels`](super::OutputTransform::needs_labels)) has a loss to
+    /// attribute; the others refuse.
+    fn shap_with_labels(&self, block: &FeatureBlock, labels: &[f64]) -> Result<Attributions> {
+        let _ = (block, labels);
+        Err(Error::InvalidArgument(format!(
+            "the {} engine attributes no loss: labels go with an interventional explainer of a loss output (shap's model_output=\"log_loss\")",
+            self.name()
+        )))
+    }
 
     /// SHAP interaction values of every row of `block`.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions>;

@@ -84,7 +84,8 @@ impl Default for EngineOptions {
 }
 
 /// The function of the margin an interventional explanation attributes (shap's
-/// `model_output`): the margin itself, or the probability of a logistic model.
+/// `model_output`): the margin itself, the probability of a logistic model, or a loss of the
+/// margin against each explained row's label (shap's `model_output="log_loss"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum OutputTransform {
     /// The margin (shap's `model_output="raw"`).
@@ -93,23 +94,43 @@ pub enum OutputTransform {
     /// `1 / (1 + e^-margin)`, per output group (shap's `model_output="probability"` for
     /// log-odds trees).
     Logistic,
+    /// `ln(1 + e^margin) - y * margin`: the negative log-likelihood of the label `y` (0 or 1)
+    /// under a log-odds margin (shap's `logistic_nlogloss`, its `model_output="log_loss"` of a
+    /// binary classifier).
+    LogisticLoss,
+    /// `(margin - y)^2`: the squared error against the label `y` (shap's `squared_loss`, its
+    /// `model_output="log_loss"` of a squared-error regressor).
+    SquaredLoss,
 }
 
 impl OutputTransform {
-    /// The name used in messages and options.
+    /// The name used in messages and options (shap's names of the transforms).
     pub fn name(&self) -> &'static str {
         match self {
             OutputTransform::Identity => "identity",
             OutputTransform::Logistic => "logistic",
+            OutputTransform::LogisticLoss => "logistic_nlogloss",
+            OutputTransform::SquaredLoss => "squared_loss",
         }
     }
 
-    /// The transform of one margin.
+    /// Whether the transform is a loss, a function of each explained row's label as well as
+    /// of its margin.
+    pub fn needs_labels(&self) -> bool {
+        matches!(self, OutputTransform::LogisticLoss | OutputTransform::SquaredLoss)
+    }
+
+    /// The transform of one margin; `label` is the explained row's label, which only the
+    /// losses read.
     #[inline]
-    pub fn apply(&self, margin: f64) -> f64 {
+    pub fn apply(&self, margin: f64, label: f64) -> f64 {
         match self {
             OutputTransform::Identity => margin,
             OutputTransform::Logistic => 1.0 / (1.0 + (-margin).exp()),
+            // ln(1 + e^m) without overflow for large margins (shap's formula is infinite
+            // beyond m = 709; the two agree to rounding below it).
+            OutputTransform::LogisticLoss => margin.max(0.0) + (-margin.abs()).exp().ln_1p() - label * margin,
+            OutputTransform::SquaredLoss => (margin - label) * (margin - label),
         }
     }
 }
@@ -126,7 +147,13 @@ impl FromStr for OutputTransform {
         Ok(match s {
             "identity" => OutputTransform::Identity,
             "logistic" => OutputTransform::Logistic,
-            other => return Err(Error::InvalidArgument(format!("unknown output transform {other:?}; expected identity or logistic"))),
+            "logistic_nlogloss" => OutputTransform::LogisticLoss,
+            "squared_loss" => OutputTransform::SquaredLoss,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown output transform {other:?}; expected identity, logistic, logistic_nlogloss or squared_loss"
+                )))
+            }
         })
     }
 }

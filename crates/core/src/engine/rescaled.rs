@@ -1,8 +1,11 @@
-//! Interventional SHAP of a transformed output (shap's `model_output="probability"`): for each
-//! pair of an explained row `x` and a background row `z`, the margin's interventional values
-//! against `z` alone, scaled by `(T(f(x)) - T(f(z))) / (f(x) - f(z))` (1 where the margins are
-//! equal), then the mean over the background; the bias is the mean of `T(f(z))`. Each pair's
-//! values add up to `T(f(x)) - T(f(z))`, so each row's add up to `T(f(x))`.
+//! Interventional SHAP of a transformed output (shap's `model_output="probability"`, and its
+//! `"log_loss"`, where the transform also reads the explained row's label `y`): for each pair
+//! of an explained row `x` and a background row `z`, the margin's interventional values against
+//! `z` alone, scaled by `(T(f(x), y) - T(f(z), y)) / (f(x) - f(z))` (1 where the margins are
+//! equal), then the mean over the background; the bias is the mean of `T(f(z), y)`. Each
+//! pair's values add up to `T(f(x), y) - T(f(z), y)`, so each row's add up to `T(f(x), y)`.
+//! (shap's own bias column for a loss is the mean of `T(f(z), 0)`, whatever the label; its
+//! `expected_value(y)` is this bias.)
 //!
 //! This is the algorithm of shap's `TreeExplainer` (its `dense_independent` with a transform),
 //! so the values are shap's: a per-reference rescaling of the margin's Shapley values, not the
@@ -54,7 +57,8 @@ pub(crate) struct RescaledInterventional {
     background_rows: usize,
     /// The background rows' margins: `rows × groups`.
     background_margins: Vec<f64>,
-    /// Mean of `T(f(z))` over the background, per group.
+    /// Mean of `T(f(z))` over the background, per group; empty for a loss, whose bias each row's
+    /// label decides.
     bias: Vec<f64>,
     weights: Weights,
     max_slots: usize,
@@ -98,7 +102,7 @@ impl RescaledInterventional {
             let m = &mut margins[r * g..(r + 1) * g];
             model.predict_row(background.row(r), m);
             for (b, m) in bias.iter_mut().zip(m.iter()) {
-                *b += transform.apply(*m);
+                *b += transform.apply(*m, 0.0);
             }
         }
         bias.iter_mut().for_each(|b| *b /= rows as f64);
@@ -151,6 +155,9 @@ impl RescaledInterventional {
         }
         let widest = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
         let max_slots = slots.len();
+        if transform.needs_labels() {
+            bias.clear();
+        }
         Ok(RescaledInterventional {
             weights: Weights::new(widest.min(super::interventional::MAX_INTERVENTIONAL_PATH_FEATURES)),
             model,
@@ -165,18 +172,25 @@ impl RescaledInterventional {
         })
     }
 
-    /// Adds row `x`'s values to `out` (G × (F+1)); its margins are in `scratch.margins`.
-    fn explain_row(&self, x: &[f64], scratch: &mut Scratch, out: &mut [f64]) {
+    /// Adds row `x`'s values to `out` (G × (F+1)); its margins are in `scratch.margins`, its
+    /// label (read by a loss only) is `label`. For a loss, also writes the row's bias.
+    fn explain_row(&self, x: &[f64], label: f64, scratch: &mut Scratch, out: &mut [f64]) {
         let w = self.model.num_features() + 1;
         let (g, n) = (self.model.num_groups(), self.background_rows);
         // s(x, z) / n for every background row, per group.
         for group in 0..g {
             let mx = scratch.margins[group];
-            let tx = self.transform.apply(mx);
+            let tx = self.transform.apply(mx, label);
+            let mut bias = 0.0;
             for z in 0..n {
                 let mz = self.background_margins[z * g + group];
-                let s = if mx == mz { 1.0 } else { (tx - self.transform.apply(mz)) / (mx - mz) };
+                let tz = self.transform.apply(mz, label);
+                let s = if mx == mz { 1.0 } else { (tx - tz) / (mx - mz) };
                 scratch.scales[group * n + z] = s / n as f64;
+                bias += tz;
+            }
+            if self.transform.needs_labels() {
+                out[group * w + w - 1] = bias / n as f64;
             }
         }
         for ((tree, walk), leaves) in self.model.trees().iter().zip(&self.walks).zip(&self.leaves) {
@@ -213,6 +227,26 @@ impl RescaledInterventional {
 }
 
 impl RescaledInterventional {
+    /// Every row's values; `labels` (one per row) for a loss.
+    fn values(&self, block: &FeatureBlock, labels: Option<&[f64]>) -> Result<Attributions> {
+        let g = self.model.num_groups();
+        let width = g * (self.model.num_features() + 1);
+        shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            rows_per_task(block.rows()),
+            || Scratch { slots: vec![0; self.max_slots], margins: vec![0.0; g], scales: vec![0.0; g * self.background_rows] },
+            |scratch, first, chunk| {
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    let x = block.row(first + i);
+                    self.model.predict_row(x, &mut scratch.margins);
+                    self.explain_row(x, labels.map_or(0.0, |l| l[first + i]), scratch, out);
+                }
+            },
+        )
+    }
+
     /// One wide tree's part of [`explain_row`](Self::explain_row): the same sums over fail
     /// sets of `walk.words` words (`fails`, per slot).
     fn wide_tree_row(&self, walk: &FailWalk, leaves: &[LeafGroups], fails: &[u64], scales: &[f64], phi: &mut [f64]) {
@@ -251,22 +285,26 @@ impl Engine for RescaledInterventional {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let g = self.model.num_groups();
-        let width = g * (self.model.num_features() + 1);
-        shap_by_task_from(
-            &self.model,
-            &self.bias,
-            block,
-            rows_per_task(block.rows()),
-            || Scratch { slots: vec![0; self.max_slots], margins: vec![0.0; g], scales: vec![0.0; g * self.background_rows] },
-            |scratch, first, chunk| {
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    let x = block.row(first + i);
-                    self.model.predict_row(x, &mut scratch.margins);
-                    self.explain_row(x, scratch, out);
-                }
-            },
-        )
+        if self.transform.needs_labels() {
+            return Err(Error::InvalidArgument(format!(
+                "the {} output is a loss against each row's label: give the labels (shap_values(X, y) in shap's interface)",
+                self.transform
+            )));
+        }
+        self.values(block, None)
+    }
+
+    fn shap_with_labels(&self, block: &FeatureBlock, labels: &[f64]) -> Result<Attributions> {
+        if !self.transform.needs_labels() {
+            return Err(Error::InvalidArgument(format!("the {} output reads no labels; explain without them", self.transform)));
+        }
+        if labels.len() != block.rows() {
+            return Err(Error::InvalidArgument(format!("{} labels for {} rows: give one label per explained row", labels.len(), block.rows())));
+        }
+        if let Some(r) = labels.iter().position(|y| !y.is_finite()) {
+            return Err(Error::InvalidArgument(format!("the label of row {r} is {}, not a finite number", labels[r])));
+        }
+        self.values(block, Some(labels))
     }
 
     fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
@@ -305,13 +343,13 @@ mod tests {
             let margins = engine.predict(&explained).unwrap();
             for r in 0..explained.rows() {
                 let total: f64 = got.row(r, 0).iter().sum();
-                let want = OutputTransform::Logistic.apply(margins.values[r]);
+                let want = OutputTransform::Logistic.apply(margins.values[r], 0.0);
                 assert!((total - want).abs() <= 1e-12, "{}: row {r}: {total} vs {want}", f.name);
             }
             // Row 0 by hand: the margin's values against each background row alone, scaled.
             let x = rows(&explained, 0, 1);
             let mut want = vec![0.0; f.model.num_features()];
-            let sigma = |m: f64| OutputTransform::Logistic.apply(m);
+            let sigma = |m: f64| OutputTransform::Logistic.apply(m, 0.0);
             let mx = engine.predict(&x).unwrap().values[0];
             for z in 0..background.rows() {
                 let one = rows(&background, z, z + 1);
@@ -323,6 +361,56 @@ mod tests {
             let (err, _) = max_row_rel_error(&got.row(0, 0)[..want.len()], &want, want.len());
             assert!(err <= 1e-9, "{}: row 0 off the pairwise definition by {err:e}", f.name);
         }
+    }
+
+    #[test]
+    fn losses_add_up_to_each_rows_loss_against_its_label_and_rescale_each_pair() {
+        for f in fixtures().iter().filter(|f| f.model.num_groups() == 1) {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let (background, explained) = (rows(&f.block, 0, 9), rows(&f.block, 9, 25));
+            let margins = InterventionalReference::new(prepared.clone(), &background).unwrap().predict(&explained).unwrap().values;
+            for transform in [OutputTransform::LogisticLoss, OutputTransform::SquaredLoss] {
+                let engine = RescaledInterventional::new(prepared.clone(), &background, transform, 1 << 30).unwrap();
+                let e = engine.shap(&explained).err().unwrap().to_string();
+                assert!(e.contains("give the labels"), "{e}");
+                let labels: Vec<f64> = (0..explained.rows())
+                    .map(|r| if transform == OutputTransform::LogisticLoss { (r % 2) as f64 } else { r as f64 * 0.3 - 2.0 })
+                    .collect();
+                let e = engine.shap_with_labels(&explained, &labels[1..]).err().unwrap().to_string();
+                assert!(e.contains("labels for 16 rows"), "{e}");
+                let got = engine.shap_with_labels(&explained, &labels).unwrap();
+                let background_margins = engine.predict(&background).unwrap().values;
+                for r in 0..explained.rows() {
+                    let row = got.row(r, 0);
+                    let total: f64 = row.iter().sum();
+                    let want = transform.apply(margins[r], labels[r]);
+                    assert!((total - want).abs() <= 1e-9 * want.abs().max(1.0), "{} {transform}: row {r}: {total} vs {want}", f.name);
+                    // The bias is the background's mean loss against this row's label.
+                    let bias = background_margins.iter().map(|&m| transform.apply(m, labels[r])).sum::<f64>() / background.rows() as f64;
+                    assert!((row[row.len() - 1] - bias).abs() <= 1e-12 * bias.abs().max(1.0), "{} {transform}: row {r} bias", f.name);
+                }
+                // Row 3 by hand: the margin's values against each background row alone, scaled.
+                let (r, x) = (3, rows(&explained, 3, 4));
+                let mut want = vec![0.0; f.model.num_features()];
+                for (z, &mz) in background_margins.iter().enumerate() {
+                    let pair = InterventionalReference::new(prepared.clone(), &rows(&background, z, z + 1)).unwrap().shap(&x).unwrap();
+                    let mx = margins[r];
+                    let factor = if mx == mz { 1.0 } else { (transform.apply(mx, labels[r]) - transform.apply(mz, labels[r])) / (mx - mz) };
+                    want.iter_mut().zip(pair.row(0, 0)).for_each(|(w, p)| *w += p * factor / background.rows() as f64);
+                }
+                let (err, _) = max_row_rel_error(&got.row(r, 0)[..want.len()], &want, want.len());
+                assert!(err <= 1e-9, "{} {transform}: row {r} off the pairwise definition by {err:e}", f.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_margin_has_a_finite_log_loss() {
+        let t = OutputTransform::LogisticLoss;
+        assert_eq!(t.apply(800.0, 1.0), 0.0);
+        assert_eq!(t.apply(800.0, 0.0), 800.0);
+        assert!((t.apply(0.3, 1.0) - ((1.0f64 + 0.3f64.exp()).ln() - 0.3)).abs() < 1e-15);
+        assert!((t.apply(-2.0, 0.0) - (1.0f64 + (-2.0f64).exp()).ln()).abs() < 1e-15);
     }
 
     #[test]
@@ -339,7 +427,7 @@ mod tests {
         let (got, margins) = (engine.shap(&explained).unwrap(), engine.predict(&explained).unwrap());
         for r in 0..explained.rows() {
             let total: f64 = got.row(r, 0).iter().sum();
-            let p = OutputTransform::Logistic.apply(margins.values[r]);
+            let p = OutputTransform::Logistic.apply(margins.values[r], 0.0);
             assert!((total - p).abs() <= 1e-12, "row {r}: {total} vs {p}");
         }
     }
