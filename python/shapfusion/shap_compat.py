@@ -23,8 +23,9 @@ models it includes the per-class base score, which shap's misses.
 
 from __future__ import annotations
 
+import pickle
 import warnings
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -109,6 +110,12 @@ class TreeExplainer:
             raise ValueError('Only model_output="raw" is supported for feature_perturbation="tree_path_dependent"')
         self.model_output = model_output
         self.feature_perturbation = feature_perturbation
+        # shap's Explainer attributes: the link (identity: the values are of the output
+        # model_output names), whether it is linearized, the outputs' names (none given).
+        self.link = _identity_link()
+        self.linearize_link = True if linearize_link is None else bool(linearize_link)
+        self.output_names = None
+        self._masker = data if type(data).__module__.startswith("shap.") else None
         self._threads = threads
         # The model read once (a scikit-learn or CatBoost model is converted once), then its
         # objective and output count, from an explainer with no set-up, decide the transform.
@@ -165,6 +172,60 @@ class TreeExplainer:
     @model.setter
     def model(self, value: Any) -> None:
         self.__dict__["model"] = value
+
+    @property
+    def masker(self) -> Any:
+        """The background as shap holds it: the masker given, else (where shap is installed)
+        shap's ``Independent`` masker over every background row; ``None`` without one."""
+        # shap.Explainer(model, data) sets its masker as a plain attribute, then turns itself
+        # into this class and calls __init__ with self.masker: until then, that one.
+        masker = self.__dict__.get("_masker", self.__dict__.get("masker"))
+        data = self.__dict__.get("data")
+        if masker is None and data is not None:
+            try:
+                import shap
+            except ImportError:
+                return None
+            masker = self.__dict__["_masker"] = shap.maskers.Independent(data, max_samples=len(data))
+        return masker
+
+    @masker.setter
+    def masker(self, value: Any) -> None:
+        # shap.Explainer(model) sets it before turning itself into this class.
+        self.__dict__["_masker"] = value
+
+    @staticmethod
+    def supports_model_with_masker(model: Any, masker: Any) -> bool:
+        """Whether this explainer takes ``model`` with ``masker`` (what ``shap.Explainer`` asks
+        its explainers): no masker or shap's ``Independent``, and a model shapfusion reads.
+        (``patch_shap()`` answers as shap's own tree explainer does, so that
+        ``shap.Explainer(model)`` picks the explainers shap would.)"""
+        if masker is not None and type(masker).__name__ != "Independent":
+            return False
+        try:
+            _model_source(model)
+        except (TypeError, ValueError, OSError, NotImplementedError):
+            return False
+        return True
+
+    def save(self, out_file: IO[bytes], model_saver: Any = ".save", masker_saver: Any = ".save") -> None:
+        """Writes the explainer to the binary file ``out_file``, for :meth:`load` (shap's
+        signature; the savers are not used: the explainer is pickled whole, its model's
+        content and settings, as ``pickle.dumps`` keeps it). Only load files you trust."""
+        pickle.dump(self, out_file)
+
+    @classmethod
+    def load(
+        cls, in_file: IO[bytes], model_loader: Any = None, masker_loader: Any = None, instantiate: bool = True
+    ) -> TreeExplainer:
+        """Reads an explainer :meth:`save` wrote (shap's signature; pickle, so only files you
+        trust)."""
+        explainer = pickle.load(in_file)
+        if not isinstance(explainer, cls):
+            raise TypeError(
+                f"{getattr(in_file, 'name', 'the file')} holds a {type(explainer).__name__}, not a shapfusion.TreeExplainer"
+            )
+        return explainer
 
     @property
     def expected_value(self) -> Any:
@@ -597,10 +658,15 @@ def patch_shap() -> None:
         return
     original = explainers.TreeExplainer
     _ORIGINALS.update(
-        {"shap.TreeExplainer": shap.TreeExplainer, "explainers.TreeExplainer": original, "explainers.Tree": explainers.Tree}
+        {
+            "shap.TreeExplainer": shap.TreeExplainer,
+            "explainers.TreeExplainer": original,
+            "explainers.Tree": explainers.Tree,
+            "supports_model_with_masker": TreeExplainer.__dict__["supports_model_with_masker"],
+        }
     )
     # shap.Explainer asks the tree explainer class which models it takes: shap's own answer.
-    TreeExplainer.supports_model_with_masker = staticmethod(original.supports_model_with_masker)  # type: ignore[attr-defined]
+    TreeExplainer.supports_model_with_masker = staticmethod(original.supports_model_with_masker)  # type: ignore[method-assign]
     shap.TreeExplainer = TreeExplainer
     explainers.TreeExplainer = TreeExplainer
     explainers.Tree = TreeExplainer
@@ -616,10 +682,20 @@ def unpatch_shap() -> None:
     shap.TreeExplainer = _ORIGINALS["shap.TreeExplainer"]
     explainers.TreeExplainer = _ORIGINALS["explainers.TreeExplainer"]
     explainers.Tree = _ORIGINALS["explainers.Tree"]
+    TreeExplainer.supports_model_with_masker = _ORIGINALS["supports_model_with_masker"]  # type: ignore[method-assign]
     _ORIGINALS.clear()
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _identity_link() -> Any:
+    """shap's identity link where shap is installed, else a function that is the identity."""
+    try:
+        from shap import links
+    except ImportError:
+        return lambda x: x
+    return links.identity
 
 
 def _shap_error(name: str, fallback: type) -> type:

@@ -451,6 +451,11 @@ def test_patch_shap_makes_shaps_own_entry_points_use_shapfusion(xgb_binary, data
             np.testing.assert_array_equal(explainer.shap_values(X), reference)
         explanation = shap.Explainer(xgb_binary)(X)
         np.testing.assert_array_equal(explanation.values, reference)
+        # With a background: shap.Explainer's masker is the data the explainer takes.
+        background = data.iloc[200:260]
+        interventional = shap.Explainer(xgb_binary, background)
+        assert interventional.feature_perturbation == "interventional" and interventional.data.shape == background.shape
+        np.testing.assert_array_equal(interventional(X).values, shapfusion.TreeExplainer(xgb_binary, background).shap_values(X))
     finally:
         shapfusion.unpatch_shap()
     assert shap.TreeExplainer is original

@@ -288,6 +288,31 @@ def test_explainers_pickle_and_give_the_same_values(xgb_binary, data, tmp_path):
     np.testing.assert_array_equal(pickle.loads(blob).shap_values(X), from_path.shap_values(X))
 
 
+def test_shaps_explainer_attributes_and_save_and_load(xgb_binary, data, tmp_path):
+    """What shap's Explainer exposes beside the values: link, linearize_link, output_names,
+    masker (every background row), supports_model_with_masker, and save/load."""
+    background = data.iloc[200:260]
+    ours, theirs = shapfusion.TreeExplainer(xgb_binary, data=background), shap.TreeExplainer(xgb_binary, data=background)
+    assert ours.link is theirs.link and ours.linearize_link == theirs.linearize_link and ours.output_names is theirs.output_names
+    assert isinstance(ours.masker, shap.maskers.Independent) and ours.masker.data.shape == background.shape
+    masker = shap.maskers.Independent(background, max_samples=len(background))
+    assert shapfusion.TreeExplainer(xgb_binary, data=masker).masker is masker
+    assert shapfusion.TreeExplainer(xgb_binary).masker is None
+    assert shapfusion.TreeExplainer.supports_model_with_masker(xgb_binary, None)
+    assert shapfusion.TreeExplainer.supports_model_with_masker(xgb_binary, masker)
+    assert not shapfusion.TreeExplainer.supports_model_with_masker(object(), None)
+    assert not shapfusion.TreeExplainer.supports_model_with_masker(xgb_binary, shap.maskers.Partition(background))
+    with open(tmp_path / "explainer.bin", "wb") as f:
+        ours.save(f)
+    with open(tmp_path / "explainer.bin", "rb") as f:
+        again = shapfusion.TreeExplainer.load(f)
+    np.testing.assert_array_equal(again.shap_values(data.iloc[:10]), ours.shap_values(data.iloc[:10]))
+    with open(tmp_path / "other.bin", "wb") as f:
+        pickle.dump([1, 2], f)
+    with open(tmp_path / "other.bin", "rb") as f, pytest.raises(TypeError, match="not a shapfusion.TreeExplainer"):
+        shapfusion.TreeExplainer.load(f)
+
+
 def test_xgboosts_missing_parameter_marks_missing_values_as_its_predict_does(data):
     import xgboost
 
