@@ -51,8 +51,8 @@ class Explainer:
         ``catboost`` model (its JSON).
     algorithm
         The engine: ``"auto"`` (picked from the model's shape, what the CLI picks), ``"linear"``,
-        ``"fast-v2"``, ``"fast-v1"``, ``"quadrature"`` or ``"treeshap"``. All are exact; they
-        differ in speed only.
+        ``"fast-v2"``, ``"fast-v1"``, ``"quadrature"``, ``"oblivious"`` (tables of CatBoost's
+        symmetric trees) or ``"treeshap"``. All are exact; they differ in speed only.
     threads
         Compute threads; ``None`` uses all cores. Results do not depend on it.
     background

@@ -29,8 +29,8 @@
 //!   formats; Spark ML directories, which hold Parquet, are read by `shapfusion-files`);
 //!   [`Model::feature_block`] turns a batch into the engines' input.
 //! * [`engine`]: the [`engine::Engine`] trait and the CPU engines by [`Algorithm`]: `treeshap`
-//!   (the reference), `fast-v1`, `fast-v2`, `quadrature`, `linear`, the interventional ones, and
-//!   `auto`.
+//!   (the reference), `fast-v1`, `fast-v2`, `quadrature`, `linear`, `oblivious`, the
+//!   interventional ones, and `auto`.
 //! * [`Device`]: CPU or GPU, and `auto`'s choice between them.
 //!
 //! What it may use: Arrow's arrays and schemas, rayon, serde_json (model files). Not DataFusion,

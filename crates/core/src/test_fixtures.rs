@@ -18,6 +18,14 @@ pub(crate) struct Fixture {
     pub block: FeatureBlock,
 }
 
+impl Fixture {
+    /// Whether the model is CatBoost's symmetric (oblivious) trees, not its `Depthwise` or
+    /// `Lossguide` ones.
+    pub fn is_catboost_symmetric(&self) -> bool {
+        self.name.starts_with("cb_") && !self.name.contains("depthwise") && !self.name.contains("lossguide")
+    }
+}
+
 /// Every fixture directory with an `expected.json`, in name order, but Spark ML's (model
 /// directories of Parquet, which `shapfusion-files` reads; the workspace's tests cover them).
 pub(crate) fn fixtures() -> Vec<Fixture> {

@@ -13,7 +13,7 @@ extensions_options! {
         /// URL prefix (or local directory) where `<name>.<ext>` models are looked up, for each
         /// model file extension (`shapfusion_core::model::MODEL_EXTENSIONS`).
         pub model_dir: String, default = String::new()
-        /// Engine: auto, treeshap, fast-v1, fast-v2, quadrature or linear.
+        /// Engine: auto, treeshap, fast-v1, fast-v2, quadrature, linear or oblivious.
         pub algorithm: String, default = "auto".to_string()
         /// Device: auto (the GPU when one is usable and algorithm is auto), cpu, or gpu.
         pub device: String, default = "auto".to_string()

@@ -18,9 +18,8 @@ pub trait Engine: Send + Sync {
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions>;
 
     /// SHAP values of a loss of every row of `block` against the row's label (`labels`, one
-    /// per row). Only an engine of a loss transform (see
-    /// [`OutputTransform::needs_labels`](super::OutputTransform::needs_labels)) has a loss to
-    /// attribute; the others refuse.
+    /// per row). Only an engine of a loss transform (an `OutputTransform` whose `needs_labels`
+    /// holds) has a loss to attribute; the others refuse.
     fn shap_with_labels(&self, block: &FeatureBlock, labels: &[f64]) -> Result<Attributions> {
         let _ = (block, labels);
         Err(Error::InvalidArgument(format!(

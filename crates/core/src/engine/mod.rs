@@ -13,7 +13,8 @@
 //! `block`, `output` (inputs and outputs) → `options` → `prepared`, `decision`, `path` (per-model
 //! data and walk helpers) → `drivers` (the parallel loops and size checks every engine shares)
 //! → `explainer` (the trait), `covers` (covers counted from rows) → `treeshap`, `quadrature`, `fast_v1`, `fast_v2`, `linear`
-//! (the engines; `interactions` gives the first three interaction values), `interventional`
+//! (the engines; `interactions` gives the first three interaction values) → `oblivious` (tables
+//! of oblivious trees, `treeshap` for the others), `interventional`
 //! → `rescaled` (with a background), `saabas` (the approximation), `complement` (a binary
 //! classifier's two class probabilities explained once) → `auto`.
 
@@ -29,6 +30,7 @@ mod fast_v2;
 mod interactions;
 mod interventional;
 mod linear;
+mod oblivious;
 mod options;
 mod output;
 pub(crate) mod path;
@@ -95,6 +97,7 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
         Algorithm::FastV2 => Arc::new(fast_v2::FastV2::new(prepared, options.v2_memory_bytes)?),
         Algorithm::Quadrature => Arc::new(quadrature::Quadrature::new(prepared)?),
         Algorithm::Linear => Arc::new(linear::Linear::new(prepared)?),
+        Algorithm::Oblivious => Arc::new(oblivious::Oblivious::new(prepared, options.v2_memory_bytes)?),
         Algorithm::Auto => unreachable!("auto resolved above"),
     })
 }

@@ -22,6 +22,9 @@ pub enum Algorithm {
     /// The quadrature rule in Linear TreeSHAP's bottom-up form, eight rows per SIMD pass:
     /// exact, O(⌈d/2⌉) per node and row instead of per leaf and path feature, no tables.
     Linear,
+    /// A table of each oblivious tree's values by leaf index (CatBoost's symmetric trees):
+    /// `d` tests and one table row per tree and row; other trees by `treeshap`.
+    Oblivious,
 }
 
 impl Algorithm {
@@ -34,11 +37,12 @@ impl Algorithm {
             Algorithm::FastV2 => "fast-v2",
             Algorithm::Quadrature => "quadrature",
             Algorithm::Linear => "linear",
+            Algorithm::Oblivious => "oblivious",
         }
     }
 
     /// All names, for help texts.
-    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2", "quadrature", "linear"];
+    pub const NAMES: &'static [&'static str] = &["auto", "treeshap", "fast-v1", "fast-v2", "quadrature", "linear", "oblivious"];
 }
 
 impl fmt::Display for Algorithm {
@@ -57,6 +61,7 @@ impl FromStr for Algorithm {
             "fast-v2" | "fast_v2" => Algorithm::FastV2,
             "quadrature" => Algorithm::Quadrature,
             "linear" => Algorithm::Linear,
+            "oblivious" => Algorithm::Oblivious,
             other => return Err(Error::InvalidArgument(format!("unknown algorithm {other:?}; expected one of {}", Algorithm::NAMES.join(", ")))),
         })
     }

@@ -163,7 +163,7 @@ impl Walk<'_> {
 }
 
 /// One tree's plain SHAP values for one row, added to `phi`.
-fn shap_tree(p: &PreparedModel, t: usize, x: &[f64], phi: &mut [f64], scratch: &mut [PathElem]) {
+pub(crate) fn shap_tree(p: &PreparedModel, t: usize, x: &[f64], phi: &mut [f64], scratch: &mut [PathElem]) {
     let (tree, prep) = (&p.model.trees()[t], &p.trees[t]);
     Walk { tree, prep, x, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
 }
