@@ -275,13 +275,18 @@ def test_log_loss_is_shaps_and_adds_up_to_each_rows_loss(xgb_binary, lgb_binary,
             lx, lz = np.logaddexp(0, mx) - y[r] * mx, np.logaddexp(0, mz) - y[r] * mz
             want += pair * (1.0 if mx == mz else (lx - lz) / (mx - mz)) / 30
         np.testing.assert_allclose(values[r], want, rtol=1e-9, atol=1e-12)
-    # A forest of squared-error regression trees, which shap 0.51 refuses (its criterion is
-    # named squared_error); a forest of probability trees has no log loss of a margin.
+    # A forest of squared-error regression trees (its criterion named squared_error) and a
+    # CatBoost regressor (RMSE), which shap 0.51 refuses; a forest of probability trees has no
+    # log loss of a margin.
+    import catboost
+
     forest = RandomForestRegressor(n_estimators=5, max_depth=4, random_state=0).fit(Xn, target)
-    ours = shapfusion.TreeExplainer(forest, data=Xn[300:340], model_output="log_loss")
-    values = ours.shap_values(Xn[:20], target[:20])
-    bias = np.array([ours.expected_value(t) for t in target[:20]])
-    np.testing.assert_allclose(values.sum(axis=1) + bias, (forest.predict(Xn[:20]) - target[:20]) ** 2, rtol=1e-9)
+    boosted = catboost.CatBoostRegressor(iterations=10, depth=4, verbose=0, allow_writing_files=False).fit(Xn, target)
+    for regressor in (forest, boosted):
+        ours = shapfusion.TreeExplainer(regressor, data=Xn[300:340], model_output="log_loss")
+        values = ours.shap_values(Xn[:20], target[:20])
+        bias = np.array([ours.expected_value(t) for t in target[:20]])
+        np.testing.assert_allclose(values.sum(axis=1) + bias, (regressor.predict(Xn[:20]) - target[:20]) ** 2, rtol=1e-9)
     from sklearn.ensemble import RandomForestClassifier
 
     classifier = RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0).fit(Xn, y)
