@@ -202,7 +202,7 @@ impl SplitReader<'_> {
             other => {
                 let names: Vec<&str> = self.cat_features.iter().filter_map(|f| f.get("feature_id").and_then(Value::as_str)).collect();
                 Err(format!(
-                    "split of type {other:?} (CatBoost's CTR statistics of categorical features {names:?}) cannot be explained from the file: float features and one-hot categorical features are read; train with one_hot_max_size above the features' category counts"
+                    "split of type {other:?} (CatBoost's CTR statistics of categorical features {names:?}): not built yet (float features and one-hot categorical features are read; CatBoost itself predicts with CTRs); to explain the model now, train with one_hot_max_size above the features' category counts"
                 ))
             }
         }
