@@ -110,8 +110,8 @@ class TreeExplainer:
             raise ValueError('Only model_output="raw" is supported for feature_perturbation="tree_path_dependent"')
         self.model_output = model_output
         self.feature_perturbation = feature_perturbation
-        # shap's Explainer attributes: the link (identity: the values are of the output
-        # model_output names), whether it is linearized, the outputs' names (none given).
+        # shap's Explainer attributes: the link (the identity: the values are in the units of
+        # the output model_output names), whether it is linearized, the outputs' names (none).
         self.link = _identity_link()
         self.linearize_link = True if linearize_link is None else bool(linearize_link)
         self.output_names = None

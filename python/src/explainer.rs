@@ -99,9 +99,9 @@ impl NativeExplainer {
     /// builds the engine. `background`, when given, is rows for interventional SHAP, as a
     /// float64 matrix (with `background_names`) or an Arrow object; `transform` ("identity",
     /// "logistic", or a loss: "logistic_nlogloss", "squared_loss") is what those values
-    /// attribute. `cover_rows` (with `cover_names`), in the same
-    /// forms, are rows to count the covers of path-dependent values from. `tree_limit` keeps the
-    /// model's first trees only (in the file's order).
+    /// attribute. `cover_rows` (with `cover_names`), in the same forms, are rows to count the
+    /// covers of path-dependent values from. `tree_limit` keeps the model's first trees only (in
+    /// the file's order).
     #[new]
     #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None, cover_rows=None, cover_names=None))]
     #[allow(clippy::too_many_arguments)]
