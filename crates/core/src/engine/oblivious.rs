@@ -147,22 +147,21 @@ impl ObliviousShape {
         let d = self.depth();
         let features = self.features(tree);
         let k = features.len();
-        // Per distinct feature: the index bits of its levels (level h is bit d-1-h).
+        // Per level, its feature's place in `features`; per distinct feature, the index bits of
+        // its levels (level h is bit d-1-h).
+        let slots: Vec<usize> =
+            self.levels[..d].iter().map(|level| features.iter().position(|&g| g == tree.nodes[level[0] as usize].feature).unwrap_or(0)).collect();
         let mut masks = vec![0usize; k];
-        for (h, level) in self.levels[..d].iter().enumerate() {
-            let f = tree.nodes[level[0] as usize].feature;
-            let j = features.iter().position(|&g| g == f).unwrap_or(0);
+        for (h, &j) in slots.iter().enumerate() {
             masks[j] |= 1 << (d - 1 - h);
         }
         let leaves = &self.levels[d];
         // Per leaf: each feature's share of the training cover that follows the leaf's path.
         let mut zeros = vec![1.0; leaves.len() * k];
         for l in 0..leaves.len() {
-            for (h, level) in self.levels[..d].iter().enumerate() {
+            for (h, (level, &j)) in self.levels[..d].iter().zip(&slots).enumerate() {
                 let node = level[l >> (d - h)] as usize;
                 let right = (l >> (d - 1 - h)) & 1;
-                let f = tree.nodes[node].feature;
-                let j = features.iter().position(|&g| g == f).unwrap_or(0);
                 zeros[l * k + j] *= prep.ratios[node][right];
             }
         }
