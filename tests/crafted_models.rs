@@ -251,7 +251,9 @@ fn new_formats_refuse_malformed_files_by_name() {
 
     let cb = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join("cb_binary_missing/model.json")).unwrap();
     let e = load(&cb.replacen("\"FloatFeature\"", "\"OnlineCtr\"", 1));
-    assert!(e.contains("OnlineCtr") && e.contains("CTR"), "{e}");
+    assert!(e.contains("CTR split at border") && e.contains("features_info.ctrs"), "{e}");
+    let e = load(&cb.replacen("\"FloatFeature\"", "\"Estimator\"", 1));
+    assert!(e.contains("\"Estimator\"") && e.contains("OnlineCtr are read"), "{e}");
     let e = load(&cb.replacen("\"leaf_weights\"", "\"leaf_weightz\"", 1));
     assert!(e.contains("leaf_weights"), "{e}");
     // Non-symmetric trees (Lossguide): a leaf without its weight, a split with one child, a CTR
@@ -263,7 +265,36 @@ fn new_formats_refuse_malformed_files_by_name() {
     let e = load(&lossguide.replacen("\"right\"", "\"rite\"", 1));
     assert!(e.contains("tree 0") && e.contains("both left and right"), "{e}");
     let e = load(&lossguide.replacen("\"FloatFeature\"", "\"OnlineCtr\"", 1));
-    assert!(e.contains("OnlineCtr") && e.contains("CTR"), "{e}");
+    assert!(e.contains("tree 0") && e.contains("CTR split at border"), "{e}");
+    // CTR splits: a file without its CTR tables, a CTR type not built yet, a CTR of a feature
+    // combination (max_ctr_complexity above 1) and a table of the wrong shape are refused by
+    // name; a model whose tables are whole loads.
+    let ctr: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cb_ctr_regression/model.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(Model::from_bytes(&serde_json::to_vec(&ctr).unwrap(), "ctr.json").is_ok());
+    let edited = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut model = ctr.clone();
+        edit(&mut model);
+        load(&model.to_string())
+    };
+    let e = edited(&|m| drop(m.as_object_mut().unwrap().remove("ctr_data")));
+    assert!(e.contains("ctr_data has no table") && e.contains("Skip"), "{e}");
+    let e = edited(&|m| m["features_info"]["ctrs"][0]["ctr_type"] = "FloatTargetMeanValue".into());
+    assert!(e.contains("FloatTargetMeanValue") && e.contains("not built yet"), "{e}");
+    let e = edited(&|m| {
+        for c in m["features_info"]["ctrs"].as_array_mut().unwrap() {
+            c["elements"].as_array_mut().unwrap().push(serde_json::json!({"cat_feature_index": 0, "combination_element": "cat_feature_value"}));
+        }
+    });
+    assert!(e.contains("combination") && e.contains("\"colour\"") && e.contains("max_ctr_complexity=1") && e.contains("not built yet"), "{e}");
+    let e = edited(&|m| {
+        for table in m["ctr_data"].as_object_mut().unwrap().values_mut() {
+            table["hash_map"].as_array_mut().unwrap().pop();
+        }
+    });
+    assert!(e.contains("ctr_data table") && e.contains("multiple of hash_stride"), "{e}");
     let leaf = r#"{"value":0.5,"weight":1}"#;
     let split = r#"{"border":0.5,"float_feature_index":0,"split_index":0,"split_type":"FloatFeature"}"#;
     let mut deep = leaf.to_string();

@@ -82,7 +82,9 @@ def category_hashes(columns: dict) -> dict:
     import re
     import tempfile
 
-    frame = pd.DataFrame({c: [str(v) for v in vals] for c, vals in columns.items()})
+    # Columns of different lengths are repeated up to the longest (a frame's columns are equal).
+    longest = max(len(vals) for vals in columns.values())
+    frame = pd.DataFrame({c: [str(vals[i % len(vals)]) for i in range(longest)] for c, vals in columns.items()})
     frame["_x"] = np.arange(len(frame), dtype=np.float64)
     pool = catboost.Pool(frame, label=np.arange(len(frame)) % 2, cat_features=list(columns))
     m = catboost.CatBoostRegressor(iterations=1, depth=1, one_hot_max_size=255, verbose=0, allow_writing_files=False).fit(pool)
@@ -94,14 +96,64 @@ def category_hashes(columns: dict) -> dict:
     return {k: int(v) & 0xFFFFFFFF for k, v in re.findall(r'"((?:[^"\\]|\\.)*)": (-?\d+)', table)}
 
 
+# CatBoost's multiplier in its hash of a feature combination (its Python export's calc_hash).
+CTR_HASH_MULTIPLIER = 0x4906BA494954CB65
+
+
+def ctr_splits(model_json: dict):
+    """CatBoost's CTR splits of one categorical feature, from the JSON as CatBoost's own Python
+    export computes them: returns ``(by_split_index, value)``, where ``by_split_index`` maps a
+    split's ``split_index`` to its CTR (a ``features_info.ctrs`` entry) and border, and
+    ``value(ctr, category_hash)`` is the CTR of a category (hash None: missing), in float32.
+    CatBoost numbers binary features float borders first, then one-hot values, then CTR borders."""
+    info = model_json["features_info"]
+    index = sum(len(f.get("borders", [])) for f in info.get("float_features", [])) + sum(len(f.get("values", [])) for f in info.get("categorical_features", []))
+    by_split_index = {}
+    for ctr in info.get("ctrs", []):
+        for border in ctr["borders"]:
+            by_split_index[index] = (ctr, border)
+            index += 1
+    tables = {}
+    for identifier, t in model_json.get("ctr_data", {}).items():
+        stride, flat = t["hash_stride"], t["hash_map"]
+        tables[identifier] = ({int(flat[k]): flat[k + 1:k + stride] for k in range(0, len(flat), stride)}, t["counter_denominator"])
+    mask = (1 << 64) - 1
+
+    def value(ctr: dict, category_hash):
+        table, denominator = tables[ctr["identifier"]]
+        counts = None
+        if category_hash is not None:
+            signed = category_hash - (1 << 32) if category_hash >= 1 << 31 else category_hash
+            counts = table.get(CTR_HASH_MULTIPLIER * ((CTR_HASH_MULTIPLIER * signed) & mask) & mask)
+        kind, target = ctr["ctr_type"], ctr["target_border_idx"]
+        if counts is None:
+            good, total = 0, 0
+        elif kind in ("Counter", "FeatureFreq"):
+            good, total = counts[0], denominator
+        elif kind == "Buckets":
+            good, total = counts[target], sum(counts)
+        elif len(counts) == 2:
+            good, total = counts[1], sum(counts)
+        else:
+            good, total = sum(counts[target + 1:]), sum(counts)
+        f32 = np.float32
+        share = (f32(good) + f32(ctr["prior_numerator"])) / (f32(total) + f32(ctr["prior_denomerator"]))
+        return (share + f32(ctr["shift"])) * f32(ctr["scale"])
+
+    return by_split_index, value
+
+
 def non_symmetric_trees(model_json: dict, hashes: dict) -> tuple[list, np.ndarray, int]:
     """The trees of a non-symmetric CatBoost JSON for ``brute_force_path_dependent``, with
     CatBoost's split rules: float features compare in float32, left iff ``x <= border``, NaN by
     the feature's ``nan_value_treatment`` (AsTrue: right); a one-hot split sends the value whose
-    hash is the split's right, anything else left. Returns (trees, base margin, features)."""
+    hash is the split's right, anything else left; a CTR split of one categorical feature sends a
+    category right when its CTR is above the border (``ctr_splits``). Returns (trees, base
+    margin, features)."""
     info = model_json["features_info"]
     floats = {f["feature_index"]: (f["flat_feature_index"], f.get("nan_value_treatment") == "AsTrue") for f in info.get("float_features", [])}
     cats = {f["feature_index"]: f["flat_feature_index"] for f in info.get("categorical_features", [])}
+    ctr_by_split_index, ctr_value = ctr_splits(model_json)
     features = max([flat for flat, _ in floats.values()] + list(cats.values())) + 1
     scale, bias = model_json["scale_and_bias"]
     bias = np.atleast_1d(np.asarray(bias, dtype=np.float64))
@@ -122,6 +174,12 @@ def non_symmetric_trees(model_json: dict, hashes: dict) -> tuple[list, np.ndarra
                     border = split["border"]
                     tests[i] = (lambda x, flat=flat, border=border, nan_right=nan_right:
                                 (not nan_right) if math.isnan(x[flat]) else float(np.float32(x[flat])) <= border)
+                elif split["split_type"] == "OnlineCtr":
+                    ctr, border = ctr_by_split_index[split["split_index"]]
+                    assert border == split["border"] and len(ctr["elements"]) == 1, split
+                    flat = cats[ctr["elements"][0]["cat_feature_index"]]
+                    tests[i] = (lambda x, flat=flat, ctr=ctr, border=np.float32(border):
+                                not ctr_value(ctr, None if x[flat] is None else hashes[str(x[flat])]) > border)
                 else:
                     flat = cats[split["cat_feature_index"]]
                     want = split["value"] & 0xFFFFFFFF
@@ -181,11 +239,34 @@ def write_non_symmetric(out, name: str, model, X, cat_features=None) -> None:
           f"their sum off RawFormulaVal by {library_additivity:.3g}")
 
 
-NON_SYMMETRIC = ["cb_depthwise_missing", "cb_lossguide_binary", "cb_depthwise_multiclass", "cb_lossguide_categories", "cb_depthwise_multirmse"]
+NON_SYMMETRIC = ["cb_depthwise_missing", "cb_lossguide_binary", "cb_depthwise_multiclass", "cb_lossguide_categories", "cb_depthwise_multirmse", "cb_lossguide_ctr"]
+CTR = ["cb_ctr_regression", "cb_ctr_multiclass"]
+
+
+def ctr_frame(n: int, seed: int):
+    """Float features, a few-category column (one-hot) and two many-category columns (CTRs: a
+    string one and an integer one, which CatBoost hashes as its digits), and a target that
+    depends on each."""
+    r = np.random.default_rng(SEED + seed)
+    X, y = data(n, 4, seed)
+    city_effect = r.normal(size=40)
+    df = pd.DataFrame({"f0": X[:, 0], "f1": X[:, 1], "colour": r.choice(["red", "green", "blue"], size=n),
+                       "city": [f"city{k}" for k in r.integers(0, 40, size=n)], "store": r.integers(100, 125, size=n)})
+    y = y + (df["colour"] == "green") * 1.0 + city_effect[df["city"].str[4:].astype(int)] + (df["store"] % 3 == 0) * 0.7
+    return df, y
+
+
+def ctr_rows(df):
+    """Rows to explain, with categories training never saw (a CTR of zero counts)."""
+    test = df.iloc[:ROWS].copy()
+    test.loc[test.index[0], "city"] = "atlantis"
+    test.loc[test.index[1], "store"] = 999
+    test.loc[test.index[2], "colour"] = "purple"
+    return test
 
 
 def main() -> None:
-    out = output_dir(["cb_binary_missing", "cb_multiclass", "cb_regression_deep", "cb_one_hot_categories"] + NON_SYMMETRIC)
+    out = output_dir(["cb_binary_missing", "cb_multiclass", "cb_regression_deep", "cb_one_hot_categories"] + NON_SYMMETRIC + CTR)
 
     X, y = data(800, 6, 1, nan=0.06)
     m = catboost.CatBoostClassifier(iterations=20, depth=5, random_seed=0, verbose=0, allow_writing_files=False, nan_mode="Max").fit(X, y > 0.2)
@@ -243,6 +324,24 @@ def main() -> None:
     targets = np.c_[y, np.nan_to_num(X[:, 0]) * np.nan_to_num(X[:, 1])]
     m = catboost.CatBoostRegressor(iterations=8, depth=3, grow_policy="Depthwise", loss_function="MultiRMSE", **quiet).fit(X, targets)
     write_non_symmetric(out, "cb_depthwise_multirmse", m, X[:ROWS])
+
+    # CTR splits (categorical features with more categories than one_hot_max_size; CatBoost's
+    # default max_ctr_complexity=1 makes each a CTR of one feature): CatBoost's default CTRs
+    # (Borders and Counter) on a regressor with a one-hot feature beside them, and every CTR type
+    # on a multiclass model. CatBoost's own values are exact on oblivious trees.
+    cat = ["colour", "city", "store"]
+    df, y = ctr_frame(3000, 10)
+    m = catboost.CatBoostRegressor(iterations=25, depth=5, one_hot_max_size=4, max_ctr_complexity=1, **quiet).fit(df, y, cat_features=cat)
+    write(out, "cb_ctr_regression", m, ctr_rows(df), cat_features=cat)
+
+    df, y = ctr_frame(3000, 11)
+    m = catboost.CatBoostClassifier(iterations=10, depth=4, loss_function="MultiClass", one_hot_max_size=4, max_ctr_complexity=1,
+                                    simple_ctr=["Borders", "Buckets", "Counter"], **quiet).fit(df, np.digitize(y, [-1.0, 1.0]), cat_features=cat)
+    write(out, "cb_ctr_multiclass", m, ctr_rows(df), cat_features=cat)
+
+    df, y = ctr_frame(2000, 12)
+    m = catboost.CatBoostRegressor(iterations=10, grow_policy="Lossguide", max_leaves=10, one_hot_max_size=4, max_ctr_complexity=1, **quiet).fit(df, y, cat_features=cat)
+    write_non_symmetric(out, "cb_lossguide_ctr", m, ctr_rows(df), cat_features=cat)
 
 
 if __name__ == "__main__":

@@ -159,11 +159,38 @@ def test_catboost_one_hot_categories_by_value_and_ctr_refused_by_name():
     ours = shapfusion.Explainer(m).shap_values(test)
     theirs = np.asarray(m.get_feature_importance(catboost.Pool(test, cat_features=["colour", "grade"]), type="ShapValues"))
     assert relative_error(ours, theirs) < 1e-6
-    # Categories CatBoost turns into CTR statistics are refused, naming the feature.
-    many = pd.DataFrame({"a": np.arange(300.0), "city": [f"c{i % 30}" for i in range(300)]})
-    m = catboost.CatBoostRegressor(one_hot_max_size=2, **kwargs).fit(many, np.arange(300.0) % 7, cat_features=["city"])
-    with pytest.raises(ValueError, match="city"):
-        shapfusion.Explainer(m)
+    # Categories CatBoost turns into CTR statistics (more than one_hot_max_size of them) are
+    # explained as CatBoost explains them, an unseen one included.
+    many = pd.DataFrame({"a": r.normal(size=600), "city": [f"c{k}" for k in r.integers(0, 30, size=600)]})
+    y = many["a"] + many["city"].str[1:].astype(int) % 5 * 0.4
+    m = catboost.CatBoostRegressor(one_hot_max_size=2, **kwargs).fit(many, y, cat_features=["city"])
+    test = many.iloc[:25].copy()
+    test.loc[test.index[0], "city"] = "atlantis"
+    ours = shapfusion.Explainer(m).shap_values(test)
+    theirs = np.asarray(m.get_feature_importance(catboost.Pool(test, cat_features=["city"]), type="ShapValues"))
+    assert relative_error(ours, theirs) < 1e-6
+    assert np.abs(ours[:, 1]).max() > 0.1  # the CTR splits carry the city's effect
+    # CTRs of feature combinations (max_ctr_complexity above 1) are refused, naming the features.
+    many["shop"] = [f"s{k}" for k in r.integers(0, 20, size=600)]
+    y = y + (many["city"].str[1:].astype(int) + many["shop"].str[1:].astype(int)) % 4 * 0.5
+    combined = catboost.CatBoostRegressor(one_hot_max_size=2, max_ctr_complexity=2, **{**kwargs, "iterations": 30, "depth": 4})
+    combined.fit(many, y, cat_features=["city", "shop"])
+    assert any(len(c["elements"]) > 1 for c in json.loads(_catboost_json(combined))["features_info"]["ctrs"])
+    with pytest.raises(ValueError, match="combination") as refused:
+        shapfusion.Explainer(combined)
+    message = str(refused.value)
+    assert "max_ctr_complexity=1" in message and "not built yet" in message and ('"city"' in message or '"shop"' in message), message
+
+
+def _catboost_json(model) -> str:
+    """A CatBoost model's JSON, as ``save_model(format="json")`` writes it."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.json"
+        model.save_model(str(path), format="json")
+        return path.read_text()
 
 
 @pytest.mark.parametrize("name", ["spark_random_forest", "spark_gbt_classifier", "spark_tree_categorical"])

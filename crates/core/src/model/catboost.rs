@@ -25,19 +25,22 @@
 //! One-hot categorical splits compare CatBoost's hash of the category value
 //! ([`super::cityhash`]): the feature keeps the hashes its splits test
 //! ([`Categories::CatboostHashes`]), input values are hashed the same way, and a value equal to
-//! the split's goes the "greater" way. CTR features, statistics of the training data that the
-//! file does not carry in a form read here, are refused with the categorical features' names.
+//! the split's goes the "greater" way. A CTR split of one categorical feature becomes a
+//! categorical split on that feature (the categories whose CTR is above the border go right:
+//! [`super::catboost_ctr`]); CTRs of feature combinations are refused, naming the features.
 
 use serde_json::Value;
 
+use super::catboost_ctr::Ctrs;
 use super::{
     check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
     MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
-/// The top-level keys CatBoost writes first (format detection).
-pub(super) const TOP_LEVEL_KEYS: [&str; 4] = ["features_info", "model_info", "oblivious_trees", "scale_and_bias"];
+/// The top-level keys CatBoost writes first (format detection; it writes them in name order,
+/// `ctr_data` first in a model with CTR splits).
+pub(super) const TOP_LEVEL_KEYS: [&str; 5] = ["ctr_data", "features_info", "model_info", "oblivious_trees", "scale_and_bias"];
 
 /// Deepest oblivious tree read (CatBoost allows 16).
 const MAX_DEPTH: usize = 20;
@@ -80,6 +83,9 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     }
     let mut hashes: Vec<Option<Vec<u32>>> = vec![None; nf];
     let mut cat_columns = Vec::with_capacity(cat_features.len());
+    // CatBoost numbers its binary features float borders first, then one-hot values, then CTR
+    // borders: the first CTR border's split_index.
+    let mut first_ctr_split_index: usize = float_features.iter().map(|f| f.get("borders").and_then(Value::as_array).map_or(0, Vec::len)).sum();
     for f in cat_features {
         let flat = flat_index(f, "categorical")?;
         if let Some(id) = f.get("feature_id").and_then(Value::as_str).filter(|s| !s.is_empty()) {
@@ -91,16 +97,45 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
         let values = f.get("values").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let list = values
             .iter()
-            .map(|v| v.as_i64().filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h)).map(|h| h as u32))
+            .map(category_hash)
             .collect::<Option<Vec<u32>>>()
             .ok_or_else(|| err(format!("categorical feature {flat} has values that are not 32-bit hashes")))?;
+        first_ctr_split_index += list.len();
         hashes[flat] = Some(list);
         cat_columns.push((index, flat));
     }
     let float_column = |index: u64| float_columns.iter().find(|(i, _, _)| *i as u64 == index).map(|&(_, flat, nan_left)| (flat, nan_left));
+    let cat_column = |c: u64| cat_columns.iter().find(|(i, _)| *i == c).map(|&(_, flat)| flat);
+    let cat_name = |c: u64| cat_column(c).map_or_else(|| format!("categorical feature {c}"), |flat| format!("{:?}", feature_names[flat]));
+    let float_name = |f: u64| float_column(f).map_or_else(|| format!("float feature {f}"), |(flat, _)| format!("{:?}", feature_names[flat]));
+    let mut ctrs = Ctrs::read(info, root.get("ctr_data"), &cat_name, &float_name, first_ctr_split_index).map_err(&err)?;
+    if let Some(identifier) = ctrs.merged_table() {
+        // Read as CatBoost reads the file (one table for them all), which is what it predicts with.
+        tracing::warn!(
+            "{name}: CTR {identifier} is listed several times with one table: CatBoost's JSON of a multi-target (MultiRMSE) model keeps one table for each target's CTRs, so CatBoost's own predictions from this file differ from the trained model's; shapfusion explains the file as CatBoost predicts with it"
+        );
+    }
+    // Every category a split tests has its code before any CTR split's set is made (a CTR split
+    // sends the categories its table does not hold one way): one-hot values first, then the
+    // categories of the CTR tables.
+    for split in splits_of(&root) {
+        if split.get("split_type").and_then(Value::as_str) == Some("OneHotFeature") {
+            let (Some(flat), Some(hash)) =
+                (split.get("cat_feature_index").and_then(Value::as_u64).and_then(cat_column), split.get("value").and_then(category_hash))
+            else {
+                continue; // reported where the split is read
+            };
+            code_of(hashes[flat].get_or_insert_with(Vec::new), hash);
+        }
+    }
+    for &(index, flat) in &cat_columns {
+        let list = hashes[flat].get_or_insert_with(Vec::new);
+        let known: std::collections::HashSet<u32> = list.iter().copied().collect();
+        list.extend(ctrs.category_hashes(index).into_iter().filter(|h| !known.contains(h)));
+    }
 
     let (scale, bias) = scale_and_bias(root.get("scale_and_bias"), &err)?;
-    let splits = SplitReader { float_column: &float_column, cat_columns: &cat_columns, hashes: &mut hashes, cat_features };
+    let splits = SplitReader { float_column: &float_column, cat_column: &cat_column, hashes: &mut hashes, ctrs: &mut ctrs };
     let mut read = TreeReader { file, scale, splits, dims: 0, trees: Vec::new() };
     match (root.get("oblivious_trees").and_then(Value::as_array), root.get("trees").and_then(Value::as_array)) {
         (Some(oblivious), _) => {
@@ -150,9 +185,9 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
 /// category codes).
 struct SplitReader<'a> {
     float_column: &'a dyn Fn(u64) -> Option<(usize, bool)>,
-    cat_columns: &'a [(u64, usize)],
+    cat_column: &'a dyn Fn(u64) -> Option<usize>,
     hashes: &'a mut Vec<Option<Vec<u32>>>,
-    cat_features: &'a [Value],
+    ctrs: &'a mut Ctrs,
 }
 
 impl SplitReader<'_> {
@@ -171,42 +206,65 @@ impl SplitReader<'_> {
                     feature: flat as u32,
                     rule: SplitRule::LgbLessEqual { threshold: border, missing: MissingType::NaN },
                     default_left: nan_left,
-                    code: None,
+                    codes: None,
                 })
             }
             "OneHotFeature" => {
                 let c = split.get("cat_feature_index").and_then(Value::as_u64).ok_or("split has no cat_feature_index")?;
-                let flat = self
-                    .cat_columns
-                    .iter()
-                    .find(|(i, _)| *i == c)
-                    .map(|&(_, flat)| flat)
-                    .ok_or_else(|| format!("split on categorical feature {c}, which features_info does not list"))?;
-                let hash = split
-                    .get("value")
-                    .and_then(Value::as_i64)
-                    .filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h))
-                    .ok_or("one-hot split has no 32-bit hash value")? as u32;
-                let list = self.hashes[flat].get_or_insert_with(Vec::new);
-                let code = match list.iter().position(|&h| h == hash) {
-                    Some(k) => k,
-                    None => {
-                        list.push(hash);
-                        list.len() - 1
-                    }
-                };
+                let flat = (self.cat_column)(c).ok_or_else(|| format!("split on categorical feature {c}, which features_info does not list"))?;
+                let hash = split.get("value").and_then(category_hash).ok_or("one-hot split has no 32-bit hash value")?;
+                let code = code_of(self.hashes[flat].get_or_insert_with(Vec::new), hash);
                 // The value equal to the split's goes the "greater" way (right); any other
                 // value, an unseen one or a missing one goes left.
-                Ok(Level { feature: flat as u32, rule: SplitRule::XgbCategories, default_left: true, code: Some(code as u32) })
+                Ok(Level { feature: flat as u32, rule: SplitRule::XgbCategories, default_left: true, codes: Some(vec![code]) })
             }
-            other => {
-                let names: Vec<&str> = self.cat_features.iter().filter_map(|f| f.get("feature_id").and_then(Value::as_str)).collect();
-                Err(format!(
-                    "split of type {other:?} (CatBoost's CTR statistics of categorical features {names:?}): not built yet (float features and one-hot categorical features are read; CatBoost itself predicts with CTRs); to explain the model now, train with one_hot_max_size above the features' category counts"
-                ))
+            "OnlineCtr" => {
+                let hashes = &*self.hashes;
+                let cat_column = self.cat_column;
+                let feature_hashes = |c: u64| cat_column(c).and_then(|flat| hashes[flat].as_deref());
+                let (c, right, unseen_right) = self.ctrs.split(split, &feature_hashes)?;
+                let flat = (self.cat_column)(c).ok_or_else(|| format!("CTR split on categorical feature {c}, which features_info does not list"))?;
+                // The categories whose CTR is above the border go right; one the table does not
+                // hold (unseen in training, or missing) goes where the CTR of no rows does.
+                Ok(Level { feature: flat as u32, rule: SplitRule::XgbCategories, default_left: !unseen_right, codes: Some(right) })
             }
+            other => Err(format!("split of type {other:?}, which CatBoost 1.x does not write (FloatFeature, OneHotFeature and OnlineCtr are read)")),
         }
     }
+}
+
+/// A category hash as the file holds it (a signed or unsigned 32-bit number).
+fn category_hash(v: &Value) -> Option<u32> {
+    v.as_i64().filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h)).map(|h| h as u32)
+}
+
+/// The code of `hash` in a feature's list of hashes, added at the end if new.
+fn code_of(list: &mut Vec<u32>, hash: u32) -> u32 {
+    match list.iter().position(|&h| h == hash) {
+        Some(k) => k as u32,
+        None => {
+            list.push(hash);
+            (list.len() - 1) as u32
+        }
+    }
+}
+
+/// Every split object of the file's trees: the `splits` of `oblivious_trees`, and the `split`
+/// of every node of `trees` (walked with an explicit stack).
+fn splits_of(root: &Value) -> Vec<&Value> {
+    let mut splits = Vec::new();
+    for tree in root.get("oblivious_trees").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+        splits.extend(tree.get("splits").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default());
+    }
+    let mut stack: Vec<&Value> = root.get("trees").and_then(Value::as_array).map(|t| t.iter().collect()).unwrap_or_default();
+    while let Some(node) = stack.pop() {
+        if let Some(split) = node.get("split") {
+            splits.push(split);
+            stack.extend(node.get("left"));
+            stack.extend(node.get("right"));
+        }
+    }
+    splits
 }
 
 /// Reads the trees of one file into `trees` (a tree per output dimension each), checking that
@@ -282,8 +340,8 @@ impl TreeReader<'_> {
                 let node = &mut nodes[i];
                 (node.left, node.right, node.feature, node.rule, node.default_left) =
                     (l as u32, r as u32, level.feature, level.rule, level.default_left);
-                if let Some(code) = level.code {
-                    node.categories = push_category_set(&mut category_words, &[code]).map_err(|e| bad(i, e))?;
+                if let Some(codes) = &level.codes {
+                    node.categories = push_category_set(&mut category_words, codes).map_err(|e| bad(i, e))?;
                 }
                 stack.push((right, r));
                 stack.push((left, l));
@@ -364,8 +422,8 @@ struct Level {
     feature: u32,
     rule: SplitRule,
     default_left: bool,
-    /// The category code a one-hot split sends right.
-    code: Option<u32>,
+    /// The category codes a one-hot or CTR split sends right.
+    codes: Option<Vec<u32>>,
 }
 
 /// The full binary tree of one oblivious tree for output `g`, nodes in breadth-first order:
@@ -377,9 +435,9 @@ fn oblivious_tree(splits: &[Level], values: &[f64], weights: &[f64], dim: usize,
     let mut nodes = Vec::with_capacity(2 * leaves - 1);
     let mut category_words = Vec::new();
     for (d, level) in splits.iter().rev().enumerate() {
-        // A one-hot level's set (its one code), shared by the level's nodes.
-        let categories = match level.code {
-            Some(code) => push_category_set(&mut category_words, &[code])?,
+        // A categorical level's set, shared by the level's nodes.
+        let categories = match &level.codes {
+            Some(codes) => push_category_set(&mut category_words, codes)?,
             None => (0, 0),
         };
         let first = (1usize << d) - 1;

@@ -8,6 +8,7 @@
 //! the model.
 
 mod catboost;
+mod catboost_ctr;
 pub mod cityhash;
 mod lightgbm;
 mod neutral;
