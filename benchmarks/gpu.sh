@@ -13,7 +13,9 @@
 # binary `cargo test` builds (the dev profile, the engines at opt-level 2). NVRTC and the CUDA
 # driver are loaded at run time. The build checks that the carry with the working tree stays
 # under what a lent GPU host takes (64 MiB). Results go to stdout and, when $OUT is set, to
-# $OUT/gpu_bench.txt. Record them in benchmarks/RESULTS.md (GPU section).
+# $OUT/gpu_bench.txt (the log), $OUT/gpu_bench.json (gpu_bench's results: kernels, CPU engine,
+# end to end) and $OUT/gpu_memory.csv (the GPU's memory in use, sampled every 200 ms, and its
+# peak on the last line). Record them in benchmarks/RESULTS.md (GPU section).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 carry=target/gpu-carry
@@ -60,7 +62,12 @@ fi
 for lib in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d "$lib" ]] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
 done
-log="${OUT:-$(mktemp -d)}/gpu_bench.txt"
+out="${OUT:-$(mktemp -d)}"
+log="$out/gpu_bench.txt"
+# The GPU memory in use while the run goes (its peak is the engine's, the host's other use aside).
+nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$out/gpu_memory.csv" 2>/dev/null &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true; echo "peak MiB: $(sort -n "$out/gpu_memory.csv" | tail -1)" | tee -a "$out/gpu_memory.csv"' EXIT
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv || true
   nproc

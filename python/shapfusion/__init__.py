@@ -80,6 +80,12 @@ class Explainer:
         ``shap.TreeExplainer(model, data, feature_perturbation="tree_path_dependent")``
         computes. The bias is then their mean margin (a node none of them reaches weighs 1e-6,
         as in shap). Not with ``background``.
+    device
+        Where the engine runs: ``"cpu"`` (the default: the GPU engine has not yet run on a real
+        GPU, see the README), ``"gpu"`` (an NVIDIA GPU, through CUDA loaded at run time: an
+        error naming what is missing where there is none) or ``"auto"`` (the GPU when one is
+        usable and ``algorithm`` is ``"auto"``, else the CPU). Path-dependent values only; the
+        GPU engine computes in float64.
 
     Raises
     ------
@@ -89,7 +95,8 @@ class Explainer:
         The model file is not a valid model, or an option or the background is wrong.
     NotImplementedError
         The model uses something shapfusion does not compute (a LightGBM linear tree, say), or
-        ``device="cuda"`` in a build without the GPU engine.
+        ``device="gpu"`` where no GPU can be used (the message names what is missing: the CUDA
+        driver library, NVRTC or a device) or with ``background``.
     TypeError
         ``model`` is none of the accepted kinds.
 
@@ -116,11 +123,12 @@ class Explainer:
         transform: str = "identity",
         tree_limit: int | None = None,
         cover_rows: Any = None,
+        device: str = "cpu",
     ) -> None:
         # An XGBoost scikit-learn model built with missing=v reads v as missing, as its
         # predict does (a Booster has no such setting: its DMatrix had it).
         self._missing = _xgboost_missing_value(model)
-        self._build(_model_source(model), algorithm, threads, background, transform, tree_limit, cover_rows)
+        self._build(_model_source(model), algorithm, threads, background, transform, tree_limit, cover_rows, device)
 
     @classmethod
     def _from_source(cls, source: dict[str, Any], *, missing: float | None = None, **settings: Any) -> Explainer:
@@ -142,6 +150,7 @@ class Explainer:
         transform: str = "identity",
         tree_limit: int | None = None,
         cover_rows: Any = None,
+        device: str = "cpu",
     ) -> None:
         """The native explainer of the model ``source`` names (``path``, ``data`` (the file's
         bytes) or ``spark_files``, and its ``name``)."""
@@ -154,6 +163,7 @@ class Explainer:
             "transform": transform,
             "tree_limit": tree_limit,
             "cover_rows": cover_rows,
+            "device": device,
         }
         background_rows, background_names = (None, None) if background is None else _rows(self._missing_as_nan(background))
         cover_values, cover_names = (None, None) if cover_rows is None else _rows(self._missing_as_nan(cover_rows))
@@ -167,6 +177,7 @@ class Explainer:
             tree_limit=tree_limit,
             cover_rows=cover_values,
             cover_names=cover_names,
+            device=device,
         )
         self._interventional = background is not None
 

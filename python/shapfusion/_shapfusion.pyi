@@ -29,6 +29,7 @@ class NativeExplainer:
         spark_files: Sequence[tuple[str, bytes]] | None = None,
         cover_rows: Any = None,
         cover_names: Sequence[str] | None = None,
+        device: str = "cpu",
     ) -> None: ...
     def compute(
         self, x: Any, output: str, names: Sequence[str] | None = None, labels: np.ndarray | None = None

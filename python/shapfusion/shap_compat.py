@@ -61,7 +61,8 @@ class TreeExplainer:
     its label ``y``, given to ``shap_values(X, y)``: the log loss of a binary log-odds model,
     the squared error of a squared-error regressor; ``expected_value`` is then a function of
     the label, as in shap); all need ``data``. ``threads`` (not shap's) bounds the compute
-    threads.
+    threads; ``device`` (not shap's: ``"cpu"``, ``"gpu"`` or ``"auto"``, as in
+    :class:`shapfusion.Explainer`) is where path-dependent values are computed.
 
     Columns are matched as shap and the libraries match them: a DataFrame that has every one of
     the model's feature names is matched by name (also with LightGBM's spaces-to-underscores
@@ -79,6 +80,7 @@ class TreeExplainer:
         link: Any = None,
         linearize_link: Any = None,
         threads: int | None = None,
+        device: str = "cpu",
     ) -> None:
         if approximate is not _UNSET:
             warnings.warn(
@@ -117,6 +119,7 @@ class TreeExplainer:
         self.output_names = None
         self._masker = data if type(data).__module__.startswith("shap.") else None
         self._threads = threads
+        self._device = device
         # The model read once (a scikit-learn or CatBoost model is converted once), then its
         # objective and output count, from an explainer with no set-up, decide the transform.
         try:
@@ -398,6 +401,7 @@ class TreeExplainer:
                 transform=self._transform if self._background is not None else "identity",
                 tree_limit=limit,
                 cover_rows=self._cover_rows,
+                device=self._device,
             )
         return self._explainers[limit]
 

@@ -38,10 +38,10 @@ __all__ = ["explain", "model_payload", "register", "to_arrow"]
 #: Outputs and the default name of the column that holds them.
 _OUTPUTS = {"shap": "shap", "interactions": "interactions", "margin": "margin"}
 
-#: Explainers built in this Python worker, by (content key, threads, transform), most recently
+#: Explainers built in this Python worker, by (content key, threads, transform, device), most recently
 #: used last. Spark reuses Python workers across tasks (spark.python.worker.reuse), so a model
 #: is prepared once per worker, not per task; the oldest go when more than `_CACHE_SIZE` are held.
-_CACHE: OrderedDict[tuple[str, int, str], Explainer] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, int, str, str], Explainer] = OrderedDict()
 _CACHE_SIZE = 8
 _CACHE_LOCK = threading.Lock()
 
@@ -78,10 +78,15 @@ def _content_key(payload: tuple[str, Any, str], background: bytes | None) -> str
 
 
 def _explainer(
-    payload: tuple[str, Any, str], key: str, threads: int, background: bytes | None, transform: str = "identity"
+    payload: tuple[str, Any, str],
+    key: str,
+    threads: int,
+    background: bytes | None,
+    transform: str = "identity",
+    device: str = "cpu",
 ) -> Explainer:
     """This worker's explainer for a broadcast model, built at its first task."""
-    cache_key = (key, threads, transform)
+    cache_key = (key, threads, transform, device)
     with _CACHE_LOCK:
         explainer = _CACHE.get(cache_key)
         if explainer is not None:
@@ -95,10 +100,10 @@ def _explainer(
                 rows = pa.ipc.open_stream(background).read_all()
             if kind == "spark":
                 explainer = Explainer._from_source(
-                    {"spark_files": data, "name": name}, threads=threads, background=rows, transform=transform
+                    {"spark_files": data, "name": name}, threads=threads, background=rows, transform=transform, device=device
                 )
             else:
-                explainer = Explainer(data, threads=threads, background=rows, transform=transform)
+                explainer = Explainer(data, threads=threads, background=rows, transform=transform, device=device)
             _CACHE[cache_key] = explainer
             while len(_CACHE) > _CACHE_SIZE:
                 _CACHE.popitem(last=False)
@@ -160,6 +165,7 @@ def explain(
     keep: Sequence[str] | None = None,
     threads: int | None = None,
     name: str | None = None,
+    device: str = "cpu",
 ) -> Any:
     """Attributions of every row of the Spark DataFrame ``df``, as a Spark DataFrame.
 
@@ -186,6 +192,9 @@ def explain(
         Engine threads per task; default ``spark.task.cpus``.
     name
         The result column's name (default: ``output``).
+    device
+        Where each task computes: ``"cpu"``, ``"gpu"`` (the executor's NVIDIA GPU) or
+        ``"auto"``, as in :class:`shapfusion.Explainer`.
 
     Returns
     -------
@@ -232,7 +241,7 @@ def explain(
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         (model_payload_, background_) = broadcast.value
-        explainer = _explainer(model_payload_, key, _task_threads(threads), background_)
+        explainer = _explainer(model_payload_, key, _task_threads(threads), background_, device=device)
         for batch in batches:
             struct = _spark_struct(explainer._compute(batch, output, True))
             kept = [batch.column(batch.schema.get_field_index(k)) for k in keep]
@@ -333,11 +342,11 @@ def _spark_type(arrow_type: Any, nullable_fields: bool = False) -> Any:
     raise TypeError(f"shapfusion.spark: no Spark type for the output type {arrow_type}")
 
 
-def register(spark: Any, name: str, model: Any, output: str = "shap", threads: int | None = None) -> Any:
+def register(spark: Any, name: str, model: Any, output: str = "shap", threads: int | None = None, device: str = "cpu") -> Any:
     """Registers the SQL function ``name(feature1, feature2, ...)`` on ``spark``: the model's
     features in its order, returning the struct ``explain`` writes (SHAP values and bias,
     interactions or the margin). An Arrow UDF on Spark 4.1+, a pandas UDF before. Returns the
-    UDF, which DataFrame code can call too."""
+    UDF, which DataFrame code can call too. ``threads`` and ``device`` as in :func:`explain`."""
     import pyarrow as pa
     import pyspark.sql.functions as spark_functions
 
@@ -355,7 +364,7 @@ def register(spark: Any, name: str, model: Any, output: str = "shap", threads: i
             raise ValueError(
                 f"{name}() takes the model's {len(model_features)} features in order ({', '.join(model_features)}); got {len(columns)} arguments"
             )
-        explainer = _explainer(broadcast.value[0], key, _task_threads(threads), None)
+        explainer = _explainer(broadcast.value[0], key, _task_threads(threads), None, device=device)
         table = pa.table(dict(zip(model_features, columns)))
         return _spark_struct(explainer._compute(table, output, True))
 

@@ -10,15 +10,23 @@
 //!
 //! The Parquet rows are repeated up to N rows. Times are the median of K repeats after one
 //! warm-up (which includes NVRTC compilation and the model's upload); every GPU call ends with a
-//! stream synchronize, so host clocks measure finished work. Prints a markdown table last.
+//! stream synchronize, so host clocks measure finished work. Then, end to end, what
+//! `explain --device gpu` does: the N rows from a Parquet file to a Parquet file of SHAP values
+//! (model load, reading, the engine and writing), once on the GPU and once on the CPU engine.
+//! Prints a markdown table last, and writes the results as JSON to `$OUT/gpu_bench.json` when
+//! `OUT` is set (the device tool brings back what is under `$OUT`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
 use shapfusion_core::engine::{build_engine, Algorithm, Engine, EngineOptions, FeatureBlock};
 use shapfusion_core::gpu::GpuEngine;
 use shapfusion_core::model::Model;
+use shapfusion_core::{ComputeSettings, Device};
+use shapfusion_files::pipeline::{explain_with_model, ExplainOptions};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -53,12 +61,16 @@ fn parse_args() -> Result<Options, Error> {
     Ok(o)
 }
 
-/// The Parquet file's rows, repeated up to `n` rows.
-fn rows(model: &Model, path: &str, n: usize) -> Result<FeatureBlock, Error> {
+/// The Parquet file's rows in one batch.
+fn parquet_rows(path: &str) -> Result<RecordBatch, Error> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?.with_batch_size(1 << 30).build()?;
     let batches: Vec<_> = reader.collect::<Result<_, _>>()?;
-    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
-    let block = model.feature_block(&batch)?;
+    Ok(arrow::compute::concat_batches(&batches[0].schema(), &batches)?)
+}
+
+/// The Parquet file's rows, repeated up to `n` rows.
+fn rows(model: &Model, path: &str, n: usize) -> Result<FeatureBlock, Error> {
+    let block = model.feature_block(&parquet_rows(path)?)?;
     let cols = block.cols();
     let values: Vec<f64> = block.values().iter().copied().cycle().take(n * cols).collect();
     Ok(model.feature_block_from_values(n, values)?)
@@ -75,6 +87,33 @@ fn median_seconds(repeats: usize, mut f: impl FnMut() -> shapfusion_core::Result
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// Writes the Parquet file's rows, repeated up to `n` rows, to `to` (the end-to-end input).
+fn repeated_parquet(path: &str, n: usize, to: &std::path::Path) -> Result<(), Error> {
+    let batch = parquet_rows(path)?;
+    if batch.num_rows() == 0 {
+        return Err(format!("{path} has no rows").into());
+    }
+    let mut writer = ArrowWriter::try_new(std::fs::File::create(to)?, batch.schema(), None)?;
+    let mut written = 0;
+    while written < n {
+        let take = (n - written).min(batch.num_rows());
+        writer.write(&batch.slice(0, take))?;
+        written += take;
+    }
+    writer.close()?;
+    Ok(())
+}
+
+/// Rows/s of `explain` from the Parquet file `input` to a Parquet file beside it, on `device`
+/// (the model already loaded: its load is timed by the CLI, not here).
+fn end_to_end_rate(model: &Arc<Model>, input: &std::path::Path, rows: usize, device: Device) -> Result<f64, Error> {
+    let options = ExplainOptions { settings: ComputeSettings { device, ..ComputeSettings::default() }, ..ExplainOptions::default() };
+    let output = input.with_extension("shap.parquet");
+    let summary = explain_with_model(model.clone(), input, &output, &options)?;
+    std::fs::remove_file(&output)?;
+    Ok(rows as f64 / summary.seconds)
 }
 
 /// Largest |a − b| of a row over the largest |b| of that row.
@@ -107,6 +146,8 @@ fn main() -> Result<(), Error> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("GPU: {} ; CPU engine: auto on {threads} threads", info.name);
     let mut table = Vec::new();
+    let mut end_to_end = Vec::new();
+    let scratch = tempfile::tempdir()?;
     for (name, model_path, rows_path) in &o.models {
         let model = Arc::new(Model::load(model_path)?);
         let setup = Instant::now();
@@ -151,6 +192,16 @@ fn main() -> Result<(), Error> {
             );
             table.push(row);
         }
+
+        // End to end: Parquet in, Parquet out, as `explain --device gpu` runs (and the CPU
+        // engine on the same file).
+        let input = scratch.path().join(format!("{name}.parquet"));
+        repeated_parquet(rows_path, o.rows, &input)?;
+        let gpu_rate = end_to_end_rate(&model, &input, o.rows, Device::Gpu)?;
+        let cpu_rate = end_to_end_rate(&model, &input, o.rows, Device::Cpu)?;
+        println!("{name} end to end (Parquet to Parquet, {} rows): GPU {gpu_rate:.0} rows/s, CPU {cpu_rate:.0} rows/s", o.rows);
+        std::fs::remove_file(&input)?;
+        end_to_end.push((name.clone(), gpu_rate, cpu_rate));
     }
     println!("\n| model | output | GPU auto rows/s | GPU quadrature rows/s | CPU rows/s ({threads} threads) | auto / CPU | quadrature / auto | max error vs CPU (of max|φ|) |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|");
@@ -166,6 +217,28 @@ fn main() -> Result<(), Error> {
             r.quadrature_rate / r.auto_rate,
             r.error
         );
+    }
+    println!("\n| model | end to end GPU rows/s | end to end CPU rows/s | GPU / CPU |");
+    println!("|---|---:|---:|---:|");
+    for (name, gpu, cpu) in &end_to_end {
+        println!("| {name} | {gpu:.0} | {cpu:.0} | {:.1}x |", gpu / cpu);
+    }
+    if let Some(out) = std::env::var_os("OUT") {
+        let results = serde_json::json!({
+            "gpu": info.name,
+            "cpu_threads": threads,
+            "rows": o.rows,
+            "interaction_rows": o.interaction_rows,
+            "cpu_rows": o.cpu_rows,
+            "kernels": table.iter().map(|r| serde_json::json!({
+                "model": r.name, "output": r.what, "gpu_auto_rows_per_s": r.auto_rate,
+                "gpu_quadrature_rows_per_s": r.quadrature_rate, "cpu_rows_per_s": r.cpu_rate, "max_error_of_max_phi": r.error,
+            })).collect::<Vec<_>>(),
+            "end_to_end": end_to_end.iter().map(|(name, gpu, cpu)| serde_json::json!({
+                "model": name, "gpu_rows_per_s": gpu, "cpu_rows_per_s": cpu,
+            })).collect::<Vec<_>>(),
+        });
+        std::fs::write(std::path::Path::new(&out).join("gpu_bench.json"), serde_json::to_vec_pretty(&results)?)?;
     }
     // A NaN error counts as a difference.
     if table.iter().any(|r| r.error.is_nan() || r.error > 1e-5) {
