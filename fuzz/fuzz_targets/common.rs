@@ -26,7 +26,7 @@ pub fn explain(model: Model) {
         return;
     }
     let f = model.num_features();
-    let rows = vec![vec![0.0; f], vec![f64::NAN; f]];
+    let rows = [vec![0.0; f], vec![f64::NAN; f]];
     let Ok(block) = model.feature_block_from_values(rows.len(), rows.concat()) else { return };
     // The prediction of the row as the engines see it (category values already turned into
     // codes, inputs rounded to the model's precision).
