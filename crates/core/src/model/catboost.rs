@@ -130,8 +130,9 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     }
     for &(index, flat) in &cat_columns {
         let list = hashes[flat].get_or_insert_with(Vec::new);
-        let known: std::collections::HashSet<u32> = list.iter().copied().collect();
-        list.extend(ctrs.category_hashes(index).into_iter().filter(|h| !known.contains(h)));
+        // Each hash once: those already listed, then the tables' in their order.
+        let mut known: std::collections::HashSet<u32> = list.iter().copied().collect();
+        list.extend(ctrs.category_hashes(index).into_iter().filter(|h| known.insert(*h)));
     }
 
     let (scale, bias) = scale_and_bias(root.get("scale_and_bias"), &err)?;

@@ -19,7 +19,7 @@
 //! `((good + prior_numerator) / (total + prior_denominator) + shift) * scale`, where `good` and
 //! `total` depend on the CTR's type (`Borders`, `Buckets`, `Counter`/`FeatureFreq`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -150,13 +150,12 @@ impl Ctrs {
     }
 
     /// The category hashes the one-feature CTRs of categorical feature `cat_feature_index` hold
-    /// counts for (each once).
+    /// counts for, table by table (a hash in several tables comes once per table).
     pub(super) fn category_hashes(&self, cat_feature_index: u64) -> Vec<u32> {
-        let mut seen = HashSet::new();
         let mut hashes = Vec::new();
         for ctr in self.features.iter().filter(|c| c.projection == Ok(cat_feature_index)) {
             if let Some(table) = self.tables.get(&ctr.identifier) {
-                let mut keys: Vec<u32> = table.counts.keys().copied().filter(|h| seen.insert(*h)).collect();
+                let mut keys: Vec<u32> = table.counts.keys().copied().collect();
                 // A stable order of codes, whatever the hash map's.
                 keys.sort_unstable();
                 hashes.extend(keys);
