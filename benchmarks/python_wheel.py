@@ -43,8 +43,8 @@ def median_seconds(call, repeats: int) -> float:
     return statistics.median(times)
 
 
-def latency_us(call, calls: int) -> float:
-    """Median wall time of one call, in microseconds."""
+def latency_us(call, calls: int) -> tuple[float, float]:
+    """Median and 99th percentile wall time of one call, in microseconds."""
     time.sleep(1.0)
     call()
     times = []
@@ -52,7 +52,7 @@ def latency_us(call, calls: int) -> float:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return statistics.median(times) * 1e6, float(np.percentile(times, 99)) * 1e6
 
 
 def cli_rows_per_s(bench: Path, model: Path, rows_pq: Path, engine: str, threads: int, repeats: int, out: Path) -> tuple[float, np.ndarray]:
@@ -122,13 +122,15 @@ def main():
         print(json.dumps(row), flush=True)
 
         if spec.library == "xgboost":
-            for size in (1, 10):
+            for size in (1, 4, 10, 100):
                 part = X[:size]
+                calls = 2000 if size <= 10 else 300
                 overhead_out.append({
                     "model": spec.name, "rows": size,
-                    "wheel_us": latency_us(lambda: explainer.shap_values(part), 2000),
-                    "xgb_us": latency_us(lambda: booster.predict(xgb.DMatrix(part, missing=np.nan), pred_contribs=True), 2000),
-                    "shap_us": latency_us(lambda: tree_explainer.shap_values(part, check_additivity=False), 200),
+                    "wheel_us": latency_us(lambda: explainer.shap_values(part), calls),
+                    "xgb_us": latency_us(lambda: booster.predict(xgb.DMatrix(part, missing=np.nan), pred_contribs=True), calls),
+                    "shap_us": latency_us(lambda: tree_explainer.shap_values(part, check_additivity=False), calls // 10),
+                    "block_us_per_row": 1e6 / row["wheel"],
                 })
                 print(json.dumps(overhead_out[-1]), flush=True)
     write_report(rows_out, overhead_out, args)
@@ -161,15 +163,19 @@ def write_report(rows, overheads, args):
         "\nwheel / CLI sets the whole Python call (reading X into the engines' block, filling the NumPy output) against the engine's compute alone (the harness reads its rows before the clock starts). At small-8f's millions of rows/s that conversion is a quarter of the call; on the medium models it is within the run-to-run noise of this shared 2-core machine: four full runs gave wheel / CLI from 0.89 to 1.07 per model (the one at 0.89 saw shap's own single-threaded rows/s drop 27 % at the same time).\n"
     )
     body += (
-        "\nPer-call latency for serving-sized inputs (median of 2,000 calls; 200 for shap; XGBoost's includes "
-        "building the DMatrix, as a server must). On small-8f the compute is negligible, so its row is the "
-        "call's fixed cost (Python wrapper, input check, chunk loop, engine dispatch). On the medium models "
-        "the compute dominates: `linear` evaluates rows in lane groups of 8, so 1 row costs about what 8 "
-        "rows cost on one thread, and 10 rows (two groups, one per thread) about the same again.\n\n"
+        "\nPer-call latency for serving-sized inputs, p50 / p99 (2,000 calls up to 10 rows, 300 for 100 rows; "
+        "a tenth as many for shap; XGBoost's includes building the DMatrix, as a server must). On small-8f the "
+        "compute is negligible, so its row is the call's fixed cost (Python wrapper, input check, chunk loop, "
+        "engine dispatch). On the medium models the compute dominates: `linear` explains up to 4 rows in "
+        "lane groups of 4 and more in groups of 16, and a block too small to give every thread rows shares "
+        "its trees among the threads instead. \"vs block\": the call's p50 per row against the per-row "
+        "cost of the large call above.\n\n"
     )
-    body += "| model | rows per call | wheel µs | XGBoost 3.4 µs | shap µs |\n|---|---|---|---|---|\n"
+    body += "| model | rows per call | wheel µs p50 / p99 | vs block | XGBoost 3.4 µs p50 / p99 | wheel / XGBoost 3.4 | shap µs p50 |\n|---|---|---|---|---|---|---|\n"
     for o in overheads:
-        body += f"| {o['model']} | {o['rows']} | {o['wheel_us']:,.0f} | {o['xgb_us']:,.0f} | {o['shap_us']:,.0f} |\n"
+        (w50, w99), (x50, x99), (s50, _) = o["wheel_us"], o["xgb_us"], o["shap_us"]
+        vs_block = w50 / o["rows"] / o["block_us_per_row"]
+        body += f"| {o['model']} | {o['rows']} | {w50:,.0f} / {w99:,.0f} | {vs_block:.1f}× | {x50:,.0f} / {x99:,.0f} | {w50 / x50:.2f} | {s50:,.0f} |\n"
     write_results_section("PYTHON", body)
 
 

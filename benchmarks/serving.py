@@ -2,10 +2,12 @@
 
     python benchmarks/serving.py --bin target/release/shapfusion [--spec medium-8f | --model PATH] [--write]
 
-1. Latency: one pyarrow.flight client on one connection sends a 1-row and a 100-row request
-   thousands of times in a row to an idle worker; p50/p99 of the round trip (the client's
-   wall time, so an upper bound of the server's).
-2. Load: 64 clients, each on its own connection, send 2 requests of 20,000 rows at the same
+1. Latency: one pyarrow.flight client on one connection sends requests of 1, 10, 100 and
+   1,000 rows thousands of times in a row to an idle worker; p50/p99 of the round trip (the
+   client's wall time, so an upper bound of the server's).
+2. Concurrent one-row clients: 8 clients, each on its own connection, each sending 1-row
+   requests back to back for a fixed time (online serving); requests/s and p50/p99.
+3. Load: 64 clients, each on its own connection, send 2 requests of 20,000 rows at the same
    moment to one worker with default limits (requests beyond the cores queue); per-request
    latency p50/p99, rows/s over the whole burst, refusals, and the worker's peak RSS (VmHWM).
 
@@ -84,6 +86,46 @@ def latency(url, names, sizes, count):
     return table
 
 
+def concurrent_single_rows(url, names, clients, seconds):
+    """`clients` connections each sending 1-row requests back to back for `seconds`."""
+    batch = rows(names, 1, seed=11)
+    want = exchange(flight.connect(url), batch)
+    connections = [flight.connect(url) for _ in range(clients)]
+    for c in connections:  # warm-up: each connection's first exchange
+        exchange(c, batch)
+    start_line = threading.Barrier(clients)
+    latencies, wrong = [], []
+    lock = threading.Lock()
+
+    def one(client):
+        mine = []
+        start_line.wait()
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            got = exchange(client, batch)
+            mine.append(time.perf_counter() - start)
+            if not got.equals(want):
+                with lock:
+                    wrong.append(1)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in connections]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "wrong": len(wrong),
+        "requests_per_second": len(latencies) / seconds,
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p99_ms": percentile(latencies, 99) * 1e3,
+    }
+
+
 def load(url, names, clients, per_client, n):
     batch = rows(names, n, seed=7)
     want = exchange(flight.connect(url), batch)
@@ -141,6 +183,8 @@ def main():
     p.add_argument("--spec", default="medium-8f", help="a model of the peer suite (trained on first use, needs benchmarks/requirements.txt)")
     p.add_argument("--model", help="a model file instead of --spec")
     p.add_argument("--count", type=int, default=3000, help="sequential requests per latency size")
+    p.add_argument("--single-clients", type=int, default=8, help="concurrent clients sending 1-row requests")
+    p.add_argument("--single-seconds", type=float, default=20.0, help="how long the concurrent 1-row clients run")
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--requests", type=int, default=2, help="requests per client in the burst")
     p.add_argument("--rows", type=int, default=20_000, help="rows per request in the burst")
@@ -158,7 +202,8 @@ def main():
         info = client.get_flight_info(flight.FlightDescriptor.for_command(b'{"model": "m"}'))
         names = json.loads(info.app_metadata)["features"]
         client.close()
-        lat = latency(url, names, [1, 100], a.count)
+        lat = latency(url, names, [1, 10, 100], a.count) + latency(url, names, [1000], max(a.count // 10, 100))
+        single = concurrent_single_rows(url, names, a.single_clients, a.single_seconds)
         idle_rss = peak_rss_mib(proc.pid)
         burst = load(url, names, a.clients, a.requests, a.rows)
         rss = peak_rss_mib(proc.pid)
@@ -178,6 +223,11 @@ def main():
         lines.append(f"| {n} row{'s' if n > 1 else ''} | {count} | {p50:.3f} ms | {p99:.3f} ms |")
     lines += [
         "",
+        "| concurrent 1-row clients (each on its own connection, back to back) | requests | requests/s | p50 round trip | p99 round trip |",
+        "|---|---|---|---|---|",
+        f"| {single['clients']} clients for {a.single_seconds:.0f} s | {single['requests']:,} | {single['requests_per_second']:,.0f} "
+        f"| {single['p50_ms']:.3f} ms | {single['p99_ms']:.3f} ms |",
+        "",
         "| burst | answered | refused | rows/s | p50 latency | p99 latency | worker peak RSS |",
         "|---|---|---|---|---|---|---|",
         f"| {a.clients} clients × {a.requests} requests × {a.rows:,} rows, at once | {burst['answered']}/{burst['requests']} "
@@ -186,8 +236,8 @@ def main():
     ]
     text = "\n".join(lines)
     print(text)
-    if burst["wrong"] or burst["refused"]:
-        print(f"FAILED: {burst['wrong']} wrong answers, {burst['refused']} refused", file=sys.stderr)
+    if burst["wrong"] or burst["refused"] or single["wrong"]:
+        print(f"FAILED: {burst['wrong'] + single['wrong']} wrong answers, {burst['refused']} refused", file=sys.stderr)
         sys.exit(1)
     if a.write:
         path = os.path.join(ROOT, "benchmarks/RESULTS.md")

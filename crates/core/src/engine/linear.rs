@@ -1,6 +1,7 @@
 //! `linear`: exact TreeSHAP in one top-down and one bottom-up pass over the nodes (the form of
 //! Linear TreeSHAP), with the Shapley weights integrated by the Gauss–Legendre rule of
-//! [`quadrature`](super::quadrature); sixteen rows at a time, one per SIMD lane.
+//! [`quadrature`](super::quadrature); sixteen rows at a time, one per SIMD lane (four for a
+//! call of at most four rows: see [`SMALL_LANES`]).
 //!
 //! Notation as in `quadrature`: on a leaf's path, feature j has merged cover fraction `z_j` and
 //! is hot (`o_j = 1`) when the row follows every split on it, cold (`o_j = 0`) otherwise. With
@@ -31,7 +32,7 @@
 //! scales by the edge's cover fraction and the split adds nothing. Per lane this is
 //! `g_c = s·(a_c + c_c·t)`, `e_c = s·(c_c − β·g_c)` with `s = 1/f'` (1 for a first or cold
 //! split), `β = 1 − z'` (0 for a first or cold split), and `a_c`, `c_c` from the row's
-//! directions (see [`Coefficients`]). Every factor is in [0, 1], `1/f'` is at most `1/t₁`,
+//! directions (see [`Coefficients<N>`]). Every factor is in [0, 1], `1/f'` is at most `1/t₁`,
 //! and no division happens per row.
 //!
 //! **Parts.** The points a tree needs are set by its longest path, but a deep tree's leaves sit
@@ -86,6 +87,14 @@ type PathStep = (u32, f64, u32, u8);
 /// registers). A lone row, which fills a lane group alone, runs at 0.85–1.03× its old rate.
 pub(crate) const LANES: usize = 16;
 
+/// Lanes of a lane group for a block of at most this many rows (a request to explain one
+/// application, say): a lone row in sixteen lanes pays for fifteen empty ones, but a walk's
+/// cost is not all lane-wise arithmetic (the split's directions, coefficients and control flow
+/// are paid once a group), so four lanes cost about 0.6 of sixteen (medium-8f, one thread:
+/// 1.22 against 2.05 ms a group) and two groups of four already cost more than one of sixteen.
+/// Every lane computes what it would in a wider group, so the bits are the same.
+pub(crate) const SMALL_LANES: usize = 4;
+
 /// Compiled trees (or parts) summed on their own before their sum is added to a row's total
 /// (see the module docs): the unit in which a small block's trees are shared among threads.
 /// Adding a chunk's sums costs one add per feature and row, next to walking 32 trees.
@@ -112,27 +121,33 @@ const MAX_ROWS_PER_TASK: usize = 512;
 /// [`ROWS_PER_TASK`], at most [`MAX_ROWS_PER_TASK`]), fewer when the block is small so that
 /// every thread gets work, in whole lane groups (no task pays for a partial group it could have
 /// shared). Tasks never change a row's bits: its sums follow the model's chunks.
-fn task_rows(rows: usize, features: usize, groups: usize, pairs: bool) -> usize {
+fn task_rows<const N: usize>(rows: usize, features: usize, groups: usize, pairs: bool) -> usize {
     let sums = groups.saturating_mul(features).saturating_mul(if pairs { features + 1 } else { 1 });
     let per_row = size_of::<f64>().saturating_mul(features.saturating_add(sums.saturating_mul(2))).max(1);
     let most = (TASK_ROW_BYTES / per_row).clamp(ROWS_PER_TASK, MAX_ROWS_PER_TASK);
-    rows_per_task_up_to(rows, most).next_multiple_of(LANES)
+    rows_per_task_up_to(rows, most).next_multiple_of(N)
 }
 
 /// One value per row of a lane group, aligned to a cache line: a vector load or store then never
 /// straddles two lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[repr(C, align(64))]
-struct Lanes([f64; LANES]);
+struct Lanes<const N: usize>([f64; N]);
 
-impl Lanes {
-    #[inline(always)]
-    fn splat(v: f64) -> Lanes {
-        Lanes([v; LANES])
+impl<const N: usize> Default for Lanes<N> {
+    fn default() -> Self {
+        Lanes([0.0; N])
     }
 }
 
-impl std::ops::Index<usize> for Lanes {
+impl<const N: usize> Lanes<N> {
+    #[inline(always)]
+    fn splat(v: f64) -> Lanes<N> {
+        Lanes([v; N])
+    }
+}
+
+impl<const N: usize> std::ops::Index<usize> for Lanes<N> {
     type Output = f64;
     #[inline(always)]
     fn index(&self, r: usize) -> &f64 {
@@ -140,7 +155,7 @@ impl std::ops::Index<usize> for Lanes {
     }
 }
 
-impl std::ops::IndexMut<usize> for Lanes {
+impl<const N: usize> std::ops::IndexMut<usize> for Lanes<N> {
     #[inline(always)]
     fn index_mut(&mut self, r: usize) -> &mut f64 {
         &mut self.0[r]
@@ -378,15 +393,21 @@ impl Linear {
 /// Per-lane coefficients of one split for a lane group (see the module docs): child c's factor
 /// is `g_c = s·(a_c + c_c·t)` and its term `e_c = s·(c_c − β·g_c)`, with `s = 1/f'(t)` in lanes
 /// where a repeated feature was hot above and 1 elsewhere.
-#[derive(Clone, Copy, Default)]
-struct Coefficients {
-    a: [Lanes; 2],
-    c: [Lanes; 2],
-    beta: Lanes,
+#[derive(Clone, Copy)]
+struct Coefficients<const N: usize> {
+    a: [Lanes<N>; 2],
+    c: [Lanes<N>; 2],
+    beta: Lanes<N>,
     /// 1 in lanes where a repeated feature was hot above (their factors are divided by f'), else 0.
-    sel: Lanes,
+    sel: Lanes<N>,
     /// Whether the split repeats a feature met above (else `s = 1` and `β = 0` in every lane).
     repeated: bool,
+}
+
+impl<const N: usize> Default for Coefficients<N> {
+    fn default() -> Self {
+        Coefficients { a: [Lanes::default(); 2], c: [Lanes::default(); 2], beta: Lanes::default(), sel: Lanes::default(), repeated: false }
+    }
 }
 
 #[inline(always)]
@@ -394,7 +415,7 @@ fn bit(mask: u32, lane: usize) -> f64 {
     ((mask >> lane) & 1) as f64
 }
 
-impl Coefficients {
+impl<const N: usize> Coefficients<N> {
     /// `left`: lanes going left; `hot_above`: lanes where every split above on the same
     /// feature was followed (all lanes for a first split).
     #[inline(always)]
@@ -402,7 +423,7 @@ impl Coefficients {
         let [zl, zr] = split.z;
         self.repeated = split.prev.is_some();
         if !self.repeated {
-            for r in 0..LANES {
+            for r in 0..N {
                 let l = bit(left, r);
                 self.a[0][r] = zl;
                 self.a[1][r] = zr;
@@ -412,7 +433,7 @@ impl Coefficients {
             return;
         }
         let zp = split.z_prev;
-        for r in 0..LANES {
+        for r in 0..N {
             let (l, h) = (bit(left, r), bit(hot_above, r));
             // Hot above: fractions merge with the one above. Cold above: the edge fraction only.
             let merge = 1.0 + h * (zp - 1.0);
@@ -428,10 +449,10 @@ impl Coefficients {
 
     /// Child `side`'s factor at quadrature node `t` of a first split.
     #[inline(always)]
-    fn first_factor(&self, side: usize, t: f64) -> Lanes {
+    fn first_factor(&self, side: usize, t: f64) -> Lanes<N> {
         let (a, c) = (&self.a[side], &self.c[side]);
-        let mut g = Lanes::default();
-        for r in 0..LANES {
+        let mut g = Lanes::<N>::default();
+        for r in 0..N {
             g[r] = c[r].mul_add(t, a[r]);
         }
         g
@@ -440,11 +461,11 @@ impl Coefficients {
     /// Child `side`'s factor and term at quadrature node `t` of a repeated split, with
     /// `inv = 1/f'(t)`.
     #[inline(always)]
-    fn repeated_factor_term(&self, side: usize, t: f64, inv: f64) -> (Lanes, Lanes) {
+    fn repeated_factor_term(&self, side: usize, t: f64, inv: f64) -> (Lanes<N>, Lanes<N>) {
         let (a, c) = (&self.a[side], &self.c[side]);
-        let mut g = Lanes::default();
-        let mut e = Lanes::default();
-        for r in 0..LANES {
+        let mut g = Lanes::<N>::default();
+        let mut e = Lanes::<N>::default();
+        for r in 0..N {
             let s = 1.0 + self.sel[r] * (inv - 1.0);
             g[r] = s * c[r].mul_add(t, a[r]);
             e[r] = s * (-self.beta[r]).mul_add(g[r], c[r]);
@@ -455,37 +476,37 @@ impl Coefficients {
 
 /// Per-task buffers, reused across trees and blocks.
 #[derive(Default)]
-struct Scratch {
+struct Scratch<const N: usize> {
     /// Feature values of the task's lane groups, feature-major within a group.
-    xs: Vec<Lanes>,
+    xs: Vec<Lanes<N>>,
     /// The current chunk's attributions per lane group, output group and feature.
-    phi: Vec<Lanes>,
+    phi: Vec<Lanes<N>>,
     /// Interactions only: the current chunk's sums, per lane group and output group, `F × F`
     /// sums `P[j][i]` of the terms of splits on j times the ratio `(o_i − z_i)/f_i` of a
     /// feature i above them.
-    pairs: Vec<Lanes>,
+    pairs: Vec<Lanes<N>>,
     /// The task's totals of `phi` and `pairs`: every chunk's sums added in model order.
-    total_phi: Vec<Lanes>,
-    total_pairs: Vec<Lanes>,
+    total_phi: Vec<Lanes<N>>,
+    total_pairs: Vec<Lanes<N>>,
     /// Per split of the current tree: (lanes going left, lanes hot above on its feature).
     masks: Vec<(u32, u32)>,
-    walk: WalkStack,
+    walk: WalkStack<N>,
 }
 
 /// The explicit stack of the walk, one level per depth.
 #[derive(Default)]
-struct WalkStack {
+struct WalkStack<const N: usize> {
     split: Vec<u32>,
     /// Children done (0, 1 or 2).
     stage: Vec<u8>,
-    coefficients: Vec<Coefficients>,
+    coefficients: Vec<Coefficients<N>>,
     /// `LEVEL_SLOTS·K` lanes per level: A, the children's B, and (repeated splits) their
     /// factors and terms.
-    values: Vec<Lanes>,
+    values: Vec<Lanes<N>>,
     /// Interactions only: the split's terms per quadrature node (K lanes).
-    terms: Vec<Lanes>,
+    terms: Vec<Lanes<N>>,
     /// Where the root's B goes (K lanes): nothing reads it.
-    sink: Vec<Lanes>,
+    sink: Vec<Lanes<N>>,
     /// Interactions only: the path's distinct features in order of first split (`width`), and
     /// each one's `(o − z)/f` at every node (`width·K`), for the walk's current level. Going
     /// down changes one entry, so they are kept once, not per level: a level's own entries are
@@ -493,38 +514,38 @@ struct WalkStack {
     /// saved in `path_saved` (K lanes per level) and put back on the way up.
     path_features: Vec<u32>,
     path_len: Vec<usize>,
-    path_ratios: Vec<Lanes>,
-    path_saved: Vec<Lanes>,
+    path_ratios: Vec<Lanes<N>>,
+    path_saved: Vec<Lanes<N>>,
 }
 
-/// Slots of K lanes per level of [`WalkStack::values`].
+/// Slots of K lanes per level of [`WalkStack::<N>::values`].
 const LEVEL_SLOTS: usize = 7;
 const A: usize = 0;
 const B: [usize; 2] = [1, 2];
 const G: [usize; 2] = [3, 4];
 const E: [usize; 2] = [5, 6];
 
-impl WalkStack {
+impl<const N: usize> WalkStack<N> {
     /// Sizes the stack for a tree; the interaction buffers only when `pairs`.
     fn reserve(&mut self, levels: usize, points: usize, width: usize, pairs: bool) {
         self.split.resize(levels, 0);
         self.stage.resize(levels, 0);
-        self.coefficients.resize(levels, Coefficients::default());
-        self.values.resize(levels * LEVEL_SLOTS * points, Lanes::default());
-        self.terms.resize(points, Lanes::default());
-        self.sink.resize(points, Lanes::default());
+        self.coefficients.resize(levels, Coefficients::<N>::default());
+        self.values.resize(levels * LEVEL_SLOTS * points, Lanes::<N>::default());
+        self.terms.resize(points, Lanes::<N>::default());
+        self.sink.resize(points, Lanes::<N>::default());
         if pairs {
             self.path_features.resize(width, 0);
             self.path_len.resize(levels, 0);
-            self.path_ratios.resize(width * points, Lanes::default());
-            self.path_saved.resize(levels * points, Lanes::default());
+            self.path_ratios.resize(width * points, Lanes::<N>::default());
+            self.path_saved.resize(levels * points, Lanes::<N>::default());
         }
     }
 
     /// Bytes [`reserve`](Self::reserve) takes for a tree.
     fn bytes(levels: usize, points: usize, width: usize, pairs: bool) -> usize {
-        let per_level = size_of::<Coefficients>() + 5 + LEVEL_SLOTS * points * size_of::<Lanes>();
-        let lanes = size_of::<Lanes>();
+        let per_level = size_of::<Coefficients<N>>() + 5 + LEVEL_SLOTS * points * size_of::<Lanes<N>>();
+        let lanes = size_of::<Lanes<N>>();
         let pair_level = if pairs { 8 + points * lanes } else { 0 };
         let pair_path = if pairs { width.saturating_mul(4 + points * lanes) } else { 0 };
         // The terms and the sink: K lanes each.
@@ -541,7 +562,7 @@ impl Linear {
     /// Refuses a tree whose walk would need more than [`MAX_WALK_BYTES`] per thread.
     fn check_scratch(&self, pairs: bool) -> Result<()> {
         for (t, lt) in self.trees.iter().enumerate() {
-            let bytes = WalkStack::bytes(lt.depth + 1, lt.points(), lt.width, pairs);
+            let bytes = WalkStack::<LANES>::bytes(lt.depth + 1, lt.points(), lt.width, pairs);
             if bytes > MAX_WALK_BYTES {
                 let what = if pairs { "interaction values" } else { "SHAP values" };
                 return Err(Error::ResourceExhausted(format!(
@@ -563,7 +584,7 @@ impl Linear {
 /// # Safety
 /// `AVX2` only where the CPU has AVX2.
 #[inline(always)]
-unsafe fn directions<const AVX2: bool>(tree: &Tree, lt: &LinearTree, xs: &[Lanes], masks: &mut Vec<(u32, u32)>) {
+unsafe fn directions<const AVX2: bool, const N: usize>(tree: &Tree, lt: &LinearTree, xs: &[Lanes<N>], masks: &mut Vec<(u32, u32)>) {
     masks.clear();
     for split in &lt.splits {
         let xs = &xs[split.feature as usize].0;
@@ -573,23 +594,35 @@ unsafe fn directions<const AVX2: bool>(tree: &Tree, lt: &LinearTree, xs: &[Lanes
         #[cfg(not(target_arch = "x86_64"))]
         let left = split.decision.lanes_left(tree, xs);
         let hot = match split.prev {
-            None => ALL_LANES,
+            None => all_lanes::<N>(),
             Some((p, side)) => {
                 let (pl, ph) = masks[p as usize];
-                ph & if side == 0 { pl } else { !pl & ALL_LANES }
+                ph & if side == 0 { pl } else { !pl & all_lanes::<N>() }
             }
         };
         masks.push((left, hot));
     }
 }
 
-/// Every lane's bit set.
-const ALL_LANES: u32 = (1 << LANES) - 1;
+/// Every lane's bit set, for `N` lanes (at most 32).
+const fn all_lanes<const N: usize>() -> u32 {
+    if N >= 32 {
+        u32::MAX
+    } else {
+        (1 << N) - 1
+    }
+}
 
 /// Phase two for a lane group: the walk, adding every split's terms to `phi` (per feature) and,
 /// with `PAIRS`, its pair terms to `pairs` (`F × F`).
 #[inline(always)]
-fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes], pairs: &mut [Lanes], s: &mut WalkStack) {
+fn walk<const PAIRS: bool, const K: usize, const N: usize>(
+    lt: &LinearTree,
+    masks: &[(u32, u32)],
+    phi: &mut [Lanes<N>],
+    pairs: &mut [Lanes<N>],
+    s: &mut WalkStack<N>,
+) {
     // K > 0: a copy compiled for trees of K points, its loops over them unrolled.
     debug_assert!(K == 0 || K == lt.points());
     let k_n = if K > 0 { K } else { lt.points() };
@@ -599,7 +632,7 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
     let f = phi.len();
     // The root's A is the quadrature weights, so the terms come out integrated.
     for k in 0..k_n {
-        values[slot(0, A) + k] = Lanes::splat(w[k]);
+        values[slot(0, A) + k] = Lanes::<N>::splat(w[k]);
     }
     at_split[0] = 0;
     stage[0] = 0;
@@ -627,17 +660,17 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
             } else if let [Child::Leaf(vl), Child::Leaf(vr)] = split.children {
                 // Two leaves under a first split: the terms do not depend on t, and
                 // B = Σ_c (a_c + c_c·t)·v_c = Z + t·E.
-                let mut e = Lanes::default();
-                let mut z = Lanes::default();
-                for r in 0..LANES {
+                let mut e = Lanes::<N>::default();
+                let mut z = Lanes::<N>::default();
+                for r in 0..N {
                     e[r] = co.c[0][r].mul_add(vl, co.c[1][r] * vr);
                     z[r] = co.a[0][r].mul_add(vl, co.a[1][r] * vr);
                 }
-                let mut a_sum = Lanes::default();
+                let mut a_sum = Lanes::<N>::default();
                 for k in 0..k_n {
                     let a = values[slot(d, A) + k];
-                    let mut b = Lanes::default();
-                    for r in 0..LANES {
+                    let mut b = Lanes::<N>::default();
+                    for r in 0..N {
                         a_sum[r] += a[r];
                         b[r] = e[r].mul_add(t[k], z[r]);
                     }
@@ -645,13 +678,13 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
                         values[slot(d - 1, B[stage[d - 1] as usize - 1]) + k] = b;
                     }
                     if PAIRS {
-                        for r in 0..LANES {
+                        for r in 0..N {
                             terms[k][r] = a[r] * e[r];
                         }
                     }
                 }
                 let out = &mut phi[split.feature as usize];
-                for r in 0..LANES {
+                for r in 0..N {
                     out[r] += a_sum[r] * e[r];
                 }
                 if PAIRS {
@@ -676,7 +709,7 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
             match split.children[side] {
                 Child::Leaf(v) => {
                     let b = slot(d, B[side]);
-                    values[b..b + k_n].fill(Lanes::splat(v));
+                    values[b..b + k_n].fill(Lanes::<N>::splat(v));
                 }
                 Child::Split(c) => {
                     // The child's A: this level's A times the child's factor. (Interactions
@@ -685,8 +718,8 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
                         for k in 0..k_n {
                             let g = if co.repeated { values[slot(d, G[side]) + k] } else { co.first_factor(side, t[k]) };
                             let a = values[slot(d, A) + k];
-                            let mut child = Lanes::default();
-                            for r in 0..LANES {
+                            let mut child = Lanes::<N>::default();
+                            for r in 0..N {
                                 child[r] = a[r] * g[r];
                             }
                             values[slot(d + 1, A) + k] = child;
@@ -697,14 +730,14 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
                         if co.repeated {
                             let g = &level[slot(d, G[side])..slot(d, G[side]) + k_n];
                             for ((child, a), g) in a_child.iter_mut().zip(a_here).zip(g) {
-                                for r in 0..LANES {
+                                for r in 0..N {
                                     child[r] = a[r] * g[r];
                                 }
                             }
                         } else {
                             for ((child, a), &t) in a_child.iter_mut().zip(a_here).zip(t) {
                                 let g = co.first_factor(side, t);
-                                for r in 0..LANES {
+                                for r in 0..N {
                                     child[r] = a[r] * g[r];
                                 }
                             }
@@ -728,7 +761,7 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
         // k, `inner` is the terms before A, `e_L·B_L + e_R·B_R`. A first split's terms are its
         // slopes (`e_c = c_c`), so with `q = c_L·B_L + c_R·B_R` its B is
         // `Σ_c (a_c + c_c·t)·B_c = (a_L·B_L + a_R·B_R) + t·q`: one product shared by both.
-        let mut acc = Lanes::default();
+        let mut acc = Lanes::<N>::default();
         if PAIRS {
             // Interactions keep each node's terms. They run faster with the loop indexed and the
             // kind of split tested per node, SHAP values with it sliced and hoisted (measured);
@@ -736,24 +769,24 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
             let parent_b = if d > 0 { Some(slot(d - 1, B[stage[d - 1] as usize - 1])) } else { None };
             for k in 0..k_n {
                 let (bl, br, a) = (values[slot(d, B[0]) + k], values[slot(d, B[1]) + k], values[slot(d, A) + k]);
-                let mut b = Lanes::default();
-                let mut inner = Lanes::default();
+                let mut b = Lanes::<N>::default();
+                let mut inner = Lanes::<N>::default();
                 if co.repeated {
                     let (gl, el, gr, er) =
                         (values[slot(d, G[0]) + k], values[slot(d, E[0]) + k], values[slot(d, G[1]) + k], values[slot(d, E[1]) + k]);
-                    for r in 0..LANES {
+                    for r in 0..N {
                         b[r] = gl[r].mul_add(bl[r], gr[r] * br[r]);
                         inner[r] = el[r].mul_add(bl[r], er[r] * br[r]);
                     }
                 } else {
                     let ([al, ar], [cl, cr]) = (&co.a, &co.c);
-                    for r in 0..LANES {
+                    for r in 0..N {
                         inner[r] = cl[r].mul_add(bl[r], cr[r] * br[r]);
                         b[r] = inner[r].mul_add(t[k], al[r].mul_add(bl[r], ar[r] * br[r]));
                     }
                 }
-                let mut term = Lanes::default();
-                for r in 0..LANES {
+                let mut term = Lanes::<N>::default();
+                for r in 0..N {
                     acc[r] = a[r].mul_add(inner[r], acc[r]);
                     term[r] = a[r] * inner[r];
                 }
@@ -777,9 +810,9 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
                 let (gl_s, gr_s, el_s, er_s) = (part(G[0]), part(G[1]), part(E[0]), part(E[1]));
                 for k in 0..k_n {
                     let (bl, br, gl, gr, el, er) = (&bl_s[k], &br_s[k], &gl_s[k], &gr_s[k], &el_s[k], &er_s[k]);
-                    let mut b = Lanes::default();
-                    let mut inner = Lanes::default();
-                    for r in 0..LANES {
+                    let mut b = Lanes::<N>::default();
+                    let mut inner = Lanes::<N>::default();
+                    for r in 0..N {
                         b[r] = gl[r].mul_add(bl[r], gr[r] * br[r]);
                         inner[r] = el[r].mul_add(bl[r], er[r] * br[r]);
                     }
@@ -790,9 +823,9 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
                 let ([al, ar], [cl, cr]) = (&co.a, &co.c);
                 for k in 0..k_n {
                     let (bl, br) = (&bl_s[k], &br_s[k]);
-                    let mut b = Lanes::default();
-                    let mut inner = Lanes::default();
-                    for r in 0..LANES {
+                    let mut b = Lanes::<N>::default();
+                    let mut inner = Lanes::<N>::default();
+                    for r in 0..N {
                         inner[r] = cl[r].mul_add(bl[r], cr[r] * br[r]);
                         b[r] = inner[r].mul_add(t[k], al[r].mul_add(bl[r], ar[r] * br[r]));
                     }
@@ -802,7 +835,7 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
             }
         }
         let out = &mut phi[split.feature as usize];
-        for r in 0..LANES {
+        for r in 0..N {
             out[r] += acc[r];
         }
         if PAIRS {
@@ -822,8 +855,8 @@ fn walk<const PAIRS: bool, const K: usize>(lt: &LinearTree, masks: &[(u32, u32)]
 /// always inlined (with sixteen lanes the general copy's was not), and out of line it has no FMA,
 /// so each `mul_add` became a call to the software `fma` (15x slower on depth-16 trees).
 #[inline(always)]
-fn accumulate(acc: &mut Lanes, a: &Lanes, inner: &Lanes) {
-    for r in 0..LANES {
+fn accumulate<const N: usize>(acc: &mut Lanes<N>, a: &Lanes<N>, inner: &Lanes<N>) {
+    for r in 0..N {
         acc[r] = a[r].mul_add(inner[r], acc[r]);
     }
 }
@@ -832,20 +865,28 @@ fn accumulate(acc: &mut Lanes, a: &Lanes, inner: &Lanes) {
 /// other feature on the path above it (`path_features`), into `pairs` (`f × f`). A function,
 /// not a closure, so that it is inlined into each compiled copy of the walk with its FMA.
 #[inline(always)]
-fn add_pairs(k_n: usize, f: usize, feature: u32, terms: &[Lanes], path_features: &[u32], path_ratios: &[Lanes], pairs: &mut [Lanes]) {
+fn add_pairs<const N: usize>(
+    k_n: usize,
+    f: usize,
+    feature: u32,
+    terms: &[Lanes<N>],
+    path_features: &[u32],
+    path_ratios: &[Lanes<N>],
+    pairs: &mut [Lanes<N>],
+) {
     for (i, &fi) in path_features.iter().enumerate() {
         if fi == feature {
             continue; // the split's own feature, met above
         }
         let ratios = &path_ratios[i * k_n..(i + 1) * k_n];
-        let mut acc = Lanes::default();
+        let mut acc = Lanes::<N>::default();
         for k in 0..k_n {
-            for r in 0..LANES {
+            for r in 0..N {
                 acc[r] = ratios[k][r].mul_add(terms[k][r], acc[r]);
             }
         }
         let out = &mut pairs[feature as usize * f + fi as usize];
-        for r in 0..LANES {
+        for r in 0..N {
             out[r] += acc[r];
         }
     }
@@ -857,7 +898,7 @@ fn add_pairs(k_n: usize, f: usize, feature: u32, terms: &[Lanes], path_features:
 /// A repeated feature's ratio at level `d` is saved first, for [`restore_path`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn descend_path(
+fn descend_path<const N: usize>(
     lt: &LinearTree,
     split: &Split,
     side: usize,
@@ -865,8 +906,8 @@ fn descend_path(
     d: usize,
     path_features: &mut [u32],
     path_len: &mut [usize],
-    path_ratios: &mut [Lanes],
-    path_saved: &mut [Lanes],
+    path_ratios: &mut [Lanes<N>],
+    path_saved: &mut [Lanes<N>],
 ) {
     let k_n = lt.points();
     let n = path_len[d];
@@ -881,7 +922,7 @@ fn descend_path(
     let z = split.z_prev * split.z[side];
     for (k, out) in ratios.iter_mut().enumerate() {
         let (hot_ratio, cold_ratio) = ((1.0 - z) / (z + (1.0 - z) * lt.t[k]), lt.cold_ratio[k]);
-        for r in 0..LANES {
+        for r in 0..N {
             out[r] = if (follows >> r) & 1 == 1 { hot_ratio } else { cold_ratio };
         }
     }
@@ -890,7 +931,7 @@ fn descend_path(
 /// Interactions, back at level `d` from a child of its split (model split `split`): puts back
 /// the ratio of the split's feature if the split repeats it (see [`descend_path`]).
 #[inline(always)]
-fn restore_path(lt: &LinearTree, split: u32, d: usize, path_len: &[usize], path_ratios: &mut [Lanes], path_saved: &[Lanes]) {
+fn restore_path<const N: usize>(lt: &LinearTree, split: u32, d: usize, path_len: &[usize], path_ratios: &mut [Lanes<N>], path_saved: &[Lanes<N>]) {
     let k_n = lt.points();
     let at = lt.splits[split as usize].slot as usize;
     if at < path_len[d] {
@@ -903,7 +944,12 @@ fn restore_path(lt: &LinearTree, split: u32, d: usize, path_len: &[usize], path_
 /// # Safety
 /// `AVX2` only where the CPU has AVX2 (the copies compiled with it).
 #[inline(always)]
-unsafe fn explain_task<const PAIRS: bool, const AVX2: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
+    p: &PreparedModel,
+    trees: &[LinearTree],
+    groups: usize,
+    s: &mut Scratch<N>,
+) {
     let (f, g) = (p.model.num_features(), p.model.num_groups());
     for lt in trees {
         let tree = &p.model.trees()[lt.source];
@@ -916,13 +962,13 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool>(p: &PreparedModel, t
         // than the general copy (measured on a noisy machine), with the same arithmetic and so
         // the same bits.
         match (PAIRS, lt.points()) {
-            (false, 1) => walk_tree::<PAIRS, 1, AVX2>(tree, lt, groups, f, g, s),
-            (false, 2) => walk_tree::<PAIRS, 2, AVX2>(tree, lt, groups, f, g, s),
-            (false, 3) => walk_tree::<PAIRS, 3, AVX2>(tree, lt, groups, f, g, s),
-            (false, 4) => walk_tree::<PAIRS, 4, AVX2>(tree, lt, groups, f, g, s),
-            (false, 5) => walk_tree::<PAIRS, 5, AVX2>(tree, lt, groups, f, g, s),
-            (false, 6) => walk_tree::<PAIRS, 6, AVX2>(tree, lt, groups, f, g, s),
-            _ => walk_tree::<PAIRS, 0, AVX2>(tree, lt, groups, f, g, s),
+            (false, 1) => walk_tree::<PAIRS, 1, AVX2, N>(tree, lt, groups, f, g, s),
+            (false, 2) => walk_tree::<PAIRS, 2, AVX2, N>(tree, lt, groups, f, g, s),
+            (false, 3) => walk_tree::<PAIRS, 3, AVX2, N>(tree, lt, groups, f, g, s),
+            (false, 4) => walk_tree::<PAIRS, 4, AVX2, N>(tree, lt, groups, f, g, s),
+            (false, 5) => walk_tree::<PAIRS, 5, AVX2, N>(tree, lt, groups, f, g, s),
+            (false, 6) => walk_tree::<PAIRS, 6, AVX2, N>(tree, lt, groups, f, g, s),
+            _ => walk_tree::<PAIRS, 0, AVX2, N>(tree, lt, groups, f, g, s),
         }
     }
 }
@@ -932,40 +978,40 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool>(p: &PreparedModel, t
 /// # Safety
 /// `AVX2` only where the CPU has AVX2.
 #[inline(always)]
-unsafe fn walk_tree<const PAIRS: bool, const K: usize, const AVX2: bool>(
+unsafe fn walk_tree<const PAIRS: bool, const K: usize, const AVX2: bool, const N: usize>(
     tree: &Tree,
     lt: &LinearTree,
     groups: usize,
     f: usize,
     g: usize,
-    s: &mut Scratch,
+    s: &mut Scratch<N>,
 ) {
     for lane_group in 0..groups {
         // SAFETY: the caller's promise.
-        unsafe { directions::<AVX2>(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks) };
+        unsafe { directions::<AVX2, N>(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks) };
         let at = lane_group * g + tree.group;
         let phi = &mut s.phi[at * f..(at + 1) * f];
         let pairs = if PAIRS { &mut s.pairs[at * f * f..(at + 1) * f * f] } else { &mut [][..] };
-        walk::<PAIRS, K>(lt, &s.masks, phi, pairs, &mut s.walk);
+        walk::<PAIRS, K, N>(lt, &s.masks, phi, pairs, &mut s.walk);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn explain_task_avx512<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+unsafe fn explain_task_avx512<const PAIRS: bool, const N: usize>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch<N>) {
     // SAFETY: AVX-512F implies AVX2.
-    unsafe { explain_task::<PAIRS, true>(p, trees, groups, s) }
+    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn explain_task_avx2<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+unsafe fn explain_task_avx2<const PAIRS: bool, const N: usize>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch<N>) {
     // SAFETY: this copy runs only where the CPU has AVX2.
-    unsafe { explain_task::<PAIRS, true>(p, trees, groups, s) }
+    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s) }
 }
 
 /// Which compiled copy of the walk this CPU runs (decided once).
-fn dispatch<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch) {
+fn dispatch<const PAIRS: bool, const N: usize>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch<N>) {
     #[cfg(target_arch = "x86_64")]
     {
         static LEVEL: OnceLock<u8> = OnceLock::new();
@@ -981,29 +1027,29 @@ fn dispatch<const PAIRS: bool>(p: &PreparedModel, trees: &[LinearTree], groups: 
         });
         match level {
             // SAFETY: the CPU has the features, detected just above.
-            2 => return unsafe { explain_task_avx512::<PAIRS>(p, trees, groups, s) },
+            2 => return unsafe { explain_task_avx512::<PAIRS, N>(p, trees, groups, s) },
             // SAFETY: as above.
-            1 => return unsafe { explain_task_avx2::<PAIRS>(p, trees, groups, s) },
+            1 => return unsafe { explain_task_avx2::<PAIRS, N>(p, trees, groups, s) },
             _ => {}
         }
     }
     // SAFETY: the portable copy needs no CPU feature.
-    unsafe { explain_task::<PAIRS, false>(p, trees, groups, s) }
+    unsafe { explain_task::<PAIRS, false, N>(p, trees, groups, s) }
 }
 
 /// Adds `part` to `total`, lane by lane.
-fn add_lanes(total: &mut [Lanes], part: &[Lanes]) {
+fn add_lanes<const N: usize>(total: &mut [Lanes<N>], part: &[Lanes<N>]) {
     for (t, p) in total.iter_mut().zip(part) {
-        for r in 0..LANES {
+        for r in 0..N {
             t[r] += p[r];
         }
     }
 }
 
 /// Resizes `v` to `len` zeroed entries.
-fn zeroed(v: &mut Vec<Lanes>, len: usize) {
+fn zeroed<const N: usize>(v: &mut Vec<Lanes<N>>, len: usize) {
     v.clear();
-    v.resize(len, Lanes::default());
+    v.resize(len, Lanes::<N>::default());
 }
 
 impl Linear {
@@ -1016,24 +1062,35 @@ impl Linear {
     /// its rows: when it has too few lane groups to give every thread four (one or two apiece
     /// leave a thread idle or waiting on the other), the model has several chunks, and their
     /// sums fit [`MAX_CHUNK_SUMS_BYTES`]. Either way a row gets the same bits.
-    fn split_by_trees(&self, lane_groups: usize, pairs: bool) -> bool {
+    fn split_by_trees<const N: usize>(&self, lane_groups: usize, pairs: bool) -> bool {
         let threads = rayon::current_num_threads();
         let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         let per_lane_group = groups.saturating_mul(f).saturating_mul(if pairs { f + 1 } else { 1 });
-        let bytes = self.chunks().saturating_mul(lane_groups).saturating_mul(per_lane_group).saturating_mul(size_of::<Lanes>());
+        let bytes = self.chunks().saturating_mul(lane_groups).saturating_mul(per_lane_group).saturating_mul(size_of::<Lanes<N>>());
         threads > 1 && self.chunks() > 1 && lane_groups > 0 && lane_groups < 4 * threads && bytes <= MAX_CHUNK_SUMS_BYTES
     }
 
+    /// Whether a block of `rows` shares its trees among the threads (in the lane groups its size
+    /// gets, as [`Engine::shap`] picks them).
+    #[cfg(test)]
+    fn shares_trees(&self, rows: usize, pairs: bool) -> bool {
+        if rows <= SMALL_LANES {
+            self.split_by_trees::<SMALL_LANES>(rows.div_ceil(SMALL_LANES), pairs)
+        } else {
+            self.split_by_trees::<LANES>(rows.div_ceil(LANES), pairs)
+        }
+    }
+
     /// Loads `rows` rows of `block` from `first` into `s.xs` as lane groups; returns how many.
-    fn load_rows(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch) -> usize {
+    fn load_rows<const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch<N>) -> usize {
         let f = self.prepared.model.num_features();
-        let lane_groups = rows.div_ceil(LANES);
+        let lane_groups = rows.div_ceil(N);
         // Feature-major within each lane group; lanes past the last row stay NaN (missing).
         s.xs.clear();
-        s.xs.resize(lane_groups * f, Lanes::splat(f64::NAN));
+        s.xs.resize(lane_groups * f, Lanes::<N>::splat(f64::NAN));
         for r in 0..rows {
             for (j, &x) in block.row(first + r).iter().enumerate() {
-                s.xs[(r / LANES) * f + j][r % LANES] = x;
+                s.xs[(r / N) * f + j][r % N] = x;
             }
         }
         lane_groups
@@ -1041,7 +1098,7 @@ impl Linear {
 
     /// One chunk of trees over the loaded lane groups: its sums, from zero, in `s.phi` (and
     /// `s.pairs`).
-    fn run_chunk<const PAIRS: bool>(&self, chunk: usize, lane_groups: usize, s: &mut Scratch) {
+    fn run_chunk<const PAIRS: bool, const N: usize>(&self, chunk: usize, lane_groups: usize, s: &mut Scratch<N>) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         zeroed(&mut s.phi, lane_groups * groups * f);
@@ -1049,11 +1106,11 @@ impl Linear {
             zeroed(&mut s.pairs, lane_groups * groups * f * f);
         }
         let trees = &self.trees[chunk * TREES_PER_CHUNK..((chunk + 1) * TREES_PER_CHUNK).min(self.trees.len())];
-        dispatch::<PAIRS>(p, trees, lane_groups, s);
+        dispatch::<PAIRS, N>(p, trees, lane_groups, s);
     }
 
     /// Zeroes the totals for `lane_groups`.
-    fn zero_totals<const PAIRS: bool>(&self, lane_groups: usize, s: &mut Scratch) {
+    fn zero_totals<const PAIRS: bool, const N: usize>(&self, lane_groups: usize, s: &mut Scratch<N>) {
         let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         zeroed(&mut s.total_phi, lane_groups * groups * f);
         if PAIRS {
@@ -1063,11 +1120,11 @@ impl Linear {
 
     /// A task's rows (`rows` from `first`) through every chunk, in order, on this thread; the
     /// totals in `s.total_phi` (and `s.total_pairs`).
-    fn run_task<const PAIRS: bool>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch) {
+    fn run_task<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch<N>) {
         let lane_groups = self.load_rows(block, first, rows, s);
-        self.zero_totals::<PAIRS>(lane_groups, s);
+        self.zero_totals::<PAIRS, N>(lane_groups, s);
         for chunk in 0..self.chunks() {
-            self.run_chunk::<PAIRS>(chunk, lane_groups, s);
+            self.run_chunk::<PAIRS, N>(chunk, lane_groups, s);
             add_lanes(&mut s.total_phi, &s.phi);
             if PAIRS {
                 add_lanes(&mut s.total_pairs, &s.pairs);
@@ -1078,23 +1135,23 @@ impl Linear {
     /// Every row of `block` with the chunks shared among the threads: each chunk's sums on
     /// their own, then added in model order, as [`run_task`](Self::run_task) adds them. The
     /// totals in the returned scratch.
-    fn run_split<const PAIRS: bool>(&self, block: &FeatureBlock) -> Scratch {
-        let (rows, lane_groups) = (block.rows(), block.rows().div_ceil(LANES));
+    fn run_split<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock) -> Scratch<N> {
+        let (rows, lane_groups) = (block.rows(), block.rows().div_ceil(N));
         // Each worker loads the rows once, for all the chunks it takes.
         let loaded = || {
-            let mut s = Scratch::default();
+            let mut s = Scratch::<N>::default();
             self.load_rows(block, 0, rows, &mut s);
             s
         };
-        let sums: Vec<(Vec<Lanes>, Vec<Lanes>)> = (0..self.chunks())
+        let sums: Vec<(Vec<Lanes<N>>, Vec<Lanes<N>>)> = (0..self.chunks())
             .into_par_iter()
             .map_init(loaded, |s, chunk| {
-                self.run_chunk::<PAIRS>(chunk, lane_groups, s);
+                self.run_chunk::<PAIRS, N>(chunk, lane_groups, s);
                 (std::mem::take(&mut s.phi), std::mem::take(&mut s.pairs))
             })
             .collect();
-        let mut total = Scratch::default();
-        self.zero_totals::<PAIRS>(lane_groups, &mut total);
+        let mut total = Scratch::<N>::default();
+        self.zero_totals::<PAIRS, N>(lane_groups, &mut total);
         for (phi, pairs) in &sums {
             add_lanes(&mut total.total_phi, phi);
             if PAIRS {
@@ -1106,15 +1163,15 @@ impl Linear {
 
     /// Copies the SHAP values of a task's rows from the totals into `chunk` (rows of `width`),
     /// leaving the bias.
-    fn write_shap(&self, s: &Scratch, chunk: &mut [f64]) {
+    fn write_shap<const N: usize>(&self, s: &Scratch<N>, chunk: &mut [f64]) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let (w, width) = (f + 1, p.shap_width());
         for (r, out) in chunk.chunks_mut(width).enumerate() {
             for g in 0..groups {
-                let at = (r / LANES) * groups + g;
+                let at = (r / N) * groups + g;
                 for (j, phi) in s.total_phi[at * f..(at + 1) * f].iter().enumerate() {
-                    out[g * w + j] = phi[r % LANES];
+                    out[g * w + j] = phi[r % N];
                 }
             }
         }
@@ -1122,14 +1179,14 @@ impl Linear {
 
     /// Fills the interaction matrices of a task's rows from the totals into `chunk`; `shap`
     /// holds one row's SHAP values while its diagonal is filled.
-    fn write_interactions(&self, s: &Scratch, shap: &mut [f64], chunk: &mut [f64]) {
+    fn write_interactions<const N: usize>(&self, s: &Scratch<N>, shap: &mut [f64], chunk: &mut [f64]) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let w = f + 1;
         for (r, out) in chunk.chunks_mut(groups * w * w).enumerate() {
-            let lane = r % LANES;
+            let lane = r % N;
             for g in 0..groups {
-                let at = (r / LANES) * groups + g;
+                let at = (r / N) * groups + g;
                 let (phi, pairs) = (&s.total_phi[at * f..(at + 1) * f], &s.total_pairs[at * f * f..(at + 1) * f * f]);
                 let matrix = &mut out[g * w * w..(g + 1) * w * w];
                 for i in 0..f {
@@ -1157,42 +1214,62 @@ impl Engine for Linear {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let p = &*self.prepared;
-        check_block(&p.model, block)?;
-        let width = p.shap_width();
-        if self.split_by_trees(block.rows().div_ceil(LANES), false) {
-            let totals = self.run_split::<false>(block);
-            return shap_by_task(p, block, block.rows(), || (), |_, _, chunk| self.write_shap(&totals, chunk));
+        if block.rows() <= SMALL_LANES {
+            self.shap_in::<SMALL_LANES>(block)
+        } else {
+            self.shap_in::<LANES>(block)
         }
-        let per_task = task_rows(block.rows(), p.model.num_features(), p.model.num_groups(), false);
-        shap_by_task(p, block, per_task, Scratch::default, |s, first, chunk| {
-            self.run_task::<false>(block, first, chunk.len() / width, s);
-            self.write_shap(s, chunk);
-        })
     }
 
     /// Interactions from the same walk: a leaf's pair term `v·(o_i−z_i)(o_j−z_j)·∫Π_{k≠i,j} f_k`
     /// is, by the product rule over the path's splits, the sum of each split's own terms times
     /// the ratio `(o−z)/f` of every other feature above it; both orders are summed and halved.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        if block.rows() <= SMALL_LANES {
+            self.interactions_in::<SMALL_LANES>(block)
+        } else {
+            self.interactions_in::<LANES>(block)
+        }
+    }
+}
+
+impl Linear {
+    /// SHAP values of `block` in lane groups of `N` rows.
+    fn shap_in<const N: usize>(&self, block: &FeatureBlock) -> Result<Attributions> {
+        let p = &*self.prepared;
+        check_block(&p.model, block)?;
+        let width = p.shap_width();
+        if self.split_by_trees::<N>(block.rows().div_ceil(N), false) {
+            let totals = self.run_split::<false, N>(block);
+            return shap_by_task(p, block, block.rows(), || (), |_, _, chunk| self.write_shap(&totals, chunk));
+        }
+        let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), false);
+        shap_by_task(p, block, per_task, Scratch::<N>::default, |s, first, chunk| {
+            self.run_task::<false, N>(block, first, chunk.len() / width, s);
+            self.write_shap(s, chunk);
+        })
+    }
+
+    /// Interaction values of `block` in lane groups of `N` rows.
+    fn interactions_in<const N: usize>(&self, block: &FeatureBlock) -> Result<Interactions> {
         self.check_scratch(true)?;
         let p = &*self.prepared;
         check_block(&p.model, block)?;
         let w = p.model.num_features() + 1;
         let width = p.model.num_groups() * w * w;
         let shap_row = || vec![0.0; p.model.num_groups() * w];
-        if self.split_by_trees(block.rows().div_ceil(LANES), true) {
-            let totals = self.run_split::<true>(block);
+        if self.split_by_trees::<N>(block.rows().div_ceil(N), true) {
+            let totals = self.run_split::<true, N>(block);
             return interactions_by_task(p, block, block.rows(), shap_row, |shap, _, chunk| self.write_interactions(&totals, shap, chunk));
         }
-        let per_task = task_rows(block.rows(), p.model.num_features(), p.model.num_groups(), true);
+        let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), true);
         interactions_by_task(
             p,
             block,
             per_task,
-            || (Scratch::default(), shap_row()),
+            || (Scratch::<N>::default(), shap_row()),
             |(s, shap), first, chunk| {
-                self.run_task::<true>(block, first, chunk.len() / width, s);
+                self.run_task::<true, N>(block, first, chunk.len() / width, s);
                 self.write_interactions(s, shap, chunk);
             },
         )
@@ -1291,7 +1368,7 @@ mod tests {
             let run = |threads: usize| {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
                 pool.install(|| {
-                    let split = (engine.split_by_trees(rows.div_ceil(LANES), false), engine.split_by_trees(rows.div_ceil(LANES), true));
+                    let split = (engine.shares_trees(rows, false), engine.shares_trees(rows, true));
                     (split, bits(&engine.shap(&block).unwrap().values), bits(&engine.interactions(&block).unwrap().values))
                 })
             };
@@ -1315,7 +1392,7 @@ mod tests {
         let block = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         pool.install(|| {
-            assert!(!engine.split_by_trees(rows.div_ceil(LANES), false));
+            assert!(!engine.shares_trees(rows, false));
             let all = engine.shap(&block).unwrap();
             for r in [0, 57, 199] {
                 let alone = FeatureBlock::new(1, features, values[r * features..(r + 1) * features].to_vec(), Precision::F64);
@@ -1325,7 +1402,48 @@ mod tests {
     }
 
     #[test]
+    fn small_blocks_in_narrow_lane_groups_give_the_bits_of_a_large_block() {
+        let (features, mut seed) = (6usize, 5u64);
+        // Two chunks, so that two threads share a small block's trees; deep enough for parts.
+        let mut trees: Vec<Tree> = (0..TREES_PER_CHUNK + 3).map(|_| tree(&mut seed, features as u32, 8)).collect();
+        trees.push(lopsided(features, &mut seed));
+        let prepared = Arc::new(PreparedModel::new(Arc::new(numeric_model(features, trees, 0.25))).unwrap());
+        let engine = Linear::new(prepared).unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let rows = 3 * LANES + 5;
+        let values: Vec<f64> = (0..rows * features).map(|i| if i % 11 == 0 { f64::NAN } else { ((i * 7919) % 1000) as f64 / 1000.0 }).collect();
+        let all = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
+        let (shap, interactions) = (engine.shap(&all).unwrap(), engine.interactions(&all).unwrap());
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                for n in 1..=SMALL_LANES + 1 {
+                    // Rows from the middle of the large block, so that they sat in other lanes there.
+                    let first = LANES + 3;
+                    let small = FeatureBlock::new(n, features, values[first * features..(first + n) * features].to_vec(), Precision::F64);
+                    let (got, got_pairs) = (engine.shap(&small).unwrap(), engine.interactions(&small).unwrap());
+                    for r in 0..n {
+                        assert_eq!(bits(got.row(r, 0)), bits(shap.row(first + r, 0)), "{threads} threads, {n} rows: SHAP values of row {r}");
+                        assert_eq!(
+                            bits(got_pairs.matrix(r, 0)),
+                            bits(interactions.matrix(first + r, 0)),
+                            "{threads} threads, {n} rows: interactions of row {r}"
+                        );
+                    }
+                }
+            });
+        }
+        assert!(shap.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+    }
+
+    #[test]
     fn every_compiled_copy_gives_the_same_bits() {
+        compiled_copies_agree::<LANES>();
+        compiled_copies_agree::<SMALL_LANES>();
+    }
+
+    /// Every compiled copy of the walk for lane groups of `N` rows gives the same bits.
+    fn compiled_copies_agree<const N: usize>() {
         let (features, mut seed) = (5usize, 42u64);
         let mut trees: Vec<Tree> = (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect();
         // Every third split `x <= threshold` (LightGBM's rule), at a threshold some rows equal.
@@ -1337,7 +1455,7 @@ mod tests {
         let engine = Linear::new(prepared.clone()).unwrap();
         let groups = 3;
         // (SHAP values, pair sums) as bits.
-        let run = |task: &dyn Fn(&mut Scratch)| {
+        let run = |task: &dyn Fn(&mut Scratch<N>)| {
             let mut s = Scratch {
                 xs: (0..groups * features)
                     .map(|i| Lanes(std::array::from_fn(|r| if (i + r) % 7 == 0 { f64::NAN } else { ((i * 31 + r * 17) % 100) as f64 / 100.0 })))
@@ -1347,20 +1465,24 @@ mod tests {
                 ..Default::default()
             };
             task(&mut s);
-            let bits = |v: &[Lanes]| v.iter().flat_map(|l| l.0.iter().map(|v| v.to_bits())).collect::<Vec<u64>>();
+            let bits = |v: &[Lanes<N>]| v.iter().flat_map(|l| l.0.iter().map(|v| v.to_bits())).collect::<Vec<u64>>();
             (bits(&s.phi), bits(&s.pairs))
         };
         // SAFETY (every portable copy here): it needs no CPU feature.
-        let baseline = run(&|s| unsafe { explain_task::<true, false>(&prepared, &engine.trees, groups, s) });
+        let baseline = run(&|s| unsafe { explain_task::<true, false, N>(&prepared, &engine.trees, groups, s) });
         assert!(baseline.0.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "the model attributes something");
         assert!(baseline.1.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "and has interactions");
-        assert_eq!(baseline.0, run(&|s| unsafe { explain_task::<false, false>(&prepared, &engine.trees, groups, s) }).0, "SHAP values without pairs");
+        assert_eq!(
+            baseline.0,
+            run(&|s| unsafe { explain_task::<false, false, N>(&prepared, &engine.trees, groups, s) }).0,
+            "SHAP values without pairs"
+        );
         // SHAP values walk a copy per point count; the general copy gives the same bits.
         assert!(engine.trees.iter().all(|lt| lt.points() <= 6), "the trees take the copies per point count");
         let general = run(&|s| {
             for lt in engine.trees.iter().filter(|lt| !lt.splits.is_empty()) {
                 s.walk.reserve(lt.depth + 1, lt.points(), lt.width, false);
-                unsafe { walk_tree::<false, 0, false>(&prepared.model.trees()[lt.source], lt, groups, features, 1, s) };
+                unsafe { walk_tree::<false, 0, false, N>(&prepared.model.trees()[lt.source], lt, groups, features, 1, s) };
             }
         });
         assert_eq!(baseline.0, general.0, "the general copy of the walk");
@@ -1369,15 +1491,19 @@ mod tests {
             let fma = std::arch::is_x86_feature_detected!("fma");
             if fma && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2 and FMA.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true>(&prepared, &engine.trees, groups, s) }), "AVX2");
-                assert_eq!(baseline.0, run(&|s| unsafe { explain_task_avx2::<false>(&prepared, &engine.trees, groups, s) }).0, "AVX2, SHAP values");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true, N>(&prepared, &engine.trees, groups, s) }), "AVX2");
+                assert_eq!(
+                    baseline.0,
+                    run(&|s| unsafe { explain_task_avx2::<false, N>(&prepared, &engine.trees, groups, s) }).0,
+                    "AVX2, SHAP values"
+                );
             }
             if fma && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F and FMA.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true>(&prepared, &engine.trees, groups, s) }), "AVX-512");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true, N>(&prepared, &engine.trees, groups, s) }), "AVX-512");
                 assert_eq!(
                     baseline.0,
-                    run(&|s| unsafe { explain_task_avx512::<false>(&prepared, &engine.trees, groups, s) }).0,
+                    run(&|s| unsafe { explain_task_avx512::<false, N>(&prepared, &engine.trees, groups, s) }).0,
                     "AVX-512, SHAP values"
                 );
             }

@@ -19,7 +19,7 @@ pub enum Algorithm {
     FastV2,
     /// Gauss–Legendre quadrature of the Shapley weights: exact, O(⌈d/2⌉) per node, no tables.
     Quadrature,
-    /// The quadrature rule in Linear TreeSHAP's bottom-up form, eight rows per SIMD pass:
+    /// The quadrature rule in Linear TreeSHAP's bottom-up form, sixteen rows per SIMD pass (four for a call of at most four):
     /// exact, O(⌈d/2⌉) per node and row instead of per leaf and path feature, no tables.
     Linear,
     /// A table of each oblivious tree's values by leaf index (CatBoost's symmetric trees):

@@ -36,6 +36,15 @@ pub struct Interactions {
     pub values: Vec<f64>,
 }
 
+impl Interactions {
+    /// The `(F+1) × (F+1)` matrix of one row and output group, row-major.
+    pub fn matrix(&self, row: usize, group: usize) -> &[f64] {
+        let w = (self.features + 1) * (self.features + 1);
+        let start = (row * self.groups + group) * w;
+        &self.values[start..start + w]
+    }
+}
+
 /// Margin (raw score) predictions, `rows × G`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Predictions {
