@@ -142,7 +142,7 @@ def write_report(rows, overheads, args):
     versions = f"shapfusion {shapfusion.__version__} (release wheel), xgboost {xgboost.__version__}, shap {shap.__version__}, numpy {np.__version__}"
     body = "## Python package (`shapfusion.Explainer`) in-process\n\n"
     body += (
-        f"Command: `bash benchmarks/run.sh --python --threads {args.threads}`. Machine: {platform.machine()}, "
+        f"Command: `bash benchmarks/run.sh --python --threads {args.threads}` ({time.strftime('%Y-%m-%d')}). Machine: {platform.machine()}, "
         f"{platform.platform()}; Python {platform.python_version()}. Versions: {versions}.\n"
         f"One Python process: `explainer.shap_values(X)` (X a float64 NumPy array: the suite's rows repeated to {args.rows:,} "
         f"(small-8f: its 20,000), {args.threads} threads), "
@@ -160,7 +160,7 @@ def write_report(rows, overheads, args):
             f"{xgb} | {r['shap']:,.0f} | {r['wheel'] / r['shap']:.1f}× |\n"
         )
     body += (
-        "\nwheel / CLI sets the whole Python call (reading X into the engines' block, filling the NumPy output) against the engine's compute alone (the harness reads its rows before the clock starts). At small-8f's millions of rows/s that conversion is a quarter of the call; on the medium models it is within the run-to-run noise of this shared 2-core machine: four full runs gave wheel / CLI from 0.89 to 1.07 per model (the one at 0.89 saw shap's own single-threaded rows/s drop 27 % at the same time).\n"
+        "\nwheel / CLI sets the whole Python call (reading X into the engines' block, filling the NumPy output) against the engine's compute alone (the harness reads its rows before the clock starts). At small-8f's millions of rows/s that conversion is a quarter of the call; on the medium models it is within the run-to-run noise of this shared 2-core machine: four full runs on 2026-11-24 gave wheel / CLI from 0.89 to 1.07 per model. A ratio far outside that range in the table means the machine's speed changed between the two measurements (they are taken a minute apart), not the wheel: compare within one measurement.\n"
     )
     body += (
         "\nPer-call latency for serving-sized inputs, p50 / p99 (2,000 calls up to 10 rows, 300 for 100 rows; "
