@@ -86,20 +86,39 @@ def latency(url, names, sizes, count):
     return table
 
 
+def run_clients(url, batch, clients, per_client, body, warm_up=False):
+    """Opens `clients` connections and runs `body(client, want)` in `per_client` threads on each,
+    released together; `want` is `batch`'s answer on a connection of its own (what every reply
+    is checked against). With `warm_up`, each connection exchanges once first (its first call
+    sets up the stream). Returns (`want`, the wall seconds from release to the last join)."""
+    want = exchange(flight.connect(url), batch)
+    connections = [flight.connect(url) for _ in range(clients)]
+    if warm_up:
+        for c in connections:
+            exchange(c, batch)
+    start_line = threading.Barrier(clients * per_client)
+
+    def released(client):
+        start_line.wait()
+        body(client, want)
+
+    threads = [threading.Thread(target=released, args=(c,)) for c in connections for _ in range(per_client)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return want, time.perf_counter() - began
+
+
 def concurrent_single_rows(url, names, clients, seconds):
     """`clients` connections each sending 1-row requests back to back for `seconds`."""
     batch = rows(names, 1, seed=11)
-    want = exchange(flight.connect(url), batch)
-    connections = [flight.connect(url) for _ in range(clients)]
-    for c in connections:  # warm-up: each connection's first exchange
-        exchange(c, batch)
-    start_line = threading.Barrier(clients)
     latencies, wrong = [], []
     lock = threading.Lock()
 
-    def one(client):
+    def one(client, want):
         mine = []
-        start_line.wait()
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             start = time.perf_counter()
@@ -111,11 +130,7 @@ def concurrent_single_rows(url, names, clients, seconds):
         with lock:
             latencies.extend(mine)
 
-    threads = [threading.Thread(target=one, args=(c,)) for c in connections]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_clients(url, batch, clients, 1, one, warm_up=True)
     return {
         "clients": clients,
         "requests": len(latencies),
@@ -128,14 +143,10 @@ def concurrent_single_rows(url, names, clients, seconds):
 
 def load(url, names, clients, per_client, n):
     batch = rows(names, n, seed=7)
-    want = exchange(flight.connect(url), batch)
-    connections = [flight.connect(url) for _ in range(clients)]
-    start_line = threading.Barrier(clients * per_client)
     latencies, refused, wrong = [], [], []
     lock = threading.Lock()
 
-    def one(client):
-        start_line.wait()
+    def one(client, want):
         start = time.perf_counter()
         try:
             got = exchange(client, batch)
@@ -149,13 +160,7 @@ def load(url, names, clients, per_client, n):
             if not ok:
                 wrong.append(1)
 
-    threads = [threading.Thread(target=one, args=(c,)) for c in connections for _ in range(per_client)]
-    began = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - began
+    _, wall = run_clients(url, batch, clients, per_client, one)
     answered = len(latencies)
     return {
         "requests": clients * per_client,

@@ -21,15 +21,23 @@ of a job that explains 200,000 rows in three seconds, so (c), (d) and (e) on the
 run on all the rows, and (c) on the peers' rows is reported too. Rows/s is what is compared.
 
     python benchmarks/spark.py [--rows 1000000] [--peer-rows 200000] [--shap-rows 10000] [--repeats 3] [--peer-repeats 1]
+                               [--case all|recipes|wide] [--wide-rows 200000] [--wide-features 50]
+
+The wide case (``--case wide``, also part of ``all``) is the shape where Spark once ran at half
+the wheel's speed: ``--wide-rows`` rows of ``--wide-features`` features, an XGBoost model of 100
+trees of depth 8, (c) against (d) on the same rows, and where the difference goes: Spark's floor
+(e) on the same columns, and the fixed cost of a job (the same jobs on 800 rows).
 
 Needs pyspark (tests/requirements-spark.txt), Java 17, the release wheel and
-tests/requirements.txt. Writes the SPARK section of benchmarks/RESULTS.md.
+tests/requirements.txt. Writes the SPARK section of benchmarks/RESULTS.md (the recipes) and
+the SPARK WIDE section (the wide case).
 """
 
 import argparse
 import os
 import platform
 import sys
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -52,21 +60,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--peer-repeats", type=int, default=1, help="timed runs of the peers (a) and (b), minutes each")
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--case", choices=("all", "recipes", "wide"), default="all")
+    ap.add_argument("--wide-rows", type=int, default=200_000)
+    ap.add_argument("--wide-features", type=int, default=50)
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    import pandas as pd
-    import pyarrow as pa
-    import pyspark
-    import shap
-    import sklearn
-    import xgboost
     from pyspark.sql import SparkSession
-    from sklearn.ensemble import RandomForestClassifier
-    from xgboost.spark import SparkXGBClassifier
-
-    import shapfusion
-    import shapfusion.spark as sfs
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -75,12 +75,134 @@ def main() -> None:
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
         .getOrCreate()
     )
+    if args.case in ("all", "wide"):
+        wide_case(spark, args)
+    if args.case in ("all", "recipes"):
+        recipes(spark, args)
+    spark.stop()
+
+
+def data(rows, features):
+    """`rows` rows of `features` standard normal features, an `id` column first, and a binary
+    label of the first four features."""
+    import pandas as pd
+
     rng = np.random.default_rng(0)
-    names = [f"x{j}" for j in range(FEATURES)]
-    X = rng.normal(size=(args.rows, FEATURES))
-    y = (X[:, 0] + np.sin(2 * X[:, 1]) + X[:, 2] * X[:, 3] + 0.3 * rng.normal(size=args.rows) > 0).astype(int)
-    frame = pd.DataFrame(X, columns=names)
-    frame.insert(0, "id", np.arange(args.rows))
+    X = rng.normal(size=(rows, features))
+    y = (X[:, 0] + np.sin(2 * X[:, 1]) + X[:, 2] * X[:, 3] + 0.3 * rng.normal(size=rows) > 0).astype(int)
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(features)])
+    frame.insert(0, "id", np.arange(rows))
+    return frame, y
+
+
+def noop(frame_):
+    """Runs a Spark job that computes every row of `frame_` and stores nothing."""
+    frame_.write.format("noop").mode("overwrite").save()
+
+
+def passthrough_job(df, names):
+    """Spark's floor: `df`'s rows through ``mapInArrow`` into a struct of as many doubles as
+    ``explain`` writes (the features and a bias), with no computation."""
+    import pyarrow as pa
+
+    struct_schema = "id long, shap struct<" + ", ".join(f"{n}: double" for n in names + ["bias"]) + ">"
+
+    def passthrough(batches):
+        for batch in batches:
+            columns = [batch.column(n) for n in names]
+            shap_struct = pa.StructArray.from_arrays(columns + [columns[0]], names=names + ["bias"])
+            yield pa.RecordBatch.from_arrays([batch.column("id"), shap_struct], names=["id", "shap"])
+
+    return df.mapInArrow(passthrough, struct_schema)
+
+
+def machine_line(args):
+    import pyspark
+    import xgboost
+
+    import shapfusion
+
+    return (
+        f"Machine: {platform.machine()}, {platform.platform()}, {os.cpu_count()} cores; local Spark `local[2]`, "
+        f"{args.partitions} partitions; Python {platform.python_version()}; pyspark {pyspark.__version__}, "
+        f"xgboost {xgboost.__version__}, shapfusion {shapfusion.__version__}; {date.today().isoformat()}."
+    )
+
+
+def wide_case(spark, args):
+    """(c) against (d) on wide rows, with Spark's floor and a job's fixed cost beside them."""
+    import pyarrow as pa
+    import xgboost
+
+    import shapfusion
+    import shapfusion.spark as sfs
+
+    rows, features = args.wide_rows, args.wide_features
+    frame, y = data(rows, features)
+    names = list(frame.columns[1:])
+    train = min(rows, 50_000)
+    booster = xgboost.train(
+        {"max_depth": 8, "objective": "binary:logistic", "nthread": 2}, xgboost.DMatrix(frame[names].iloc[:train], y[:train]), 100
+    )
+    df = spark.createDataFrame(frame).repartition(args.partitions).cache()
+    df.count()
+    tiny = df.limit(800).repartition(args.partitions).cache()
+    tiny.count()
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    explainer = shapfusion.Explainer(booster, threads=2)
+    seconds = {
+        "c": timed(lambda: noop(sfs.explain(df, booster, keep=["id"])), args.repeats),
+        "d": timed(lambda: explainer.shap_values(table), args.repeats),
+        "e": timed(lambda: noop(passthrough_job(df, names)), args.repeats),
+        "c_tiny": timed(lambda: noop(sfs.explain(tiny, booster, keep=["id"])), args.repeats),
+        "e_tiny": timed(lambda: noop(passthrough_job(tiny, names)), args.repeats),
+    }
+    print(seconds, flush=True)
+    rate = {k: rows / v for k, v in seconds.items() if not k.endswith("tiny")}
+    # Per row: a job's time less the same job's time on 800 rows (its fixed cost).
+    per_row = {k: (seconds[k] - seconds[k + "_tiny"]) for k in ("c", "e")}
+    share = rate["c"] / rate["d"]
+    lines = [
+        "## Spark on wide rows: shapfusion.spark.explain against the same wheel outside Spark (benchmarks/spark.py --case wide)",
+        "",
+        f"Command: `python benchmarks/spark.py --case wide --wide-rows {rows} --wide-features {features} --repeats {args.repeats}` "
+        f"(release wheel). {machine_line(args)} {rows:,} rows × {features} features, an XGBoost model of 100 trees of depth 8 "
+        "(`xgboost.train`, binary:logistic); each time is the median of the runs after a warm-up. (c) `shapfusion.spark.explain(df, booster, "
+        "keep=[\"id\"])` to the `noop` sink, one engine thread a task (`spark.task.cpus`); (d) `shapfusion.Explainer(booster, threads=2)."
+        "shap_values` on the same rows as one Arrow table; (e) Spark's floor: the same rows through `mapInArrow` into a struct of as many "
+        "doubles, no computation. A job's fixed cost is the same job on 800 rows.",
+        "",
+        "| path | rows/s | job seconds | seconds on 800 rows |",
+        "|---|---:|---:|---:|",
+        f"| (c) shapfusion.spark.explain | {rate['c']:,.0f} | {seconds['c']:.2f} | {seconds['c_tiny']:.2f} |",
+        f"| (d) shapfusion.Explainer, no Spark | {rate['d']:,.0f} | {seconds['d']:.2f} | |",
+        f"| (e) mapInArrow, rows passed through (Spark's floor) | {rate['e']:,.0f} | {seconds['e']:.2f} | {seconds['e_tiny']:.2f} |",
+        "",
+        f"* (c) against (d): **{share:.0%}** (target: at least 90 %: {'met' if share >= 0.9 else 'NOT met'}).",
+        f"* Without each job's fixed cost (its time on 800 rows), (c) takes {per_row['c']:.2f} s against (d)'s {seconds['d']:.2f} s: "
+        f"{seconds['d'] / per_row['c']:.0%}; Spark's floor spends {per_row['e']:.2f} s per {rows:,} rows moving them, "
+        f"{per_row['e'] / seconds['d']:.0%} of (d)'s time, on the same two cores.",
+    ]
+    write_results_section("SPARK WIDE", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def recipes(spark, args):
+    """(a)-(e) on the 20-feature data: the SPARK section."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyspark
+    import shap
+    import sklearn
+    import xgboost
+    from sklearn.ensemble import RandomForestClassifier
+    from xgboost.spark import SparkXGBClassifier
+
+    import shapfusion
+    import shapfusion.spark as sfs
+
+    frame, y = data(args.rows, FEATURES)
+    names = list(frame.columns[1:])
     df = spark.createDataFrame(frame).repartition(args.partitions).cache()
     df.count()
     peer = df.limit(args.peer_rows).repartition(args.partitions).cache()
@@ -98,9 +220,6 @@ def main() -> None:
     # Fitted on a DataFrame, so the forest knows its features by name (feature_names_in_), as
     # explain() matches them.
     forest = RandomForestClassifier(n_estimators=100, max_depth=10, n_jobs=2, random_state=0).fit(frame[names].iloc[:50_000], y[:50_000])
-
-    def noop(frame_):
-        frame_.write.format("noop").mode("overwrite").save()
 
     results = []
 
@@ -157,15 +276,7 @@ def main() -> None:
 
     # (e) Spark's own floor: the same rows through mapInArrow into a struct of as many doubles
     # as (c) writes, with no computation: what moving the rows between the JVM and Python costs.
-    struct_schema = "id long, shap struct<" + ", ".join(f"{n}: double" for n in names + ["bias"]) + ">"
-
-    def passthrough(batches):
-        for batch in batches:
-            columns = [batch.column(n) for n in names]
-            shap_struct = pa.StructArray.from_arrays(columns + [columns[0]], names=names + ["bias"])
-            yield pa.RecordBatch.from_arrays([batch.column("id"), shap_struct], names=["id", "shap"])
-
-    record("(e) mapInArrow, rows passed through (Spark's floor)", "none", args.rows, timed(lambda: noop(df.mapInArrow(passthrough, struct_schema)), args.repeats))
+    record("(e) mapInArrow, rows passed through (Spark's floor)", "none", args.rows, timed(lambda: noop(passthrough_job(df, names)), args.repeats))
 
     rate = {(m, model): r for m, model, _, r in results}
 
@@ -220,7 +331,6 @@ def main() -> None:
     ]
     write_results_section("SPARK", "\n".join(lines) + "\n")
     print("\n".join(lines))
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -215,29 +215,40 @@ def explain(
     keep = list(keep or [])
     payload, model_features, result_type = _prepare(model, output)
     mapping = _feature_columns(model_features, features)
+    # `DataFrame.columns` and `.schema` each ask the JVM for the schema again: read it once (a
+    # wide frame's checks would otherwise take a round trip per feature, tenths of a second).
+    schema = df.schema
+    columns = set(schema.fieldNames())
     missing = [
         f"{feature!r} (column {column!r})" if column != feature else repr(feature)
         for feature, column in mapping.items()
-        if column not in df.columns
+        if column not in columns
     ]
     if missing:
         raise ValueError(
-            f"the DataFrame lacks the model's feature column(s) {', '.join(missing)}; it has: {', '.join(df.columns)}"
+            f"the DataFrame lacks the model's feature column(s) {', '.join(missing)}; it has: {', '.join(schema.fieldNames())}"
         )
-    absent = [k for k in keep if k not in df.columns]
+    absent = [k for k in keep if k not in columns]
     if absent:
-        raise ValueError(f"keep names column(s) the DataFrame lacks: {', '.join(absent)}; it has: {', '.join(df.columns)}")
+        raise ValueError(
+            f"keep names column(s) the DataFrame lacks: {', '.join(absent)}; it has: {', '.join(schema.fieldNames())}"
+        )
     column = name or _OUTPUTS[output]
     if column in keep:
         raise ValueError(f"the result column {column!r} is also a kept column; pass name= to call it something else")
     renamed = {column: feature for feature, column in mapping.items() if column != feature}
-    inputs = df.select(*keep, *[df[c].alias(renamed.get(c, c)) for c in dict.fromkeys(mapping.values())])
+    # Selected by name and renamed by position in one call each: a `Column` per feature costs
+    # a JVM round trip apiece (a tenth of a second on a 50-feature model).
+    feature_columns = list(dict.fromkeys(mapping.values()))
+    inputs = df.select(*keep, *feature_columns)
+    if renamed:
+        inputs = inputs.toDF(*keep, *[renamed.get(c, c) for c in feature_columns])
 
     spark = df.sparkSession
     background_ipc = _background_ipc(background, model_features)
     broadcast = spark.sparkContext.broadcast((payload, background_ipc))
     key = _content_key(payload, background_ipc)
-    spark_schema = _spark_schema(df, keep, column, result_type)
+    spark_schema = _spark_schema(schema, keep, column, result_type)
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         (model_payload_, background_) = broadcast.value
@@ -317,10 +328,11 @@ def _feature_columns(model_features: list[str], features: Any) -> dict[str, str]
     return dict(zip(model_features, features))
 
 
-def _spark_schema(df: Any, keep: list[str], column: str, result_type: Any) -> Any:
+def _spark_schema(schema: Any, keep: list[str], column: str, result_type: Any) -> Any:
+    """The result's Spark schema: the kept fields of the input's ``schema``, then the output."""
     from pyspark.sql.types import StructField, StructType
 
-    fields = [df.schema[k] for k in keep]
+    fields = [schema[k] for k in keep]
     return StructType(fields + [StructField(column, _spark_type(result_type), True)])
 
 

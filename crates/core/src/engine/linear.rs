@@ -95,6 +95,12 @@ pub(crate) const LANES: usize = 16;
 /// Every lane computes what it would in a wider group, so the bits are the same.
 pub(crate) const SMALL_LANES: usize = 4;
 
+/// Whether a call of `rows` rows walks in lane groups of [`SMALL_LANES`] (else [`LANES`]): the
+/// one rule the dispatch and its tests read.
+const fn in_small_lane_groups(rows: usize) -> bool {
+    rows <= SMALL_LANES
+}
+
 /// Compiled trees (or parts) summed on their own before their sum is added to a row's total
 /// (see the module docs): the unit in which a small block's trees are shared among threads.
 /// Adding a chunk's sums costs one add per feature and row, next to walking 32 trees.
@@ -1074,7 +1080,7 @@ impl Linear {
     /// gets, as [`Engine::shap`] picks them).
     #[cfg(test)]
     fn shares_trees(&self, rows: usize, pairs: bool) -> bool {
-        if rows <= SMALL_LANES {
+        if in_small_lane_groups(rows) {
             self.split_by_trees::<SMALL_LANES>(rows.div_ceil(SMALL_LANES), pairs)
         } else {
             self.split_by_trees::<LANES>(rows.div_ceil(LANES), pairs)
@@ -1214,7 +1220,7 @@ impl Engine for Linear {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        if block.rows() <= SMALL_LANES {
+        if in_small_lane_groups(block.rows()) {
             self.shap_in::<SMALL_LANES>(block)
         } else {
             self.shap_in::<LANES>(block)
@@ -1225,7 +1231,7 @@ impl Engine for Linear {
     /// is, by the product rule over the path's splits, the sum of each split's own terms times
     /// the ratio `(o−z)/f` of every other feature above it; both orders are summed and halved.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        if block.rows() <= SMALL_LANES {
+        if in_small_lane_groups(block.rows()) {
             self.interactions_in::<SMALL_LANES>(block)
         } else {
             self.interactions_in::<LANES>(block)
