@@ -19,11 +19,14 @@ Needs pyarrow (tests/requirements-clients.txt).
 import argparse
 import json
 import os
+import platform
 import re
+import shlex
 import subprocess
 import sys
 import threading
 import time
+from datetime import date
 
 import numpy as np
 import pyarrow as pa
@@ -248,8 +251,9 @@ def main():
         path = os.path.join(ROOT, "benchmarks/RESULTS.md")
         with open(path) as f:
             results = f.read()
-        command = f"python benchmarks/serving.py --bin {a.bin} --spec {a.spec} --write"
-        block = f"<!-- SERVING:BEGIN -->\nCommand: `{command}`\n\n{text}\n<!-- SERVING:END -->"
+        command = " ".join(["python benchmarks/serving.py", *map(shlex.quote, sys.argv[1:])])
+        when = f"{date.today().isoformat()}, {platform.machine()} {platform.platform()}, {cores} cores"
+        block = f"<!-- SERVING:BEGIN -->\nCommand: `{command}` ({when}).\n\n{text}\n<!-- SERVING:END -->"
         if "<!-- SERVING:BEGIN -->" in results:
             results = re.sub(r"<!-- SERVING:BEGIN -->.*?<!-- SERVING:END -->", lambda _: block, results, flags=re.S)
         else:

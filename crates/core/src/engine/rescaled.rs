@@ -19,6 +19,15 @@
 //! done per distinct fail set rather than per background row. A tree with a path of more than
 //! 64 distinct features keeps its fail sets in several words (`LeafGroups::wide_sets`).
 //!
+//! Precisely: rows go through each leaf [`ROWS_TOGETHER`] at a time (fewer where a large
+//! background's scales would take over [`SCALES_BYTES_PER_TASK`]). Per leaf and group, one
+//! pass over the rows' fail sets finds the rows the group shares something with (their sets do
+//! not meet); for each, a sum of its `s(x, z)` over the group's background rows. So a row costs
+//! `O(groups / ROWS_TOGETHER + Σ sharing groups' rows)` per leaf, at most `O(leaves ×
+//! background)`, and the groups of a whole model (too large for any cache) are read from memory
+//! once per pass rather than once per row. Table memory: 4 bytes per background row and leaf,
+//! and 16 per group.
+//!
 //! [`Interventional`]: super::interventional::Interventional
 
 use std::collections::BTreeMap;
@@ -38,9 +47,12 @@ use crate::model::Model;
 
 /// One leaf's background, grouped by fail set.
 struct LeafGroups {
-    /// (fail set, first, end): background rows `members[first..end]` fail exactly that set (the
-    /// set's first word; all of it in a one-word walk).
-    groups: Vec<(u64, u32, u32)>,
+    /// Each group's fail set (its first word; all of it in a one-word walk), apart from the
+    /// ranges: a row's scan over a leaf's groups reads only these words (most groups share a
+    /// feature with the row's own fail set and are skipped).
+    sets: Vec<u64>,
+    /// (first, end): background rows `members[first..end]` fail exactly the group's set.
+    ranges: Vec<(u32, u32)>,
     /// In a walk of several words, each group's whole fail set, one after another.
     wide_sets: Vec<u64>,
 }
@@ -64,11 +76,21 @@ pub(crate) struct RescaledInterventional {
     max_slots: usize,
 }
 
-/// What one task reuses across its rows.
+/// Rows that go through each leaf together (see [`RescaledInterventional::explain_rows`]).
+const ROWS_TOGETHER: usize = 16;
+/// At most this many bytes of a task's `s(x, z)` scales: a large background (a million rows of
+/// ten classes) goes through the leaves fewer rows a pass rather than take 16× the memory.
+const SCALES_BYTES_PER_TASK: usize = 16 << 20;
+// A pass's rows are bits of a `u32`.
+const _: () = assert!(ROWS_TOGETHER < 32);
+
+/// What one task reuses across its rows; each per-row part holds [`ROWS_TOGETHER`] rows.
 struct Scratch {
+    /// Per row, its fail sets (`max_slots` words).
     slots: Vec<u64>,
+    /// Per row, its margins (one per group).
     margins: Vec<f64>,
-    /// `s(x, z)`, per group then background row.
+    /// Per row, `s(x, z) / n` per group then background row.
     scales: Vec<f64>,
 }
 
@@ -137,7 +159,7 @@ impl RescaledInterventional {
                 .into_iter()
                 .map(|sets| {
                     let mut wide_sets = Vec::new();
-                    let groups = sets
+                    let (sets, ranges) = sets
                         .into_iter()
                         .map(|(set, rows)| {
                             let first = members.len() as u32;
@@ -145,10 +167,10 @@ impl RescaledInterventional {
                             if words > 1 {
                                 wide_sets.extend_from_slice(&set);
                             }
-                            (set[0], first, members.len() as u32)
+                            (set[0], (first, members.len() as u32))
                         })
-                        .collect();
-                    LeafGroups { groups, wide_sets }
+                        .unzip();
+                    LeafGroups { sets, ranges, wide_sets }
                 })
                 .collect();
             leaves.push(groups);
@@ -172,54 +194,97 @@ impl RescaledInterventional {
         })
     }
 
-    /// Adds row `x`'s values to `out` (G × (F+1)); its margins are in `scratch.margins`, its
-    /// label (read by a loss only) is `label`. For a loss, also writes the row's bias.
-    fn explain_row(&self, x: &[f64], label: f64, scratch: &mut Scratch, out: &mut [f64]) {
+    /// Adds the values of `rows` rows of `block` from `first` to `out` (each row G × (F+1));
+    /// `labels` (one per row of the block) are read by a loss only, which also writes each
+    /// row's bias. The rows go through each leaf together: a leaf's groups are read from memory
+    /// once for all of them (the whole model's groups, tens of MB for 100 trees of depth 8 and
+    /// 100 background rows, are too large for any cache). Each row's values are added in the
+    /// same order as alone (tree, leaf, group), so the bits do not depend on its neighbours.
+    fn explain_rows(&self, block: &FeatureBlock, first: usize, labels: Option<&[f64]>, scratch: &mut Scratch, out: &mut [f64]) {
         let w = self.model.num_features() + 1;
         let (g, n) = (self.model.num_groups(), self.background_rows);
-        // s(x, z) / n for every background row, per group.
-        for group in 0..g {
-            let mx = scratch.margins[group];
-            let tx = self.transform.apply(mx, label);
-            let mut bias = 0.0;
-            for z in 0..n {
-                let mz = self.background_margins[z * g + group];
-                let tz = self.transform.apply(mz, label);
-                let s = if mx == mz { 1.0 } else { (tx - tz) / (mx - mz) };
-                scratch.scales[group * n + z] = s / n as f64;
-                bias += tz;
-            }
-            if self.transform.needs_labels() {
-                out[group * w + w - 1] = bias / n as f64;
+        let (width, per_row_scales, per_row_slots) = (g * w, g * n, self.max_slots);
+        let rows = out.len() / width.max(1);
+        debug_assert!(rows <= self.rows_together());
+        for r in 0..rows {
+            let x = block.row(first + r);
+            let label = labels.map_or(0.0, |l| l[first + r]);
+            let margins = &mut scratch.margins[r * g..(r + 1) * g];
+            self.model.predict_row(x, margins);
+            // s(x, z) / n for every background row, per group.
+            let scales = &mut scratch.scales[r * per_row_scales..(r + 1) * per_row_scales];
+            for (group, &mx) in margins.iter().enumerate() {
+                let tx = self.transform.apply(mx, label);
+                let mut bias = 0.0;
+                for z in 0..n {
+                    let mz = self.background_margins[z * g + group];
+                    let tz = self.transform.apply(mz, label);
+                    let s = if mx == mz { 1.0 } else { (tx - tz) / (mx - mz) };
+                    scales[group * n + z] = s / n as f64;
+                    bias += tz;
+                }
+                if self.transform.needs_labels() {
+                    out[r * width + group * w + w - 1] = bias / n as f64;
+                }
             }
         }
         for ((tree, walk), leaves) in self.model.trees().iter().zip(&self.walks).zip(&self.leaves) {
-            let scales = &scratch.scales[tree.group * n..(tree.group + 1) * n];
-            let phi = &mut out[tree.group * w..(tree.group + 1) * w];
+            let (scales_at, phi_at) = (tree.group * n, tree.group * w);
+            for r in 0..rows {
+                let (x, fails) = (block.row(first + r), &mut scratch.slots[r * per_row_slots..(r + 1) * per_row_slots]);
+                if walk.words > 1 {
+                    walk.fail_sets_wide(tree, x, fails);
+                } else {
+                    walk.fail_sets(tree, x, fails);
+                }
+            }
             if walk.words > 1 {
-                walk.fail_sets_wide(tree, x, &mut scratch.slots);
-                self.wide_tree_row(walk, leaves, &scratch.slots, scales, phi);
+                for r in 0..rows {
+                    let scales = &scratch.scales[r * per_row_scales + scales_at..][..n];
+                    let phi = &mut out[r * width + phi_at..][..w];
+                    self.wide_tree_row(walk, leaves, &scratch.slots[r * per_row_slots..(r + 1) * per_row_slots], scales, phi);
+                }
                 continue;
             }
-            walk.fail_sets(tree, x, &mut scratch.slots);
+            // Rows past `rows` in a last, partly filled pass share nothing.
+            let live = (1u32 << rows) - 1;
             for (leaf, groups) in walk.leaves.iter().zip(leaves) {
-                let x_f = scratch.slots[leaf.slot as usize];
-                let b = x_f.count_ones() as usize;
-                for &(z_f, first, end) in &groups.groups {
-                    if z_f & x_f != 0 || (z_f | x_f) == 0 {
-                        continue; // no hybrid reaches the leaf, or both rows do: nothing to share
+                let mut x_fs = [0u64; ROWS_TOGETHER];
+                for (r, x_f) in x_fs.iter_mut().enumerate().take(rows) {
+                    *x_f = scratch.slots[r * per_row_slots + leaf.slot as usize];
+                }
+                for (k, &z_f) in groups.sets.iter().enumerate() {
+                    // Which rows the group shares something with, all rows at once (a loop
+                    // the compiler turns into vector compares, with no branch per row): none
+                    // when the sets meet (no hybrid reaches the leaf), nor when both rows reach
+                    // it.
+                    let mut sharing = 0u32;
+                    for (r, &x_f) in x_fs.iter().enumerate() {
+                        sharing |= u32::from(z_f & x_f == 0 && (z_f | x_f) != 0) << r;
                     }
-                    let scale: f64 = self.members[first as usize..end as usize].iter().map(|&z| scales[z as usize]).sum();
+                    sharing &= live;
+                    if sharing == 0 {
+                        continue;
+                    }
+                    let (start, end) = groups.ranges[k];
+                    let members = &self.members[start as usize..end as usize];
                     let a = z_f.count_ones() as usize;
-                    let v = leaf.value * scale;
-                    if a > 0 {
-                        let hot = v * self.weights.hot(a, b);
-                        for_each_bit(z_f, |i| phi[leaf.features[i] as usize] += hot);
-                    }
-                    if b > 0 {
-                        let cold = v * self.weights.cold(a, b);
-                        for_each_bit(x_f, |j| phi[leaf.features[j] as usize] -= cold);
-                    }
+                    for_each_bit(u64::from(sharing), |r| {
+                        let x_f = x_fs[r];
+                        let b = x_f.count_ones() as usize;
+                        let scales = &scratch.scales[r * per_row_scales + scales_at..][..n];
+                        let phi = &mut out[r * width + phi_at..][..w];
+                        let scale: f64 = members.iter().map(|&z| scales[z as usize]).sum();
+                        let v = leaf.value * scale;
+                        if a > 0 {
+                            let hot = v * self.weights.hot(a, b);
+                            for_each_bit(z_f, |i| phi[leaf.features[i] as usize] += hot);
+                        }
+                        if b > 0 {
+                            let cold = v * self.weights.cold(a, b);
+                            for_each_bit(x_f, |j| phi[leaf.features[j] as usize] -= cold);
+                        }
+                    });
                 }
             }
         }
@@ -227,8 +292,16 @@ impl RescaledInterventional {
 }
 
 impl RescaledInterventional {
+    /// Rows a pass takes: [`ROWS_TOGETHER`], or fewer where their scales would take more than
+    /// [`SCALES_BYTES_PER_TASK`].
+    fn rows_together(&self) -> usize {
+        let per_row = self.model.num_groups().saturating_mul(self.background_rows).saturating_mul(size_of::<f64>());
+        (SCALES_BYTES_PER_TASK / per_row.max(1)).clamp(1, ROWS_TOGETHER)
+    }
+
     /// Every row's values; `labels` (one per row) for a loss.
     fn values(&self, block: &FeatureBlock, labels: Option<&[f64]>) -> Result<Attributions> {
+        let together = self.rows_together();
         let g = self.model.num_groups();
         let width = g * (self.model.num_features() + 1);
         shap_by_task_from(
@@ -236,12 +309,14 @@ impl RescaledInterventional {
             &self.bias,
             block,
             rows_per_task(block.rows()),
-            || Scratch { slots: vec![0; self.max_slots], margins: vec![0.0; g], scales: vec![0.0; g * self.background_rows] },
+            || Scratch {
+                slots: vec![0; together * self.max_slots],
+                margins: vec![0.0; together * g],
+                scales: vec![0.0; together * g * self.background_rows],
+            },
             |scratch, first, chunk| {
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    let x = block.row(first + i);
-                    self.model.predict_row(x, &mut scratch.margins);
-                    self.explain_row(x, labels.map_or(0.0, |l| l[first + i]), scratch, out);
+                for (i, rows) in chunk.chunks_mut(width * together).enumerate() {
+                    self.explain_rows(block, first + i * together, labels, scratch, rows);
                 }
             },
         )
@@ -254,7 +329,7 @@ impl RescaledInterventional {
         for (leaf, groups) in walk.leaves.iter().zip(leaves) {
             let x_f = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
             let b = count_ones_wide(x_f);
-            for (&(_, first, end), z_f) in groups.groups.iter().zip(groups.wide_sets.chunks_exact(words)) {
+            for (&(first, end), z_f) in groups.ranges.iter().zip(groups.wide_sets.chunks_exact(words)) {
                 let a = count_ones_wide(z_f);
                 if meet_wide(z_f, x_f) || a + b == 0 {
                     continue; // no hybrid reaches the leaf, or both rows do: nothing to share
@@ -330,6 +405,30 @@ mod tests {
             let width = f.model.num_groups() * (f.model.num_features() + 1);
             let (err, row) = max_row_rel_error(&got.values, &want.values, width);
             assert!(err <= 1e-9, "{}: row {row} off the reference by {err:e}", f.name);
+        }
+    }
+
+    #[test]
+    fn rows_explained_together_give_the_bits_of_each_row_alone() {
+        // More rows than ROWS_TOGETHER, so the block goes through the leaves in several passes,
+        // a last one partly filled; on one and two threads (other task boundaries).
+        for f in &fixtures() {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let background = rows(&f.block, 0, 12);
+            let explained = rows(&f.block, 12, f.block.rows().min(12 + ROWS_TOGETHER + 5));
+            assert!(explained.rows() > ROWS_TOGETHER, "{}: too few rows to fill a pass", f.name);
+            let engine = RescaledInterventional::new(prepared, &background, OutputTransform::Logistic, 1 << 30).unwrap();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let together = pool.install(|| engine.shap(&explained)).unwrap();
+                for r in 0..explained.rows() {
+                    let alone = engine.shap(&rows(&explained, r, r + 1)).unwrap();
+                    for g in 0..f.model.num_groups() {
+                        let (a, b) = (together.row(r, g), alone.row(0, g));
+                        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "{}: row {r}, group {g}, {threads} threads", f.name);
+                    }
+                }
+            }
         }
     }
 
