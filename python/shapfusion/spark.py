@@ -215,8 +215,7 @@ def explain(
     keep = list(keep or [])
     payload, model_features, result_type = _prepare(model, output)
     mapping = _feature_columns(model_features, features)
-    # `DataFrame.columns` and `.schema` each ask the JVM for the schema again: read it once (a
-    # wide frame's checks would otherwise take a round trip per feature, tenths of a second).
+    # The schema once, for the checks below and the result's kept fields.
     schema = df.schema
     columns = set(schema.fieldNames())
     missing = [
