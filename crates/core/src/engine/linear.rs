@@ -101,6 +101,20 @@ const fn in_small_lane_groups(rows: usize) -> bool {
     rows <= SMALL_LANES
 }
 
+/// A block of `rows` shared by trees, in lane groups of `N`: how many rows go in whole lane
+/// groups of `N` and how many (at most [`SMALL_LANES`], else none) in a narrow group after
+/// them. A narrow group costs about 0.6 of a wide one (see [`SMALL_LANES`]), so 50 rows of a
+/// deep model walk three groups of sixteen and one of four rather than four of sixteen; every
+/// lane computes what it would in a wide group, so the bits are the same.
+const fn narrow_tail<const N: usize>(rows: usize) -> (usize, usize) {
+    let tail = rows % N;
+    if N > SMALL_LANES && rows > N && tail <= SMALL_LANES {
+        (rows - tail, tail)
+    } else {
+        (rows, 0)
+    }
+}
+
 /// Compiled trees (or parts) summed on their own before their sum is added to a row's total
 /// (see the module docs): the unit in which a small block's trees are shared among threads.
 /// Adding a chunk's sums costs one add per feature and row, next to walking 32 trees.
@@ -584,6 +598,14 @@ impl Linear {
     }
 }
 
+/// The totals of a small block shared by trees ([`Linear::run_shared`]): its first
+/// `wide_rows` rows in lane groups of `N`, the rest in one narrow lane group.
+struct SharedBlock<const N: usize> {
+    wide_rows: usize,
+    wide: Scratch<N>,
+    tail: Option<Scratch<SMALL_LANES>>,
+}
+
 /// Phase one for a lane group: every split's lanes going left, and lanes where the splits above
 /// on the same feature were all followed. Splits are in preorder, so `prev` is already done.
 ///
@@ -963,10 +985,11 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
             continue; // a lone leaf attributes nothing
         }
         s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
-        // SHAP values walk a copy compiled for the tree's point count, up to 6 (paths of up to
-        // 12 distinct features): its loops unrolled and its offsets constant, up to 14 % faster
-        // than the general copy (measured on a noisy machine), with the same arithmetic and so
-        // the same bits.
+        // SHAP values walk a copy compiled for the tree's point count, up to 8 (paths of up to
+        // 16 distinct features, XGBoost's max_depth 16): its loops unrolled and its offsets
+        // constant, up to 14 % faster than the general copy (measured on a noisy machine; 7 and
+        // 8 points together with `narrow_tail`: +7 % on 1000 trees of depth 16, 2 threads), with
+        // the same arithmetic and so the same bits.
         match (PAIRS, lt.points()) {
             (false, 1) => walk_tree::<PAIRS, 1, AVX2, N>(tree, lt, groups, f, g, s),
             (false, 2) => walk_tree::<PAIRS, 2, AVX2, N>(tree, lt, groups, f, g, s),
@@ -974,6 +997,8 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
             (false, 4) => walk_tree::<PAIRS, 4, AVX2, N>(tree, lt, groups, f, g, s),
             (false, 5) => walk_tree::<PAIRS, 5, AVX2, N>(tree, lt, groups, f, g, s),
             (false, 6) => walk_tree::<PAIRS, 6, AVX2, N>(tree, lt, groups, f, g, s),
+            (false, 7) => walk_tree::<PAIRS, 7, AVX2, N>(tree, lt, groups, f, g, s),
+            (false, 8) => walk_tree::<PAIRS, 8, AVX2, N>(tree, lt, groups, f, g, s),
             _ => walk_tree::<PAIRS, 0, AVX2, N>(tree, lt, groups, f, g, s),
         }
     }
@@ -1138,15 +1163,15 @@ impl Linear {
         }
     }
 
-    /// Every row of `block` with the chunks shared among the threads: each chunk's sums on
-    /// their own, then added in model order, as [`run_task`](Self::run_task) adds them. The
-    /// totals in the returned scratch.
-    fn run_split<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock) -> Scratch<N> {
-        let (rows, lane_groups) = (block.rows(), block.rows().div_ceil(N));
+    /// Rows `first..first + rows` of `block` with the chunks shared among the threads: each
+    /// chunk's sums on their own, then added in model order, as [`run_task`](Self::run_task)
+    /// adds them. The totals in the returned scratch.
+    fn run_split<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize) -> Scratch<N> {
+        let lane_groups = rows.div_ceil(N);
         // Each worker loads the rows once, for all the chunks it takes.
         let loaded = || {
             let mut s = Scratch::<N>::default();
-            self.load_rows(block, 0, rows, &mut s);
+            self.load_rows(block, first, rows, &mut s);
             s
         };
         let sums: Vec<(Vec<Lanes<N>>, Vec<Lanes<N>>)> = (0..self.chunks())
@@ -1165,6 +1190,17 @@ impl Linear {
             }
         }
         total
+    }
+
+    /// Every row of a small `block` with the chunks shared among the threads: its whole lane
+    /// groups of `N`, then its tail, if [`narrow_tail`] gives it one, in a narrow lane group.
+    fn run_shared<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock) -> SharedBlock<N> {
+        let (wide_rows, tail) = narrow_tail::<N>(block.rows());
+        SharedBlock {
+            wide_rows,
+            wide: self.run_split::<PAIRS, N>(block, 0, wide_rows),
+            tail: (tail > 0).then(|| self.run_split::<PAIRS, SMALL_LANES>(block, wide_rows, tail)),
+        }
     }
 
     /// Copies the SHAP values of a task's rows from the totals into `chunk` (rows of `width`),
@@ -1246,8 +1282,20 @@ impl Linear {
         check_block(&p.model, block)?;
         let width = p.shap_width();
         if self.split_by_trees::<N>(block.rows().div_ceil(N), false) {
-            let totals = self.run_split::<false, N>(block);
-            return shap_by_task(p, block, block.rows(), || (), |_, _, chunk| self.write_shap(&totals, chunk));
+            let shared = self.run_shared::<false, N>(block);
+            return shap_by_task(
+                p,
+                block,
+                block.rows(),
+                || (),
+                |_, _, chunk| {
+                    let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
+                    self.write_shap(&shared.wide, head);
+                    if let Some(tail) = &shared.tail {
+                        self.write_shap(tail, rest);
+                    }
+                },
+            );
         }
         let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), false);
         shap_by_task(p, block, per_task, Scratch::<N>::default, |s, first, chunk| {
@@ -1265,8 +1313,14 @@ impl Linear {
         let width = p.model.num_groups() * w * w;
         let shap_row = || vec![0.0; p.model.num_groups() * w];
         if self.split_by_trees::<N>(block.rows().div_ceil(N), true) {
-            let totals = self.run_split::<true, N>(block);
-            return interactions_by_task(p, block, block.rows(), shap_row, |shap, _, chunk| self.write_interactions(&totals, shap, chunk));
+            let shared = self.run_shared::<true, N>(block);
+            return interactions_by_task(p, block, block.rows(), shap_row, |shap, _, chunk| {
+                let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
+                self.write_interactions(&shared.wide, shap, head);
+                if let Some(tail) = &shared.tail {
+                    self.write_interactions(tail, shap, rest);
+                }
+            });
         }
         let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), true);
         interactions_by_task(
@@ -1443,6 +1497,38 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_block_walks_its_tail_in_a_narrow_lane_group_with_the_same_bits() {
+        let (features, mut seed) = (7usize, 19u64);
+        // Two chunks, so that two threads share a small block's trees.
+        let trees: Vec<Tree> = (0..TREES_PER_CHUNK + 9).map(|_| tree(&mut seed, features as u32, 7)).collect();
+        let prepared = Arc::new(PreparedModel::new(Arc::new(numeric_model(features, trees, -0.5))).unwrap());
+        let engine = Linear::new(prepared).unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let rows = 20 * LANES;
+        let values: Vec<f64> = (0..rows * features).map(|i| if i % 13 == 0 { f64::NAN } else { ((i * 104729) % 1000) as f64 / 1000.0 }).collect();
+        let all = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        pool.install(|| {
+            assert!(!engine.shares_trees(rows, false), "the large block is shared by rows");
+            let (shap, interactions) = (engine.shap(&all).unwrap(), engine.interactions(&all).unwrap());
+            assert!(shap.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+            for n in [LANES + 1, 2 * LANES + SMALL_LANES, 3 * LANES + 2, 3 * LANES + SMALL_LANES + 1] {
+                assert!(engine.shares_trees(n, false) && engine.shares_trees(n, true), "{n} rows are shared by trees");
+                let tail = n % LANES;
+                assert_eq!(narrow_tail::<LANES>(n), if tail <= SMALL_LANES { (n - tail, tail) } else { (n, 0) }, "{n} rows");
+                // Rows from the middle of the large block, so that they sat in other lanes there.
+                let first = 2 * LANES + 5;
+                let small = FeatureBlock::new(n, features, values[first * features..(first + n) * features].to_vec(), Precision::F64);
+                let (got, got_pairs) = (engine.shap(&small).unwrap(), engine.interactions(&small).unwrap());
+                for r in 0..n {
+                    assert_eq!(bits(got.row(r, 0)), bits(shap.row(first + r, 0)), "{n} rows: SHAP values of row {r}");
+                    assert_eq!(bits(got_pairs.matrix(r, 0)), bits(interactions.matrix(first + r, 0)), "{n} rows: interactions of row {r}");
+                }
+            }
+        });
+    }
+
+    #[test]
     fn every_compiled_copy_gives_the_same_bits() {
         compiled_copies_agree::<LANES>();
         compiled_copies_agree::<SMALL_LANES>();
@@ -1450,8 +1536,11 @@ mod tests {
 
     /// Every compiled copy of the walk for lane groups of `N` rows gives the same bits.
     fn compiled_copies_agree<const N: usize>() {
-        let (features, mut seed) = (5usize, 42u64);
-        let mut trees: Vec<Tree> = (0..4).map(|_| tree(&mut seed, features as u32, 9)).collect();
+        let (features, mut seed) = (18usize, 42u64);
+        let mut trees: Vec<Tree> = (0..4).map(|_| tree(&mut seed, 5, 9)).collect();
+        // Longer paths: parts of 7 and 8 points, the widest that have copies of their own.
+        trees.push(lopsided(16, &mut seed));
+        trees.push(lopsided(features, &mut seed));
         // Every third split `x <= threshold` (LightGBM's rule), at a threshold some rows equal.
         for (i, node) in trees.iter_mut().flat_map(|t| t.nodes.iter_mut()).enumerate().filter(|(i, n)| i % 3 == 0 && !n.is_leaf()) {
             node.rule = SplitRule::LgbLessEqual { threshold: ((i * 7) % 100) as f64 / 100.0, missing: crate::model::MissingType::NaN };
@@ -1484,7 +1573,11 @@ mod tests {
             "SHAP values without pairs"
         );
         // SHAP values walk a copy per point count; the general copy gives the same bits.
-        assert!(engine.trees.iter().all(|lt| lt.points() <= 6), "the trees take the copies per point count");
+        let points: std::collections::BTreeSet<usize> = engine.trees.iter().map(LinearTree::points).collect();
+        assert!(
+            points.contains(&7) && points.contains(&8) && points.iter().all(|&k| k <= 8),
+            "the trees take the copies per point count: {points:?}"
+        );
         let general = run(&|s| {
             for lt in engine.trees.iter().filter(|lt| !lt.splits.is_empty()) {
                 s.walk.reserve(lt.depth + 1, lt.points(), lt.width, false);
