@@ -988,7 +988,7 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
         // SHAP values walk a copy compiled for the tree's point count, up to 8 (paths of up to
         // 16 distinct features, XGBoost's max_depth 16): its loops unrolled and its offsets
         // constant, up to 14 % faster than the general copy (measured on a noisy machine; 7 and
-        // 8 points together with `narrow_tail`: +7 % on 1000 trees of depth 16, 2 threads), with
+        // 8 points together with `narrow_tail`: +6 % on 1000 trees of depth 16, 2 threads), with
         // the same arithmetic and so the same bits.
         match (PAIRS, lt.points()) {
             (false, 1) => walk_tree::<PAIRS, 1, AVX2, N>(tree, lt, groups, f, g, s),
