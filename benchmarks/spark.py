@@ -117,6 +117,8 @@ def passthrough_job(df, names):
 
 
 def machine_line(args):
+    """The machine, Spark setting and package versions a wide-rows table was measured with, and the
+    date: the line RESULTS.md prints above the table."""
     import pyspark
     import xgboost
 

@@ -55,9 +55,9 @@ impl Decision {
         }
     }
 
-    /// [`lanes_left`](Self::lanes_left) for `N` rows (a multiple of 4, at most 32), a numeric
-    /// rule as one AVX compare and mask move per four (the portable loop compiles to about half
-    /// of them scalar).
+    /// [`lanes_left`](Self::lanes_left) for `N` rows (at most 32), a numeric rule as one AVX
+    /// compare and mask move per four (the portable loop compiles to about half of them scalar);
+    /// `N` not a multiple of four (one row) takes the portable loop.
     ///
     /// Inlined into the walks' AVX2 and AVX-512 copies, whose features its intrinsics take (a
     /// `#[target_feature]` function of its own was not inlined: a call per split, a tenth of the
@@ -73,7 +73,11 @@ impl Decision {
         let Decision::Numeric { threshold, strict, default_left } = *self else {
             return self.lanes_left(tree, xs);
         };
-        const { assert!(N % 4 == 0 && N <= 32, "lanes_left_avx2 takes whole groups of four lanes, at most 32") };
+        const { assert!(N <= 32, "lanes_left_avx2 takes at most 32 lanes") };
+        if N % 4 != 0 {
+            // A lane group of one row (the one-row walk): a scalar compare is all it takes.
+            return self.lanes_left(tree, xs);
+        }
         let mut bits = 0u32;
         for q in 0..N / 4 {
             // SAFETY: the caller's promise (AVX2); xs holds N values, read in unaligned groups of four.

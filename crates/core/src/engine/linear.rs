@@ -1,7 +1,8 @@
 //! `linear`: exact TreeSHAP in one top-down and one bottom-up pass over the nodes (the form of
 //! Linear TreeSHAP), with the Shapley weights integrated by the Gauss–Legendre rule of
 //! [`quadrature`](super::quadrature); sixteen rows at a time, one per SIMD lane (four for a
-//! call of at most four rows: see [`SMALL_LANES`]).
+//! call of two to four rows: see [`SMALL_LANES`]; a row alone, for its SHAP values, walks with
+//! its quadrature points in the lanes: see [`walk_row`]).
 //!
 //! Notation as in `quadrature`: on a leaf's path, feature j has merged cover fraction `z_j` and
 //! is hot (`o_j = 1`) when the row follows every split on it, cold (`o_j = 0`) otherwise. With
@@ -58,7 +59,8 @@
 //! block too small to keep every thread busy with its rows (50 rows of a 1000-tree model are 4
 //! lane groups, 2 on each of two threads) then shares its chunks among the threads instead
 //! ([`Linear::split_by_trees`]), with the same bits: the chunks and their order are the
-//! model's, not the thread count's or the block's.
+//! model's, not the thread count's or the block's. Such a block's last 1-4 rows walk in a lane
+//! group of four ([`narrow_tail`]): 50 rows are three groups of sixteen and one of four.
 
 use std::sync::{Arc, OnceLock};
 
@@ -92,7 +94,8 @@ pub(crate) const LANES: usize = 16;
 /// cost is not all lane-wise arithmetic (the split's directions, coefficients and control flow
 /// are paid once a group), so four lanes cost about 0.6 of sixteen (medium-8f, one thread:
 /// 1.22 against 2.05 ms a group) and two groups of four already cost more than one of sixteen.
-/// Every lane computes what it would in a wider group, so the bits are the same.
+/// Every lane computes what it would in a wider group, so the bits are the same. (A call of one
+/// row takes a lane group of one and, for its SHAP values, [`walk_row`].)
 pub(crate) const SMALL_LANES: usize = 4;
 
 /// Whether a call of `rows` rows walks in lane groups of [`SMALL_LANES`] (else [`LANES`]): the
@@ -536,6 +539,9 @@ struct WalkStack<const N: usize> {
     path_len: Vec<usize>,
     path_ratios: Vec<Lanes<N>>,
     path_saved: Vec<Lanes<N>>,
+    /// The one-row walk ([`walk_row`]) only: per level, `LEVEL_SLOTS` runs of K values, one
+    /// per quadrature point, where the lane walk keeps K lane groups.
+    row_values: Vec<f64>,
 }
 
 /// Slots of K lanes per level of [`WalkStack::<N>::values`].
@@ -554,6 +560,9 @@ impl<const N: usize> WalkStack<N> {
         self.values.resize(levels * LEVEL_SLOTS * points, Lanes::<N>::default());
         self.terms.resize(points, Lanes::<N>::default());
         self.sink.resize(points, Lanes::<N>::default());
+        if N == 1 {
+            self.row_values.resize(levels * LEVEL_SLOTS * points, 0.0);
+        }
         if pairs {
             self.path_features.resize(width, 0);
             self.path_len.resize(levels, 0);
@@ -570,6 +579,8 @@ impl<const N: usize> WalkStack<N> {
         let pair_path = if pairs { width.saturating_mul(4 + points * lanes) } else { 0 };
         // The terms and the sink: K lanes each.
         let per_tree = 2 * points * lanes;
+        // The one-row walk's values: K a slot.
+        let per_level = per_level + if N == 1 { LEVEL_SLOTS * points * size_of::<f64>() } else { 0 };
         levels.saturating_mul(per_level + pair_level).saturating_add(pair_path).saturating_add(per_tree)
     }
 }
@@ -655,7 +666,7 @@ fn walk<const PAIRS: bool, const K: usize, const N: usize>(
     debug_assert!(K == 0 || K == lt.points());
     let k_n = if K > 0 { K } else { lt.points() };
     let (t, w) = (&lt.t[..], &lt.w[..]);
-    let WalkStack { split: at_split, stage, coefficients, values, terms, sink, path_features, path_len, path_ratios, path_saved } = s;
+    let WalkStack { split: at_split, stage, coefficients, values, terms, sink, path_features, path_len, path_ratios, path_saved, .. } = s;
     let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * k_n;
     let f = phi.len();
     // The root's A is the quadrature weights, so the terms come out integrated.
@@ -879,6 +890,125 @@ fn walk<const PAIRS: bool, const K: usize, const N: usize>(
     }
 }
 
+/// The walk of [`walk`] (SHAP values) for a lane group of one row (`N` = 1), with the K
+/// quadrature points where the lanes were: a split's values at its K points are one short
+/// vector (K = 4, depth 8: one AVX2 register), where the lane walk spends a vector operation per
+/// point on a lane group that holds one row. Each point's value takes the same operations in
+/// the same order as its lane does in [`walk`] (the sums over the points, too, run in the order
+/// of the points), so a row has the same bits alone as in a lane group of sixteen.
+#[inline(always)]
+fn walk_row<const K: usize, const N: usize>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes<N>], s: &mut WalkStack<N>) {
+    // Not a `const` assertion: the copies for wider lane groups name this function in a branch
+    // their constants rule out, and a constant assertion fails there all the same.
+    debug_assert!(K > 0 && N == 1 && K == lt.points(), "walk_row: a copy per point count, for one row");
+    let points = |v: &[f64]| -> [f64; K] { std::array::from_fn(|k| v[k]) };
+    let (t, w) = (points(&lt.t), points(&lt.w));
+    let WalkStack { split: at_split, stage, coefficients, row_values: values, .. } = s;
+    let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * K;
+    let get = |values: &[f64], at: usize| points(&values[at..at + K]);
+    let put = |values: &mut [f64], at: usize, v: [f64; K]| values[at..at + K].copy_from_slice(&v);
+    // The root's A is the quadrature weights, so the terms come out integrated.
+    put(values, slot(0, A), w);
+    at_split[0] = 0;
+    stage[0] = 0;
+    let mut d = 0usize;
+    loop {
+        let p = at_split[d] as usize;
+        let split = &lt.splits[p];
+        if stage[d] == 0 {
+            let co = &mut coefficients[d];
+            let (left, hot) = masks[p];
+            co.set(split, left, hot);
+            if co.repeated {
+                let inv = points(&lt.inv_prev[p * K..(p + 1) * K]);
+                let (sel, beta) = (co.sel[0], co.beta[0]);
+                for side in 0..2 {
+                    let (a, c) = (co.a[side][0], co.c[side][0]);
+                    let (mut g, mut e) = ([0.0; K], [0.0; K]);
+                    for k in 0..K {
+                        let s = 1.0 + sel * (inv[k] - 1.0);
+                        g[k] = s * c.mul_add(t[k], a);
+                        e[k] = s * (-beta).mul_add(g[k], c);
+                    }
+                    put(values, slot(d, G[side]), g);
+                    put(values, slot(d, E[side]), e);
+                }
+            } else if let [Child::Leaf(vl), Child::Leaf(vr)] = split.children {
+                // Two leaves under a first split: as in `walk`, B = Z + t·E.
+                let e = co.c[0][0].mul_add(vl, co.c[1][0] * vr);
+                let z = co.a[0][0].mul_add(vl, co.a[1][0] * vr);
+                let a = get(values, slot(d, A));
+                let mut a_sum = 0.0;
+                for a in a {
+                    a_sum += a;
+                }
+                if d > 0 {
+                    put(values, slot(d - 1, B[stage[d - 1] as usize - 1]), std::array::from_fn(|k| e.mul_add(t[k], z)));
+                }
+                phi[split.feature as usize][0] += a_sum * e;
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                continue;
+            }
+        }
+        let co = &coefficients[d];
+        let mut descended = false;
+        while stage[d] < 2 {
+            let side = stage[d] as usize;
+            stage[d] += 1;
+            match split.children[side] {
+                Child::Leaf(v) => put(values, slot(d, B[side]), [v; K]),
+                Child::Split(c) => {
+                    let a = get(values, slot(d, A));
+                    let g = if co.repeated {
+                        get(values, slot(d, G[side]))
+                    } else {
+                        let (a, c) = (co.a[side][0], co.c[side][0]);
+                        std::array::from_fn(|k| c.mul_add(t[k], a))
+                    };
+                    put(values, slot(d + 1, A), std::array::from_fn(|k| a[k] * g[k]));
+                    at_split[d + 1] = c;
+                    stage[d + 1] = 0;
+                    descended = true;
+                    break;
+                }
+            }
+        }
+        if descended {
+            d += 1;
+            continue;
+        }
+        // Both children's B are in: the split's terms (`inner`, before A) and its own B.
+        let (a, bl, br) = (get(values, slot(d, A)), get(values, slot(d, B[0])), get(values, slot(d, B[1])));
+        let (mut b, mut inner) = ([0.0; K], [0.0; K]);
+        if co.repeated {
+            let (gl, gr, el, er) = (get(values, slot(d, G[0])), get(values, slot(d, G[1])), get(values, slot(d, E[0])), get(values, slot(d, E[1])));
+            for k in 0..K {
+                b[k] = gl[k].mul_add(bl[k], gr[k] * br[k]);
+                inner[k] = el[k].mul_add(bl[k], er[k] * br[k]);
+            }
+        } else {
+            let ([al, ar], [cl, cr]) = ([co.a[0][0], co.a[1][0]], [co.c[0][0], co.c[1][0]]);
+            for k in 0..K {
+                inner[k] = cl.mul_add(bl[k], cr * br[k]);
+                b[k] = inner[k].mul_add(t[k], al.mul_add(bl[k], ar * br[k]));
+            }
+        }
+        let mut acc = 0.0;
+        for k in 0..K {
+            acc = a[k].mul_add(inner[k], acc);
+        }
+        phi[split.feature as usize][0] += acc;
+        if d == 0 {
+            return;
+        }
+        put(values, slot(d - 1, B[stage[d - 1] as usize - 1]), b);
+        d -= 1;
+    }
+}
+
 /// `acc += a · inner`, lane by lane. A function, not a closure: a closure in the walk is not
 /// always inlined (with sixteen lanes the general copy's was not), and out of line it has no FMA,
 /// so each `mul_add` became a call to the software `fma` (15x slower on depth-16 trees).
@@ -1022,6 +1152,10 @@ unsafe fn walk_tree<const PAIRS: bool, const K: usize, const AVX2: bool, const N
         unsafe { directions::<AVX2, N>(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks) };
         let at = lane_group * g + tree.group;
         let phi = &mut s.phi[at * f..(at + 1) * f];
+        if N == 1 && !PAIRS && K > 0 {
+            walk_row::<K, N>(lt, &s.masks, phi, &mut s.walk);
+            continue;
+        }
         let pairs = if PAIRS { &mut s.pairs[at * f * f..(at + 1) * f * f] } else { &mut [][..] };
         walk::<PAIRS, K, N>(lt, &s.masks, phi, pairs, &mut s.walk);
     }
@@ -1105,7 +1239,9 @@ impl Linear {
     /// gets, as [`Engine::shap`] picks them).
     #[cfg(test)]
     fn shares_trees(&self, rows: usize, pairs: bool) -> bool {
-        if in_small_lane_groups(rows) {
+        if rows == 1 && !pairs {
+            self.split_by_trees::<1>(1, pairs)
+        } else if in_small_lane_groups(rows) {
             self.split_by_trees::<SMALL_LANES>(rows.div_ceil(SMALL_LANES), pairs)
         } else {
             self.split_by_trees::<LANES>(rows.div_ceil(LANES), pairs)
@@ -1256,7 +1392,10 @@ impl Engine for Linear {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        if in_small_lane_groups(block.rows()) {
+        if block.rows() == 1 {
+            // One row: the walk with the quadrature points in the lanes (`walk_row`).
+            self.shap_in::<1>(block)
+        } else if in_small_lane_groups(block.rows()) {
             self.shap_in::<SMALL_LANES>(block)
         } else {
             self.shap_in::<LANES>(block)
@@ -1532,6 +1671,43 @@ mod tests {
     fn every_compiled_copy_gives_the_same_bits() {
         compiled_copies_agree::<LANES>();
         compiled_copies_agree::<SMALL_LANES>();
+        // One row: `walk_row` for 1-8 points against the lane walk (interactions and the
+        // general copy) in a lane group of one.
+        compiled_copies_agree::<1>();
+    }
+
+    #[test]
+    fn a_row_alone_walks_its_points_in_the_lanes_with_the_bits_of_a_large_block() {
+        let (features, mut seed) = (20usize, 23u64);
+        // Two chunks (so that two threads share one row's trees); parts of 1-8 points (a copy of
+        // `walk_row` per point count; `compiled_copies_agree::<1>` has 7 and 8) and of more (the
+        // lane walk's general copy, in a lane group of one); repeated features on the full trees.
+        let mut trees: Vec<Tree> = (0..TREES_PER_CHUNK + 4).map(|_| tree(&mut seed, 6, 9)).collect();
+        trees.extend([12, 16, features].map(|width| lopsided(width, &mut seed)));
+        trees.push(tree(&mut seed, 2, 1));
+        let prepared = Arc::new(PreparedModel::new(Arc::new(numeric_model(features, trees, 0.75))).unwrap());
+        let engine = Linear::new(prepared).unwrap();
+        let points: std::collections::BTreeSet<usize> = engine.trees.iter().map(LinearTree::points).collect();
+        assert!(
+            points.contains(&1) && points.iter().filter(|&&k| (2..=8).contains(&k)).count() >= 3 && points.iter().any(|&k| k > 8),
+            "point counts: {points:?}"
+        );
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let rows = 3 * LANES;
+        let values: Vec<f64> = (0..rows * features).map(|i| if i % 17 == 0 { f64::NAN } else { ((i * 7919) % 1000) as f64 / 1000.0 }).collect();
+        let all = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let shap = engine.shap(&all).unwrap();
+                assert!(shap.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+                assert_eq!(engine.shares_trees(1, false), threads > 1, "{threads} threads share one row's trees");
+                for r in [0, 5, LANES + 7, rows - 1] {
+                    let alone = FeatureBlock::new(1, features, values[r * features..(r + 1) * features].to_vec(), Precision::F64);
+                    assert_eq!(bits(engine.shap(&alone).unwrap().row(0, 0)), bits(shap.row(r, 0)), "{threads} threads, row {r}");
+                }
+            });
+        }
     }
 
     /// Every compiled copy of the walk for lane groups of `N` rows gives the same bits.
