@@ -2,6 +2,9 @@
 
     python benchmarks/serving.py --bin target/release/shapfusion [--spec medium-8f | --model PATH] [--write]
 
+`--small-calls` runs only 1-, 2- and 4-row requests, interleaved (one row walks alone, two to
+four in a lane group of four), and prints their latencies.
+
 1. Latency: one pyarrow.flight client on one connection sends requests of 1, 10, 100 and
    1,000 rows thousands of times in a row to an idle worker; p50/p99 of the round trip (the
    client's wall time, so an upper bound of the server's).
@@ -87,6 +90,27 @@ def latency(url, names, sizes, count):
         table.append((n, count, percentile(times, 50) * 1e3, percentile(times, 99) * 1e3))
     client.close()
     return table
+
+
+def interleaved_latency(url, names, sizes, count):
+    """Like `latency`, but one request of each size in turn, `count` rounds: a machine whose speed
+    drifts slows every size alike, so sizes that take different code paths (one row alone, two
+    to four rows in a lane group of four) compare fairly."""
+    client = flight.connect(url)
+    batches = {n: rows(names, n, seed=n) for n in sizes}
+    wants = {n: exchange(client, b) for n, b in batches.items()}
+    for _ in range(50):  # warm-up: connection, engine, caches
+        for b in batches.values():
+            exchange(client, b)
+    times = {n: [] for n in sizes}
+    for _ in range(count):
+        for n, b in batches.items():
+            start = time.perf_counter()
+            got = exchange(client, b)
+            times[n].append(time.perf_counter() - start)
+            assert got.equals(wants[n]), "a reply differs from the first one for the same rows"
+    client.close()
+    return [(n, count, percentile(times[n], 50) * 1e3, percentile(times[n], 99) * 1e3) for n in sizes]
 
 
 def run_clients(url, batch, clients, per_client, body, warm_up=False):
@@ -197,6 +221,11 @@ def main():
     p.add_argument("--requests", type=int, default=2, help="requests per client in the burst")
     p.add_argument("--rows", type=int, default=20_000, help="rows per request in the burst")
     p.add_argument("--write", action="store_true", help="write the tables into benchmarks/RESULTS.md")
+    p.add_argument(
+        "--small-calls",
+        action="store_true",
+        help="only requests of 1, 2 and 4 rows, interleaved, --count rounds (the one-row walk against the lane group of four); prints, writes nothing",
+    )
     a = p.parse_args()
     if a.model is None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -210,6 +239,12 @@ def main():
         info = client.get_flight_info(flight.FlightDescriptor.for_command(b'{"model": "m"}'))
         names = json.loads(info.app_metadata)["features"]
         client.close()
+        if a.small_calls:
+            print("| request | requests (interleaved, one connection) | p50 round trip | p99 round trip |")
+            print("|---|---|---|---|")
+            for n, count, p50, p99 in interleaved_latency(url, names, [1, 2, 4], a.count):
+                print(f"| {n} row{'s' if n > 1 else ''} | {count} | {p50:.3f} ms | {p99:.3f} ms |")
+            return
         lat = latency(url, names, [1, 10, 100], a.count) + latency(url, names, [1000], max(a.count // 10, 100))
         single = concurrent_single_rows(url, names, a.single_clients, a.single_seconds)
         idle_rss = peak_rss_mib(proc.pid)
