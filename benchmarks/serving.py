@@ -5,7 +5,7 @@
 `--small-calls` runs only 1-, 2- and 4-row requests, interleaved (one row walks alone, two to
 four in a lane group of four), and prints their latencies.
 
-1. Latency: one pyarrow.flight client on one connection sends requests of 1, 10, 100 and
+1. Latency: one pyarrow.flight client (a connection per size) sends requests of 1, 10, 100 and
    1,000 rows thousands of times in a row to an idle worker; p50/p99 of the round trip (the
    client's wall time, so an upper bound of the server's).
 2. Concurrent one-row clients: 8 clients, each on its own connection, each sending 1-row
@@ -74,22 +74,9 @@ def percentile(values, q):
 
 
 def latency(url, names, sizes, count):
-    client = flight.connect(url)
-    table = []
-    for n in sizes:
-        batch = rows(names, n, seed=n)
-        want = exchange(client, batch)
-        for _ in range(50):  # warm-up: connection, engine, caches
-            exchange(client, batch)
-        times = []
-        for _ in range(count):
-            start = time.perf_counter()
-            got = exchange(client, batch)
-            times.append(time.perf_counter() - start)
-            assert got.equals(want), "a reply differs from the first one for the same rows"
-        table.append((n, count, percentile(times, 50) * 1e3, percentile(times, 99) * 1e3))
-    client.close()
-    return table
+    """p50/p99 round trip of `count` back-to-back requests of each size in turn, each size on a
+    fresh connection after a warm-up; every reply checked against the first for its rows."""
+    return [row for n in sizes for row in interleaved_latency(url, names, [n], count)]
 
 
 def interleaved_latency(url, names, sizes, count):
