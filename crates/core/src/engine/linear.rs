@@ -104,6 +104,12 @@ const fn in_small_lane_groups(rows: usize) -> bool {
     rows <= SMALL_LANES
 }
 
+/// Whether a call of `rows` rows takes, for its SHAP values, a lane group of one and
+/// [`walk_row`] (interactions keep [`SMALL_LANES`]): the one rule the dispatch and its tests read.
+const fn walks_alone(rows: usize) -> bool {
+    rows == 1
+}
+
 /// A block of `rows` shared by trees, in lane groups of `N`: how many rows go in whole lane
 /// groups of `N` and how many (at most [`SMALL_LANES`], else none) in a narrow group after
 /// them. A narrow group costs about 0.6 of a wide one (see [`SMALL_LANES`]), so 50 rows of a
@@ -1242,7 +1248,7 @@ impl Linear {
     /// gets, as [`Engine::shap`] picks them).
     #[cfg(test)]
     fn shares_trees(&self, rows: usize, pairs: bool) -> bool {
-        if rows == 1 && !pairs {
+        if walks_alone(rows) && !pairs {
             self.split_by_trees::<1>(1, pairs)
         } else if in_small_lane_groups(rows) {
             self.split_by_trees::<SMALL_LANES>(rows.div_ceil(SMALL_LANES), pairs)
@@ -1395,8 +1401,7 @@ impl Engine for Linear {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        if block.rows() == 1 {
-            // One row: the walk with the quadrature points in the lanes (`walk_row`).
+        if walks_alone(block.rows()) {
             self.shap_in::<1>(block)
         } else if in_small_lane_groups(block.rows()) {
             self.shap_in::<SMALL_LANES>(block)
