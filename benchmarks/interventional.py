@@ -261,14 +261,19 @@ def write_results(results: list[dict], argv: str) -> None:
         "two minutes (20 at 100,000 background rows). WOODELF's values differ from shap's and ours by the error "
         "shown once the background has more than 100 rows; shap and shapfusion agree to 4e-8 at every size.",
     ]
+    write_results_block("<!-- INTERVENTIONAL START -->", "<!-- INTERVENTIONAL END -->", "Interventional SHAP (with a background)", lines)
+
+
+def write_results_block(start: str, end: str, heading: str, lines: list[str]) -> None:
+    """Puts `lines` between the `start` and `end` markers of RESULTS.md, or appends them under
+    `heading` with the markers where the section is not there yet."""
     path = HERE / "RESULTS.md"
     text = path.read_text()
-    start, end = "<!-- INTERVENTIONAL START -->", "<!-- INTERVENTIONAL END -->"
     block = start + "\n" + "\n".join(lines) + "\n" + end
     if start in text:
         text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
     else:
-        text = text.rstrip() + "\n\n## Interventional SHAP (with a background)\n\n" + block + "\n"
+        text = text.rstrip() + f"\n\n## {heading}\n\n" + block + "\n"
     path.write_text(text)
 
 

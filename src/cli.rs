@@ -10,7 +10,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use shapfusion::engine::DEFAULT_V2_MEMORY_BYTES;
+use shapfusion::engine::{Index, DEFAULT_V2_MEMORY_BYTES};
 use shapfusion::input::read_background;
 use shapfusion::model::ModelFormat;
 use shapfusion::pipeline::{explain_file, explain_with_model, ExplainOptions, Progress, DEFAULT_BATCH_ROWS};
@@ -461,6 +461,13 @@ pub struct ExplainArgs {
     /// Write SHAP interaction values (one `interactions` column) instead of SHAP values.
     #[arg(long, conflicts_with = "margin")]
     pub interactions: bool,
+    /// The attribution index: shapley (SHAP values) or banzhaf (Banzhaf values: every
+    /// coalition of the other features weighted alike; same layout, the bias column holding
+    /// the prediction minus their sum; with --interactions, the Banzhaf interaction index whole
+    /// off the diagonal). With --background, interventional Banzhaf values (their interactions
+    /// are not built yet). On the CPU.
+    #[arg(long, default_value = "shapley", value_parser = index_parser())]
+    pub index: Index,
     /// Write margins (raw scores, one `margin` column) instead of SHAP values.
     #[arg(long, alias = "predict")]
     pub margin: bool,
@@ -532,6 +539,11 @@ fn algorithm_parser() -> impl TypedValueParser<Value = Algorithm> {
     PossibleValuesParser::new(Algorithm::NAMES).try_map(|s| s.parse::<Algorithm>())
 }
 
+/// Parses an index name, from the parser's own list as [`algorithm_parser`].
+fn index_parser() -> impl TypedValueParser<Value = Index> {
+    PossibleValuesParser::new(Index::NAMES).try_map(|s| s.parse::<Index>())
+}
+
 /// Parses a device name, from the parser's own list as [`algorithm_parser`].
 fn device_parser() -> impl TypedValueParser<Value = Device> {
     PossibleValuesParser::new(Device::NAMES).try_map(|s| s.parse::<Device>())
@@ -576,7 +588,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Explain(a) => {
             let options = ExplainOptions {
-                settings: a.compute.settings()?,
+                settings: ComputeSettings { index: a.index, ..a.compute.settings()? },
                 output: if a.interactions {
                     OutputKind::Interactions
                 } else if a.margin {

@@ -111,6 +111,37 @@ fn interactions_column_has_xgboost_layout() {
     assert!(err <= 1e-5, "{err}");
 }
 
+/// `explain --index banzhaf` writes WOODELF's Banzhaf values in the SHAP layout, the bias
+/// column holding the margin minus their sum; another engine, or the GPU, is refused by name.
+#[test]
+fn index_banzhaf_writes_woodelfs_values_with_the_rest_in_the_bias() {
+    let f = fixture("xgb_missing");
+    let reference: serde_json::Value = serde_json::from_slice(&std::fs::read(f.dir.join("banzhaf.json")).unwrap()).unwrap();
+    let want: Vec<f64> = reference["banzhaf_values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let dir = tmp();
+    let out = dir.path().join("b.parquet");
+    let o = explain(&f.model_path, &f.input_path(), &out, &["--index", "banzhaf"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let batch = read_parquet(&out);
+    let got = common::row_major(batch.columns(), 1);
+    let (nf, w) = (f.model.num_features(), f.model.num_features() + 1);
+    let scale = want.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+    let block = f.block();
+    let mut margin = [0.0];
+    for r in 0..batch.num_rows() {
+        let row = &got[r * w..(r + 1) * w];
+        for i in 0..nf {
+            assert!((row[i] - want[r * nf + i]).abs() <= 1e-4 * scale, "row {r} feature {i}: {} against WOODELF's {}", row[i], want[r * nf + i]);
+        }
+        f.model.predict_row(block.row(r), &mut margin);
+        assert!((row.iter().sum::<f64>() - margin[0]).abs() <= 1e-9 * scale, "row {r}: values and bias against the margin {}", margin[0]);
+    }
+    let e = explain_fails(64, &f.model_path, &f.input_path(), &out, &["--index", "banzhaf", "--algorithm", "treeshap"]);
+    assert!(e.contains("Shapley values only"), "{e}");
+    let e = explain_fails(78, &f.model_path, &f.input_path(), &out, &["--index", "banzhaf", "--device", "gpu"]);
+    assert!(e.contains("Shapley values only") && e.contains("device cpu or auto"), "{e}");
+}
+
 #[test]
 fn thread_count_does_not_change_a_single_bit() {
     let f = fixture("xgb_deep");

@@ -3,7 +3,10 @@
 mod common;
 
 use common::{fixtures, max_row_rel_error};
-use shapfusion::engine::{build_engine, Algorithm, Engine, EngineOptions};
+use shapfusion::engine::{
+    build_engine, build_interventional, build_rescaled_interventional, Algorithm, Engine, EngineOptions, Index, OutputTransform,
+};
+use shapfusion::model::Tree;
 use std::sync::Arc;
 
 const ENGINES: [Algorithm; 5] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear];
@@ -168,4 +171,194 @@ fn new_formats_match_their_references_within_1e_6() {
         }
     }
     assert!(seen >= 15, "scikit-learn, CatBoost and Spark ML fixtures missing: {seen} found");
+}
+
+/// Path-dependent Banzhaf values and Banzhaf interaction values against WOODELF's own
+/// (`tests/make_banzhaf_fixtures.py`: XGBoost and LightGBM, with and without missing values);
+/// brute force over coalitions holds them far closer (`linear`'s unit tests). Each row's values
+/// and its bias add up to the margin, in both layouts.
+#[test]
+fn banzhaf_values_match_woodelfs() {
+    let options = EngineOptions { index: Index::Banzhaf, ..Default::default() };
+    let mut checked = Vec::new();
+    for f in fixtures().into_iter().filter(|f| f.dir.join("banzhaf.json").exists()) {
+        let reference: serde_json::Value = serde_json::from_slice(&std::fs::read(f.dir.join("banzhaf.json")).unwrap()).unwrap();
+        let floats = |key: &str| -> Vec<f64> { reference[key].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect() };
+        let (values, pairs) = (floats("banzhaf_values"), floats("banzhaf_interactions"));
+        let engine = build_engine(f.model.clone(), Algorithm::Auto, None, &options).unwrap();
+        let block = f.block();
+        let (nf, w) = (f.model.num_features(), f.model.num_features() + 1);
+        let (shap, interactions) = (engine.shap(&block).unwrap(), engine.interactions(&block).unwrap());
+        let scale = values.iter().chain(&pairs).fold(1e-12f64, |m, v| m.max(v.abs()));
+        let mut margin = [0.0];
+        for r in 0..block.rows() {
+            let got = shap.row(r, 0);
+            let matrix = &interactions.values[r * w * w..(r + 1) * w * w];
+            for i in 0..nf {
+                let want = values[r * nf + i];
+                assert!((got[i] - want).abs() <= 1e-4 * scale, "{} row {r} feature {i}: Banzhaf value {} against WOODELF's {want}", f.name, got[i]);
+                for j in (0..nf).filter(|&j| j != i) {
+                    let (ours, theirs) = (matrix[i * w + j], pairs[(r * nf + i) * nf + j]);
+                    assert!((ours - theirs).abs() <= 1e-4 * scale, "{} row {r} pair ({i}, {j}): {ours} against WOODELF's {theirs}", f.name);
+                }
+            }
+            f.model.predict_row(block.row(r), &mut margin);
+            let (total, matrix_total) = (got.iter().sum::<f64>(), matrix.iter().sum::<f64>());
+            assert!(
+                (total - margin[0]).abs() <= 1e-9 * scale && (matrix_total - margin[0]).abs() <= 1e-9 * scale,
+                "{} row {r}: {total} and {matrix_total} against the margin {}",
+                f.name,
+                margin[0]
+            );
+        }
+        // Interventional, over the background WOODELF had.
+        // The first `background_rows` rows of the file, as WOODELF had them.
+        let rows = reference["background_rows"].as_u64().unwrap() as usize;
+        let background = f.model.feature_block(&common::read_parquet(&f.dir.join(reference["background"].as_str().unwrap())).slice(0, rows)).unwrap();
+        let want = floats("background_banzhaf_values");
+        let scale = want.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+        let shap = build_interventional(f.model.clone(), &background, Algorithm::Auto, &options).unwrap().shap(&block).unwrap();
+        for r in 0..block.rows() {
+            let got = shap.row(r, 0);
+            for i in 0..nf {
+                let theirs = want[r * nf + i];
+                assert!(
+                    (got[i] - theirs).abs() <= 1e-4 * scale,
+                    "{} row {r} feature {i}: interventional Banzhaf value {} against WOODELF's {theirs}",
+                    f.name,
+                    got[i]
+                );
+            }
+            f.model.predict_row(block.row(r), &mut margin);
+            assert!(
+                (got.iter().sum::<f64>() - margin[0]).abs() <= 1e-9 * scale,
+                "{} row {r}: interventional values and bias against the margin",
+                f.name
+            );
+        }
+        checked.push(f.name);
+    }
+    assert_eq!(checked.len(), 4, "the fixtures with WOODELF's values: {checked:?}");
+}
+
+/// Path-dependent Banzhaf values come from `linear` (or `auto`, which takes it): another engine
+/// is refused saying so, as is a transformed output with a background (not built yet).
+#[test]
+fn banzhaf_values_are_refused_where_they_are_not_computed() {
+    let f = fixtures().into_iter().find(|f| f.name == "xgb_regression").unwrap();
+    let options = EngineOptions { index: Index::Banzhaf, ..Default::default() };
+    let e = build_engine(f.model.clone(), Algorithm::TreeShap, None, &options).err().unwrap().to_string();
+    assert!(e.contains("Shapley values only") && e.contains("linear"), "{e}");
+    let e = build_rescaled_interventional(f.model.clone(), &f.block(), OutputTransform::Logistic, &options).err().unwrap().to_string();
+    assert!(e.contains("not built yet"), "{e}");
+}
+
+/// E[f_t | x_S] of one tree under its covers (`in_s` says which features follow `x`).
+fn tree_game(tree: &Tree, x: &[f64], in_s: &dyn Fn(u32) -> bool, node: usize) -> f64 {
+    let n = &tree.nodes[node];
+    if n.is_leaf() {
+        return n.value * tree.weight;
+    }
+    let (l, r) = (n.left as usize, n.right as usize);
+    if in_s(n.feature) {
+        tree_game(tree, x, in_s, if tree.goes_left(n, x[n.feature as usize]) { l } else { r })
+    } else {
+        let (cl, cr) = (tree.nodes[l].cover / n.cover, tree.nodes[r].cover / n.cover);
+        cl * tree_game(tree, x, in_s, l) + cr * tree_game(tree, x, in_s, r)
+    }
+}
+
+/// Banzhaf values of `game` over `players` by enumerating every coalition, added to `out`.
+fn add_banzhaf(players: &[u32], game: impl Fn(usize) -> f64, out: &mut [f64]) {
+    let m = players.len();
+    let v: Vec<f64> = (0..1usize << m).map(game).collect();
+    for (i, &p) in players.iter().enumerate() {
+        let sum: f64 = (0..1usize << m).filter(|s| s & (1 << i) == 0).map(|s| v[s | 1 << i] - v[s]).sum();
+        out[p as usize] += sum / (1u64 << (m - 1)) as f64;
+    }
+}
+
+/// Banzhaf values are linear in the game and blind to features a tree does not split on, so
+/// enumerating every coalition of each tree's own features is an exact oracle for any model:
+/// every fixture whose trees split on at most 10 features each (XGBoost, LightGBM, scikit-learn,
+/// CatBoost, Spark ML; missing values, categorical splits, multiclass), path-dependent, and
+/// interventional over a few rows of its background.
+#[test]
+fn banzhaf_values_equal_enumeration_over_each_trees_coalitions() {
+    let options = EngineOptions { index: Index::Banzhaf, ..Default::default() };
+    let mut checked = Vec::new();
+    for f in fixtures() {
+        let players: Vec<Vec<u32>> = f
+            .model
+            .trees()
+            .iter()
+            .map(|t| t.nodes.iter().filter(|n| !n.is_leaf()).map(|n| n.feature).collect::<std::collections::BTreeSet<u32>>().into_iter().collect())
+            .collect();
+        if players.iter().any(|p| p.len() > 10) {
+            continue;
+        }
+        let (nf, groups) = (f.model.num_features(), f.model.num_groups());
+        let block = f.block();
+        let rows = block.rows().min(6);
+        let background = f.background().map(|path| {
+            let rows = common::read_parquet(&path);
+            f.model.feature_block(&rows.slice(0, rows.num_rows().min(8))).unwrap()
+        });
+        let path_dependent = build_engine(f.model.clone(), Algorithm::Auto, None, &options).unwrap().shap(&block).unwrap();
+        let interventional =
+            background.as_ref().map(|bg| build_interventional(f.model.clone(), bg, Algorithm::Auto, &options).unwrap().shap(&block).unwrap());
+        for r in 0..rows {
+            let x = block.row(r);
+            let (mut want, mut want_bg) = (vec![0.0; groups * nf], vec![0.0; groups * nf]);
+            for (tree, players) in f.model.trees().iter().zip(&players) {
+                let out = &mut want[tree.group * nf..(tree.group + 1) * nf];
+                add_banzhaf(players, |s| tree_game(tree, x, &|k| players.iter().position(|&p| p == k).is_some_and(|i| s & (1 << i) != 0), 0), out);
+                if let Some(bg) = &background {
+                    let out = &mut want_bg[tree.group * nf..(tree.group + 1) * nf];
+                    add_banzhaf(
+                        players,
+                        |s| {
+                            let mean: f64 = (0..bg.rows())
+                                .map(|z| {
+                                    let hybrid: Vec<f64> = (0..nf)
+                                        .map(|k| {
+                                            if players.iter().position(|&p| p == k as u32).is_some_and(|i| s & (1 << i) != 0) {
+                                                x[k]
+                                            } else {
+                                                bg.row(z)[k]
+                                            }
+                                        })
+                                        .collect();
+                                    tree.nodes[tree.leaf_of(&hybrid)].value * tree.weight
+                                })
+                                .sum();
+                            mean / bg.rows() as f64
+                        },
+                        out,
+                    );
+                }
+            }
+            for (values, want, what) in [(Some(&path_dependent), &want, "path-dependent"), (interventional.as_ref(), &want_bg, "interventional")] {
+                let Some(values) = values else { continue };
+                for g in 0..groups {
+                    let (got, want) = (values.row(r, g), &want[g * nf..(g + 1) * nf]);
+                    let scale = want.iter().fold(1e-9f64, |m, v| m.max(v.abs()));
+                    for k in 0..nf {
+                        assert!(
+                            (got[k] - want[k]).abs() <= 1e-9 * scale,
+                            "{} {what} row {r} group {g} feature {k}: {} against {}",
+                            f.name,
+                            got[k],
+                            want[k]
+                        );
+                    }
+                }
+            }
+        }
+        checked.push(f.name.clone());
+    }
+    for library in ["xgb_", "lgb_", "skl_", "cb_", "spark_"] {
+        assert!(checked.iter().any(|n| n.starts_with(library)), "no {library} fixture checked: {checked:?}");
+    }
+    assert!(checked.iter().any(|n| n.contains("multiclass")) && checked.iter().any(|n| n.contains("categor")), "{checked:?}");
 }

@@ -236,6 +236,45 @@ async fn sql_with_a_background_equals_explain_with_it() {
     assert!(e.contains("unknown background \"nowhere\"") && e.contains("registered backgrounds: none"), "{e}");
 }
 
+/// `SET shap.index = 'banzhaf'` gives `explain --index banzhaf`'s values bit for bit, path-dependent
+/// (SHAP layout and interactions) and with a background; a bad name is refused naming the choices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_with_index_banzhaf_equals_explain_with_it() {
+    let f = fixture("xgb_missing");
+    let (ctx, registry) = session(2);
+    registry.register("m", f.model_path.to_str().unwrap()).unwrap();
+    let bg_path = f.background().unwrap();
+    registry.register_background("recent", bg_path.to_str().unwrap()).unwrap();
+    ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    ctx.sql("SET shap.index = 'banzhaf'").await.unwrap();
+    let cols = feature_list(&f);
+    let settings = shapfusion::ComputeSettings { index: shapfusion::engine::Index::Banzhaf, ..Default::default() };
+    let explained = |output, background| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o.parquet");
+        explain_with_model(f.model.clone(), &f.input_path(), &out, &ExplainOptions { settings, output, background, ..Default::default() }).unwrap();
+        read_parquet(&out)
+    };
+    let shap = query(&ctx, &format!("SELECT shap('m', {cols}) AS s FROM t")).await;
+    let want = explained(OutputKind::Shap, None);
+    for (i, column) in want.columns().iter().enumerate() {
+        assert!(same_bits(shap.column(0).as_struct().column(i).as_ref(), column.as_ref()), "column {i} differs from explain --index banzhaf");
+    }
+    // Banzhaf values, not SHAP values.
+    assert!(!same_bits(want.column(0).as_ref(), explain_output(&f, OutputKind::Shap).column(0).as_ref()));
+    let inter = query(&ctx, &format!("SELECT shap_interactions('m', {cols}) FROM t")).await;
+    assert!(same_bits(inter.column(0).as_ref(), explained(OutputKind::Interactions, None).column(0).as_ref()));
+    ctx.sql("SET shap.background = 'recent'").await.unwrap();
+    let over_background = query(&ctx, &format!("SELECT shap('m', {cols}) AS s FROM t")).await;
+    let background = shapfusion::input::read_background(&bg_path, &f.model, None, 0).unwrap();
+    let want = explained(OutputKind::Shap, Some(background));
+    for (i, column) in want.columns().iter().enumerate() {
+        assert!(same_bits(over_background.column(0).as_struct().column(i).as_ref(), column.as_ref()), "column {i} differs with the background");
+    }
+    let e = ctx.sql("SET shap.index = 'owen'").await.err().unwrap().to_string();
+    assert!(e.contains("shap.index: unknown index \"owen\"") && e.contains("shapley, banzhaf"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_ml_directories_are_found_under_the_model_dir() {
     let f = fixture("spark_random_forest");

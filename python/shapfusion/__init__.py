@@ -86,6 +86,16 @@ class Explainer:
         error naming what is missing where there is none) or ``"auto"`` (the GPU when one is
         usable and ``algorithm`` is ``"auto"``, else the CPU). Path-dependent values only; the
         GPU engine computes in float64.
+    index
+        The attribution index: ``"shapley"`` (SHAP values, the default) or ``"banzhaf"``
+        (Banzhaf values, as WOODELF computes them: every coalition of the other features
+        weighted alike). Banzhaf values come in the same layouts; they do not add up to the
+        prediction, so the bias column holds the prediction minus their sum. Their interaction
+        values are the Banzhaf interaction index, whole off the diagonal (WOODELF's layout; shap
+        halves the Shapley index there), each row's diagonal entry its Banzhaf value minus the
+        row's other entries. With ``background``, interventional Banzhaf values (their
+        interactions, and a ``transform`` other than the margin, raise ``NotImplementedError``).
+        On the CPU only.
 
     Raises
     ------
@@ -124,11 +134,12 @@ class Explainer:
         tree_limit: int | None = None,
         cover_rows: Any = None,
         device: str = "cpu",
+        index: str = "shapley",
     ) -> None:
         # An XGBoost scikit-learn model built with missing=v reads v as missing, as its
         # predict does (a Booster has no such setting: its DMatrix had it).
         self._missing = _xgboost_missing_value(model)
-        self._build(_model_source(model), algorithm, threads, background, transform, tree_limit, cover_rows, device)
+        self._build(_model_source(model), algorithm, threads, background, transform, tree_limit, cover_rows, device, index)
 
     @classmethod
     def _from_source(cls, source: dict[str, Any], *, missing: float | None = None, **settings: Any) -> Explainer:
@@ -151,6 +162,7 @@ class Explainer:
         tree_limit: int | None = None,
         cover_rows: Any = None,
         device: str = "cpu",
+        index: str = "shapley",
     ) -> None:
         """The native explainer of the model ``source`` names (``path``, ``data`` (the file's
         bytes) or ``spark_files``, and its ``name``)."""
@@ -164,6 +176,7 @@ class Explainer:
             "tree_limit": tree_limit,
             "cover_rows": cover_rows,
             "device": device,
+            "index": index,
         }
         background_rows, background_names = (None, None) if background is None else _rows(self._missing_as_nan(background))
         cover_values, cover_names = (None, None) if cover_rows is None else _rows(self._missing_as_nan(cover_rows))
@@ -178,6 +191,7 @@ class Explainer:
             cover_rows=cover_values,
             cover_names=cover_names,
             device=device,
+            index=index,
         )
         self._interventional = background is not None
 

@@ -30,6 +30,7 @@ class NativeExplainer:
         cover_rows: Any = None,
         cover_names: Sequence[str] | None = None,
         device: str = "cpu",
+        index: str = "shapley",
     ) -> None: ...
     def compute(
         self, x: Any, output: str, names: Sequence[str] | None = None, labels: np.ndarray | None = None

@@ -10,7 +10,7 @@ use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArray1, PyReadonlyAr
 use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use shapfusion_core::model::{SplitRule, LEAF};
-use shapfusion_core::{Algorithm, Device, Error, Explainer, Model, OutputKind, OutputTransform, Result};
+use shapfusion_core::{Algorithm, Device, Error, Explainer, Index, Model, OutputKind, OutputTransform, Result};
 
 use crate::chunks::{first_chunk_rows, for_each_chunk};
 use crate::errors::to_py;
@@ -101,9 +101,10 @@ impl NativeExplainer {
     /// "logistic", or a loss: "logistic_nlogloss", "squared_loss") is what those values
     /// attribute. `cover_rows` (with `cover_names`), in the same forms, are rows to count the
     /// covers of path-dependent values from. `tree_limit` keeps the model's first trees only (in
-    /// the file's order). `device` ("cpu", "gpu" or "auto") is where the engine runs.
+    /// the file's order). `device` ("cpu", "gpu" or "auto") is where the engine runs. `index`
+    /// ("shapley" or "banzhaf") is the attribution index.
     #[new]
-    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None, cover_rows=None, cover_names=None, device="cpu"))]
+    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None, cover_rows=None, cover_names=None, device="cpu", index="shapley"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -120,6 +121,7 @@ impl NativeExplainer {
         cover_rows: Option<&Bound<'_, PyAny>>,
         cover_names: Option<Vec<String>>,
         device: &str,
+        index: &str,
     ) -> PyResult<Self> {
         let mut model = match (path, data, spark_files) {
             (Some(path), None, None) => py.detach(|| load_path(&path)),
@@ -140,7 +142,9 @@ impl NativeExplainer {
         let algorithm: Algorithm = algorithm.parse().map_err(to_py)?;
         let transform: OutputTransform = transform.parse().map_err(to_py)?;
         let device: Device = device.parse().map_err(to_py)?;
-        let mut builder = Explainer::builder(model.clone()).algorithm(algorithm).device(device).threads(threads).output_transform(transform);
+        let index: Index = index.parse().map_err(to_py)?;
+        let mut builder =
+            Explainer::builder(model.clone()).algorithm(algorithm).device(device).threads(threads).output_transform(transform).index(index);
         if let Some(background) = background {
             let rows = with_rows(&model, background, background_names, |rows| rows.into_batch(&model).map_err(to_py))?;
             builder = builder.background(rows);

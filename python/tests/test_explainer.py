@@ -3,6 +3,7 @@ pred_contrib, and against the shapfusion CLI bit for bit."""
 
 import _thread
 import json
+import pickle
 import signal
 import subprocess
 import threading
@@ -415,3 +416,36 @@ def test_xgboost_models_of_one_label_load_as_xgboost_loads_them(data):
         assert np.isfinite(margin).all() and abs(margin[0]) > 13
         np.testing.assert_allclose(values.sum(axis=1), margin, rtol=1e-6)
         np.testing.assert_allclose(values, booster.predict(xgb.DMatrix(X), pred_contribs=True), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["xgb_missing", "lgb_binary_missing"])
+def test_banzhaf_index_gives_woodelfs_values_in_the_shap_layouts(name):
+    """``index="banzhaf"``: WOODELF's Banzhaf values (path-dependent, and over a background) and
+    interaction index (tests/make_banzhaf_fixtures.py), the bias the margin minus their sum; it
+    survives pickling; a probability with a background is refused as not built."""
+    fixture = REPO / "tests" / "fixtures" / name
+    reference = json.loads((fixture / "banzhaf.json").read_text())
+    model = next(p for p in (fixture / "model.json", fixture / "model.txt") if p.exists())
+    X = pq.read_table(fixture / "input.parquet")
+    explainer = shapfusion.Explainer(model, index="banzhaf")
+    n, f = reference["rows"], reference["features"]
+    values = explainer.shap_values(X)
+    want = np.asarray(reference["banzhaf_values"]).reshape(n, f)
+    assert relative_error(values[:, :f], want) < 1e-4
+    np.testing.assert_allclose(values.sum(axis=1), np.ravel(explainer.predict_margin(X)), rtol=0, atol=1e-9 * np.abs(want).max())
+    matrices = explainer.interactions(X)
+    pairs = np.asarray(reference["banzhaf_interactions"]).reshape(n, f, f)
+    off = ~np.eye(f, dtype=bool)
+    assert relative_error(matrices[:, :f, :f][:, off], pairs[:, off]) < 1e-4
+    np.testing.assert_allclose(matrices[:, :f, :f].sum(axis=2), values[:, :f], rtol=0, atol=1e-9 * np.abs(want).max())
+    assert np.array_equal(pickle.loads(pickle.dumps(explainer)).shap_values(X), values)
+    assert not np.allclose(values, shapfusion.Explainer(model).shap_values(X)), "Banzhaf values are not SHAP values"
+    background = pq.read_table(fixture / reference["background"]).slice(0, reference["background_rows"])
+    over_background = shapfusion.Explainer(model, index="banzhaf", background=background).shap_values(X)
+    want = np.asarray(reference["background_banzhaf_values"]).reshape(n, f)
+    assert relative_error(over_background[:, :f], want) < 1e-4
+    np.testing.assert_allclose(over_background.sum(axis=1), np.ravel(explainer.predict_margin(X)), rtol=0, atol=1e-9 * np.abs(want).max())
+    with pytest.raises(NotImplementedError, match="not built yet"):
+        shapfusion.Explainer(model, index="banzhaf", background=background, transform="logistic")
+    with pytest.raises(ValueError, match="unknown index"):
+        shapfusion.Explainer(model, index="owen")

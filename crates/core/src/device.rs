@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::engine::{
-    build_engine, build_interventional, build_rescaled_interventional, Algorithm, Engine, EngineOptions, FeatureBlock, OutputTransform,
+    build_engine, build_interventional, build_rescaled_interventional, Algorithm, Engine, EngineOptions, FeatureBlock, Index, OutputTransform,
 };
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -99,10 +99,26 @@ pub fn engine_on(
     rows_hint: Option<usize>,
     options: &EngineOptions,
 ) -> Result<Arc<dyn Engine>> {
-    if let Some(gpu) = gpu_engine(device, &model, algorithm)? {
-        return Ok(gpu);
+    // Banzhaf values never reach the GPU engine (`device_for` keeps them on the CPU).
+    if device_for(device, algorithm, options.index)? == Device::Gpu {
+        if let Some(gpu) = gpu_engine(device, &model, algorithm)? {
+            return Ok(gpu);
+        }
     }
     build_engine(model, algorithm, rows_hint, options)
+}
+
+/// The device that computes `index`'s values with `algorithm` when `device` is asked for (see
+/// [`Device::for_algorithm`]): Banzhaf values are the CPU's (`linear`), so `auto` stays there
+/// and `gpu` is refused.
+pub(crate) fn device_for(device: Device, algorithm: Algorithm, index: Index) -> Result<Device> {
+    match (index, device) {
+        (Index::Shapley, _) => device.for_algorithm(algorithm),
+        (_, Device::Gpu) => {
+            Err(Error::Unsupported(format!("the GPU engine computes Shapley values only; {index} values run on the CPU (device cpu or auto)")))
+        }
+        _ => Ok(Device::Cpu),
+    }
 }
 
 /// The interventional engine over `background` (see [`build_interventional`]) for `device`,

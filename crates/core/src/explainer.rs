@@ -19,8 +19,8 @@ use crate::batch::{explain_batch, explain_block};
 use crate::compute_pool::compute_pool;
 use crate::device::{engine_on, interventional_on, Device};
 use crate::engine::{
-    covers_counted_from, interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Interactions, OutputTransform,
-    Predictions, Saabas,
+    covers_counted_from, interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Index, Interactions,
+    OutputTransform, Predictions, Saabas,
 };
 use crate::error::{Error, Result};
 use crate::features::block_from_columns;
@@ -245,6 +245,14 @@ impl ExplainerBuilder {
     /// probability. Needs a [`background`](Self::background).
     pub fn output_transform(mut self, transform: OutputTransform) -> Self {
         self.transform = transform;
+        self
+    }
+
+    /// The attribution index (default Shapley values): [`Index::Banzhaf`] gives Banzhaf values
+    /// (path-dependent, or over a [`background`](Self::background)) and path-dependent Banzhaf
+    /// interaction values, in the same layouts, on the CPU.
+    pub fn index(mut self, index: Index) -> Self {
+        self.settings.index = index;
         self
     }
 

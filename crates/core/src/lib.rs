@@ -56,7 +56,7 @@ mod test_fixtures;
 mod test_support;
 
 pub use device::Device;
-pub use engine::{Algorithm, OutputTransform};
+pub use engine::{Algorithm, Index, OutputTransform};
 pub use error::{Error, ErrorKind, Result};
 pub use explainer::{Explainer, ExplainerBuilder};
 pub use layout::{output_fields, OutputKind};

@@ -12,7 +12,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::device::Device;
-use crate::engine::{Algorithm, EngineOptions, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, DEFAULT_V2_MEMORY_BYTES};
+use crate::engine::{Algorithm, EngineOptions, Index, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, DEFAULT_V2_MEMORY_BYTES};
 use crate::error::{Error, Result};
 
 /// How to compute: the engine, the device, the compute threads and the engines' memory bounds.
@@ -35,6 +35,10 @@ pub struct ComputeSettings {
     pub v2_memory_bytes: usize,
     /// Most memory the interventional engine's aggregated background may take, in bytes.
     pub interventional_memory_bytes: usize,
+    /// The attribution index (default `shapley`; `banzhaf` on the CPU only). Optional in the
+    /// JSON, so that calls pinned before it existed still parse.
+    #[serde(default, with = "by_name")]
+    pub index: Index,
 }
 
 impl Default for ComputeSettings {
@@ -45,6 +49,7 @@ impl Default for ComputeSettings {
             threads: None,
             v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES,
             interventional_memory_bytes: DEFAULT_INTERVENTIONAL_MEMORY_BYTES,
+            index: Index::default(),
         }
     }
 }
@@ -77,10 +82,10 @@ impl ComputeSettings {
 
     /// The knobs the engines take.
     pub fn engine_options(&self) -> EngineOptions {
-        EngineOptions { v2_memory_bytes: self.v2_memory_bytes, interventional_memory_bytes: self.interventional_memory_bytes }
+        EngineOptions { v2_memory_bytes: self.v2_memory_bytes, interventional_memory_bytes: self.interventional_memory_bytes, index: self.index }
     }
 
-    /// A caller's settings as a server runs them: the caller's engine and device, its threads
+    /// A caller's settings as a server runs them: the caller's engine, device and index, its threads
     /// and memory bounds within the server's own (`host`). A caller that leaves threads unset
     /// gets the server's.
     pub fn within(&self, host: &ComputeSettings) -> ComputeSettings {
@@ -93,13 +98,15 @@ impl ComputeSettings {
             },
             v2_memory_bytes: self.v2_memory_bytes.min(host.v2_memory_bytes),
             interventional_memory_bytes: self.interventional_memory_bytes.min(host.interventional_memory_bytes),
+            index: self.index,
         }
     }
 
     /// Whether this machine can honour the device: `gpu` without a usable GPU is an error
-    /// naming what is missing; `auto` and `cpu` always can.
+    /// naming what is missing, as is `gpu` for Banzhaf values (the GPU engine computes Shapley
+    /// values only); `auto` and `cpu` always can.
     pub fn check_device(&self) -> Result<Device> {
-        self.device.for_algorithm(self.algorithm)
+        crate::device::device_for(self.device, self.algorithm, self.index)
     }
 
     /// What computes, as servers report it: `gpu`, or `cpu (N threads)` with the threads that
@@ -115,7 +122,11 @@ impl ComputeSettings {
 impl fmt::Display for ComputeSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let threads = self.threads.map_or("all cores".to_string(), |t| format!("{t} threads"));
-        write!(f, "algorithm {}, device {}, {threads}", self.algorithm, self.device)
+        write!(f, "algorithm {}, device {}, {threads}", self.algorithm, self.device)?;
+        if self.index != Index::Shapley {
+            write!(f, ", {} values", self.index)?;
+        }
+        Ok(())
     }
 }
 
@@ -197,5 +208,16 @@ mod tests {
         assert_eq!(serde_json::from_str::<ComputeSettings>(&json).unwrap(), s);
         let e = serde_json::from_str::<ComputeSettings>(&json.replace("fast-v2", "fastest")).unwrap_err().to_string();
         assert!(e.contains("unknown algorithm"), "{e}");
+        // The index travels by name, and a call that names none (made before it existed) is
+        // Shapley values.
+        let banzhaf = ComputeSettings { index: Index::Banzhaf, ..s };
+        let json = serde_json::to_string(&banzhaf).unwrap();
+        assert!(json.contains(r#""index":"banzhaf""#), "{json}");
+        assert_eq!(serde_json::from_str::<ComputeSettings>(&json).unwrap(), banzhaf);
+        assert_eq!(serde_json::from_str::<ComputeSettings>(&json.replace(r#","index":"banzhaf""#, "")).unwrap(), s);
+        // On the CPU: auto stays there, gpu is refused by name.
+        assert_eq!(ComputeSettings { device: Device::Auto, ..banzhaf }.check_device().unwrap(), Device::Cpu);
+        let e = ComputeSettings { device: Device::Gpu, ..banzhaf }.check_device().unwrap_err().to_string();
+        assert!(e.contains("Shapley values only"), "{e}");
     }
 }

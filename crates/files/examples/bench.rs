@@ -3,13 +3,14 @@
 //! little-endian f64 so the suite can check them against the reference.
 //!
 //! ```text
-//! cargo run --release -p shapfusion-files --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet]
+//! cargo run --release -p shapfusion-files --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet] [--index shapley|banzhaf]
 //! ```
 //!
 //! Prints one JSON line: engine, rows, set-up seconds (tables, or the background's
 //! aggregation), best and median seconds over the repeats, rows/s, and the bytes the engine
 //! holds for its work where it counts them (`engine_bytes`, else null). With `--background`, the
-//! values are interventional SHAP values over the background's rows.
+//! values are interventional SHAP values over the background's rows; with `--index banzhaf`,
+//! Banzhaf values (and interactions) instead of Shapley values.
 //!
 //! It lives in `shapfusion-files` (Parquet in, the engines of `shapfusion-core`) so that a
 //! release build of it compiles no DataFusion or tonic.
@@ -19,21 +20,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion_core::engine::{build_engine, build_interventional, Algorithm, EngineOptions};
+use shapfusion_core::engine::{build_engine, build_interventional, Algorithm, EngineOptions, Index};
 use shapfusion_core::model::Model;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().collect();
-    let background = match args.iter().position(|a| a == "--background") {
+    let mut flag = |name: &str| match args.iter().position(|a| a == name) {
         Some(i) if i + 1 < args.len() => {
-            let path = args.remove(i + 1);
+            let value = args.remove(i + 1);
             args.remove(i);
-            Some(path)
+            Some(value)
         }
         _ => None,
     };
+    let background = flag("--background");
+    let index: Index = flag("--index").as_deref().unwrap_or("shapley").parse()?;
     if args.len() < 6 {
-        eprintln!("usage: bench MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet]");
+        eprintln!("usage: bench MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet] [--index shapley|banzhaf]");
         std::process::exit(2);
     }
     let model = Arc::new(Model::load(&args[1])?);
@@ -53,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(path) => Some(model.feature_block(&shapfusion_files::input::read_background(std::path::Path::new(path), &model, None, 0)?)?),
         None => None,
     };
-    let options = EngineOptions { v2_memory_bytes: 4 << 30, ..Default::default() };
+    let options = EngineOptions { v2_memory_bytes: 4 << 30, index, ..Default::default() };
     let setup = Instant::now();
     let explainer = match &background {
         None => pool.install(|| build_engine(model.clone(), algorithm, Some(block.rows()), &options))?,

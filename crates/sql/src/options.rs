@@ -3,7 +3,7 @@
 use std::ops::{Deref, DerefMut};
 
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
-use datafusion::common::{extensions_options, Result as DfResult};
+use datafusion::common::{extensions_options, DataFusionError, Result as DfResult};
 
 use shapfusion_core::ComputeSettings;
 
@@ -26,6 +26,9 @@ extensions_options! {
         pub workers: String, default = String::new()
         /// File holding the bearer token the workers require (empty: none).
         pub worker_token_file: String, default = String::new()
+        /// The attribution index: shapley (SHAP values) or banzhaf (Banzhaf values, every
+        /// coalition weighted alike; the bias is the prediction minus their sum).
+        pub index: String, default = "shapley".to_string()
         /// A registered background set (`--background NAME=URL`): `shap(...)` returns
         /// interventional SHAP values over its rows; empty: path-dependent values.
         pub background: String, default = String::new()
@@ -44,9 +47,10 @@ pub struct ShapOptions(ShapSettings);
 
 impl ShapOptions {
     /// The compute settings these options ask for (`shap.algorithm`, `shap.device`,
-    /// `shap.threads`, `shap.v2_memory_mb`), checked.
+    /// `shap.threads`, `shap.v2_memory_mb`, `shap.index`), checked.
     pub fn compute_settings(&self) -> shapfusion_core::Result<ComputeSettings> {
-        ComputeSettings::parse(&self.algorithm, &self.device, Some(self.threads), self.v2_memory_mb)
+        let settings = ComputeSettings::parse(&self.algorithm, &self.device, Some(self.threads), self.v2_memory_mb)?;
+        Ok(ComputeSettings { index: self.index.parse()?, ..settings })
     }
 }
 
@@ -77,6 +81,10 @@ impl ExtensionOptions for ShapOptions {
     }
 
     fn set(&mut self, key: &str, value: &str) -> DfResult<()> {
+        // Checked here, so that `SET` itself fails on a bad name rather than a later query.
+        if key == "index" {
+            value.parse::<shapfusion_core::Index>().map_err(|e| DataFusionError::Configuration(format!("shap.index: {e}")))?;
+        }
         self.0.set(key, value)
     }
 

@@ -208,6 +208,7 @@ fn same_options(a: &ShapOptions, b: &ShapOptions) -> bool {
         && a.workers == b.workers
         && a.worker_token_file == b.worker_token_file
         && a.background == b.background
+        && a.index == b.index
 }
 
 impl ShapUdf {

@@ -220,3 +220,39 @@ pub fn finish_interaction_row(out: &mut [f64], shap: &[f64], f: usize, groups: u
         out[base + f * w + f] = shap[g * w + f];
     }
 }
+
+/// Banzhaf values do not add up to the prediction ([`Index::Banzhaf`](super::Index)): each
+/// row's bias becomes its margin minus the sum of its values (per group), so that a row still
+/// sums to the prediction.
+pub(crate) fn bias_is_the_rest(model: &Model, block: &FeatureBlock, shap: &mut Attributions) {
+    let w = model.num_features() + 1;
+    rest_into(model, block, &mut shap.values, w, |g| (g * w..g * w + w - 1, g * w + w - 1));
+}
+
+/// [`bias_is_the_rest`] for interaction matrices: the bias entry (the last of the diagonal)
+/// becomes the margin minus the sum of the rest of the matrix, which is the sum of the values.
+pub(crate) fn interaction_bias_is_the_rest(model: &Model, block: &FeatureBlock, interactions: &mut Interactions) {
+    let w = model.num_features() + 1;
+    // A group's matrix but its last row (the bias's row; its last column is zero but the bias).
+    rest_into(model, block, &mut interactions.values, w * w, |g| (g * w * w..(g + 1) * w * w - w, (g + 1) * w * w - 1));
+}
+
+/// Rows of `out` hold `per_group` values a group; `at(g)` gives group `g`'s values and its bias
+/// entry there, which becomes the row's margin minus their sum.
+fn rest_into(model: &Model, block: &FeatureBlock, out: &mut [f64], per_group: usize, at: impl Fn(usize) -> (std::ops::Range<usize>, usize) + Sync) {
+    let groups = model.num_groups();
+    let width = groups * per_group;
+    if width == 0 {
+        return;
+    }
+    out.par_chunks_mut(width).enumerate().for_each_init(
+        || vec![0.0; groups],
+        |margin, (r, row)| {
+            model.predict_row(block.row(r), margin);
+            for (g, m) in margin.iter().enumerate() {
+                let (values, bias) = at(g);
+                row[bias] = m - row[values].iter().sum::<f64>();
+            }
+        },
+    );
+}

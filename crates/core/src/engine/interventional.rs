@@ -44,8 +44,11 @@ use rayon::prelude::*;
 
 use super::block::FeatureBlock;
 use super::decision::Decision;
-use super::drivers::{check_block, rows_per_task, shap_by_task_from};
+use super::drivers::{bias_is_the_rest, check_block, rows_per_task, shap_by_task_from};
 use super::engine_trait::Engine;
+use super::options::Index;
+#[cfg(test)]
+use super::options::DEFAULT_INTERVENTIONAL_MEMORY_BYTES;
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
 use crate::error::{Error, Result};
@@ -58,11 +61,12 @@ pub const MAX_INTERVENTIONAL_PATH_FEATURES: usize = 64;
 /// Most path features a leaf is tabulated for: `2^12 · 12` values (384 KiB) per leaf.
 const MAX_TABLE_BITS: usize = 12;
 
-/// Default bound on the aggregated background (tables and patterns together): 1 GiB.
-pub const DEFAULT_INTERVENTIONAL_MEMORY_BYTES: usize = 1 << 30;
-
-/// The Shapley weights of one leaf's game, by `a = |F|` and `b = |X_f|`.
+/// The weights of one leaf's game, by `a = |F|` and `b = |X_f|`: Shapley's, or Banzhaf's
+/// (`1/2^(a+b-1)` for both kinds of feature: the leaf's game is `v·[F ⊆ S]·[S ∩ X_f = ∅]`, and
+/// of the `2^(a+b-1)` coalitions of the other path features exactly one makes a feature of `F`,
+/// or of `X_f`, change its value).
 pub(super) struct Weights {
+    index: Index,
     stride: usize,
     /// `1 / (a · C(a+b, a))`, for the features only the background row fails.
     hot: Vec<f64>,
@@ -71,26 +75,42 @@ pub(super) struct Weights {
 }
 
 impl Weights {
+    /// Shapley weights up to `max_bits` path features.
+    #[cfg(test)]
     pub(super) fn new(max_bits: usize) -> Weights {
+        Weights::of(Index::Shapley, max_bits)
+    }
+
+    /// `index`'s weights, tabulated up to `max_bits` path features.
+    pub(super) fn of(index: Index, max_bits: usize) -> Weights {
         let stride = max_bits + 1;
         let (mut hot, mut cold) = (vec![0.0; stride * stride], vec![0.0; stride * stride]);
         for a in 0..stride {
             for b in 0..stride {
-                let (h, c) = Self::compute(a, b);
+                let (h, c) = Self::compute(index, a, b);
                 hot[a * stride + b] = h;
                 cold[a * stride + b] = c;
             }
         }
-        Weights { stride, hot, cold }
+        Weights { index, stride, hot, cold }
     }
 
     /// `(hot(a, b), cold(a, b))`, 0 where `a` (or `b`) is 0.
-    fn compute(a: usize, b: usize) -> (f64, f64) {
-        // C(a+b, a) = Π_{k=1..a} (b+k)/k, exact in f64 for the small cases.
-        let choose = (1..=a).fold(1.0f64, |c, k| c * (b + k) as f64 / k as f64);
-        let hot = if a > 0 { 1.0 / (a as f64 * choose) } else { 0.0 };
-        let cold = if b > 0 { 1.0 / (b as f64 * choose) } else { 0.0 };
-        (hot, cold)
+    fn compute(index: Index, a: usize, b: usize) -> (f64, f64) {
+        match index {
+            Index::Shapley => {
+                // C(a+b, a) = Π_{k=1..a} (b+k)/k, exact in f64 for the small cases.
+                let choose = (1..=a).fold(1.0f64, |c, k| c * (b + k) as f64 / k as f64);
+                let hot = if a > 0 { 1.0 / (a as f64 * choose) } else { 0.0 };
+                let cold = if b > 0 { 1.0 / (b as f64 * choose) } else { 0.0 };
+                (hot, cold)
+            }
+            Index::Banzhaf => {
+                // A power of two, exact (0 beyond 1074 features, as f64 holds it).
+                let w = if a + b > 0 { 0.5f64.powi((a + b - 1) as i32) } else { 0.0 };
+                (if a > 0 { w } else { 0.0 }, if b > 0 { w } else { 0.0 })
+            }
+        }
     }
 
     /// `(hot(a, b), cold(a, b))` for any `a` and `b`: from the table where it reaches, else
@@ -100,7 +120,7 @@ impl Weights {
         if a < self.stride && b < self.stride {
             (self.hot[a * self.stride + b], self.cold[a * self.stride + b])
         } else {
-            Self::compute(a, b)
+            Self::compute(self.index, a, b)
         }
     }
 
@@ -361,6 +381,8 @@ struct AggregatedTree {
 /// The aggregated interventional engine.
 pub(crate) struct Interventional {
     model: Arc<Model>,
+    /// Shapley or Banzhaf values (the weights; Banzhaf's bias is each row's rest).
+    index: Index,
     trees: Vec<AggregatedTree>,
     bias: Vec<f64>,
     weights: Weights,
@@ -457,14 +479,27 @@ pub(super) fn for_each_bit(mut mask: u64, mut f: impl FnMut(usize)) {
 }
 
 impl Interventional {
-    /// Aggregates `background` (rows in the model's feature order and precision) for `model`,
-    /// within `memory_bound` bytes.
+    /// [`with_index`](Self::with_index) for Shapley values, as the tests build it.
+    #[cfg(test)]
     pub fn new(prepared: Arc<PreparedModel>, background: &FeatureBlock, memory_bound: usize) -> Result<Interventional> {
-        Self::with_table_bits(prepared, background, memory_bound, MAX_TABLE_BITS)
+        Self::with_table_bits(prepared, background, memory_bound, MAX_TABLE_BITS, Index::Shapley)
     }
 
-    /// [`new`](Self::new) tabulating only leaves with at most `table_bits` path features.
-    fn with_table_bits(prepared: Arc<PreparedModel>, background: &FeatureBlock, memory_bound: usize, table_bits: usize) -> Result<Interventional> {
+    /// Aggregates `background` (rows in the model's feature order and precision) for `model`,
+    /// within `memory_bound` bytes, for `index`'s values.
+    pub fn with_index(prepared: Arc<PreparedModel>, background: &FeatureBlock, memory_bound: usize, index: Index) -> Result<Interventional> {
+        Self::with_table_bits(prepared, background, memory_bound, MAX_TABLE_BITS, index)
+    }
+
+    /// [`with_index`](Self::with_index) tabulating only leaves with at most `table_bits` path
+    /// features.
+    fn with_table_bits(
+        prepared: Arc<PreparedModel>,
+        background: &FeatureBlock,
+        memory_bound: usize,
+        table_bits: usize,
+        index: Index,
+    ) -> Result<Interventional> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
         let walks: Vec<FailWalk> = model.trees().iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
@@ -509,7 +544,7 @@ impl Interventional {
         let n = background.rows() as f64;
         // Narrow paths index the weight table; wider ones compute their weights as they go.
         let max_bits = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
-        let weights = Weights::new(max_bits.min(MAX_INTERVENTIONAL_PATH_FEATURES));
+        let weights = Weights::of(index, max_bits.min(MAX_INTERVENTIONAL_PATH_FEATURES));
         let counted: Vec<Counts> = model
             .trees()
             .par_iter()
@@ -585,7 +620,7 @@ impl Interventional {
             return Err(Error::InvalidArgument("interventional: the background's mean margin is not finite".into()));
         }
         let max_slots = trees.iter().map(|t| t.walk.slots * t.walk.words).max().unwrap_or(1);
-        Ok(Interventional { model, trees, bias, weights, packed, max_slots })
+        Ok(Interventional { model, index, trees, bias, weights, packed, max_slots })
     }
 
     /// Adds tree `t`'s attributions for row `x` to `phi` (its group's F + 1 values).
@@ -729,7 +764,7 @@ impl Engine for Interventional {
         let w = self.model.num_features() + 1;
         let width = self.model.num_groups() * w;
         let per_task = rows_per_task(block.rows());
-        shap_by_task_from(
+        let mut shap = shap_by_task_from(
             &self.model,
             &self.bias,
             block,
@@ -744,7 +779,11 @@ impl Engine for Interventional {
                     }
                 }
             },
-        )
+        )?;
+        if self.index == Index::Banzhaf {
+            bias_is_the_rest(&self.model, block, &mut shap);
+        }
+        Ok(shap)
     }
 
     fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
@@ -790,14 +829,22 @@ pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Resu
 /// background: the oracle for [`Interventional`], not a production engine.
 pub(crate) struct InterventionalReference {
     model: Arc<Model>,
+    index: Index,
     background: FeatureBlock,
     bias: Vec<f64>,
     weights: Weights,
 }
 
 impl InterventionalReference {
-    /// The oracle for `background` (rows in the model's feature order and precision).
+    /// [`with_index`](Self::with_index) for Shapley values, as the tests build it.
+    #[cfg(test)]
     pub fn new(prepared: Arc<PreparedModel>, background: &FeatureBlock) -> Result<InterventionalReference> {
+        Self::with_index(prepared, background, Index::Shapley)
+    }
+
+    /// The oracle for `background` (rows in the model's feature order and precision), for
+    /// `index`'s values.
+    pub fn with_index(prepared: Arc<PreparedModel>, background: &FeatureBlock, index: Index) -> Result<InterventionalReference> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
         let n = background.rows() as f64;
@@ -813,7 +860,7 @@ impl InterventionalReference {
         for (t, tree) in model.trees().iter().enumerate() {
             widest = FailWalk::new(tree, t)?.leaves.iter().map(|l| l.features.len()).fold(widest, usize::max);
         }
-        Ok(InterventionalReference { model, background: background.clone(), bias, weights: Weights::new(widest) })
+        Ok(InterventionalReference { model, index, background: background.clone(), bias, weights: Weights::of(index, widest) })
     }
 
     /// Adds `tree`'s attributions for `x` against background row `z` to `phi`.
@@ -870,7 +917,7 @@ impl Engine for InterventionalReference {
         let w = self.model.num_features() + 1;
         let width = self.model.num_groups() * w;
         let scale = 1.0 / self.background.rows() as f64;
-        shap_by_task_from(
+        let mut shap = shap_by_task_from(
             &self.model,
             &self.bias,
             block,
@@ -887,7 +934,11 @@ impl Engine for InterventionalReference {
                     }
                 }
             },
-        )
+        )?;
+        if self.index == Index::Banzhaf {
+            bias_is_the_rest(&self.model, block, &mut shap);
+        }
+        Ok(shap)
     }
 
     fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
@@ -911,7 +962,8 @@ pub(crate) mod tests {
             let explained = rows(&f.block, 25, 45);
             let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().shap(&explained).unwrap();
             let tables = Interventional::new(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES).unwrap();
-            let patterns = Interventional::with_table_bits(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, 0).unwrap();
+            let patterns =
+                Interventional::with_table_bits(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, 0, Index::Shapley).unwrap();
             let width = f.model.num_groups() * (f.model.num_features() + 1);
             for (name, engine) in [("tables", tables), ("patterns", patterns)] {
                 let got = engine.shap(&explained).unwrap();
@@ -1050,6 +1102,75 @@ pub(crate) mod tests {
         for a in 1..=8 {
             for b in 1..=8 {
                 assert!((a as f64 * w.hot(a, b) - b as f64 * w.cold(a, b)).abs() < 1e-15);
+            }
+        }
+    }
+
+    /// Banzhaf values of the interventional game `v(S) = mean_z f(x_S, z_~S)` by enumerating
+    /// every coalition: `β_i = Σ_{S ∌ i} (v(S∪i) − v(S)) / 2^(M−1)`.
+    fn banzhaf_by_coalitions(model: &Model, x: &[f64], background: &FeatureBlock) -> Vec<f64> {
+        let m = model.num_features();
+        let mut margin = [0.0];
+        let v: Vec<f64> = (0..1usize << m)
+            .map(|s| {
+                let mut sum = 0.0;
+                for r in 0..background.rows() {
+                    let hybrid: Vec<f64> = (0..m).map(|i| if s & (1 << i) != 0 { x[i] } else { background.row(r)[i] }).collect();
+                    model.predict_row(&hybrid, &mut margin);
+                    sum += margin[0];
+                }
+                sum / background.rows() as f64
+            })
+            .collect();
+        (0..m).map(|i| (0..1usize << m).filter(|s| s & (1 << i) == 0).map(|s| v[s | 1 << i] - v[s]).sum::<f64>() / (1u64 << (m - 1)) as f64).collect()
+    }
+
+    #[test]
+    fn banzhaf_values_equal_enumeration_over_coalitions_in_every_holding() {
+        use crate::test_support::{full_tree, numeric_model, uniform};
+        let mut seed = 5u64;
+        for case in 0..16usize {
+            let features = 2 + case % 5;
+            let trees = (0..1 + case % 3).map(|t| full_tree(&mut seed, 1 + (case + t) % 5, |_, u| (u * features as f64) as u32)).collect();
+            let model = Arc::new(numeric_model(features, trees, -0.5));
+            let prepared = Arc::new(PreparedModel::new(model.clone()).unwrap());
+            let mut draw = |rows: usize| {
+                let values = (0..rows * features).map(|_| if uniform(&mut seed) < 0.15 { f64::NAN } else { uniform(&mut seed) }).collect();
+                FeatureBlock::new(rows, features, values, Precision::F64)
+            };
+            let (background, explained) = (draw(1 + case % 7), draw(5));
+            let engines: [Arc<dyn Engine>; 3] = [
+                Arc::new(Interventional::with_index(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, Index::Banzhaf).unwrap()),
+                Arc::new(
+                    Interventional::with_table_bits(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, 0, Index::Banzhaf).unwrap(),
+                ),
+                Arc::new(InterventionalReference::with_index(prepared.clone(), &background, Index::Banzhaf).unwrap()),
+            ];
+            for engine in engines {
+                let shap = engine.shap(&explained).unwrap();
+                for r in 0..explained.rows() {
+                    let want = banzhaf_by_coalitions(&model, explained.row(r), &background);
+                    let scale = want.iter().fold(1e-9f64, |a, v| a.max(v.abs()));
+                    let got = shap.row(r, 0);
+                    for i in 0..features {
+                        assert!(
+                            (got[i] - want[i]).abs() <= 1e-12 * scale,
+                            "case {case} {} row {r} feature {i}: {} against {}",
+                            engine.name(),
+                            got[i],
+                            want[i]
+                        );
+                    }
+                    let mut margin = [0.0];
+                    model.predict_row(explained.row(r), &mut margin);
+                    let total: f64 = got.iter().sum();
+                    assert!(
+                        (total - margin[0]).abs() <= 1e-12 * scale.max(margin[0].abs()),
+                        "case {case} {} row {r}: {total} against the margin {}",
+                        engine.name(),
+                        margin[0]
+                    );
+                }
             }
         }
     }

@@ -25,6 +25,12 @@
 //! and `B_p = g_L·B_L + g_R·B_R` with `g_c = f_c` the child's factor: A flows down, B flows up,
 //! and each split costs O(⌈d/2⌉) per row, O(nodes·⌈d/2⌉) per tree.
 //!
+//! **Banzhaf values** ([`Index::Banzhaf`]) are the same integrand at t = 1/2 alone: the leaf's
+//! game has the multilinear extension `v·Π_j f_j(x_j)`, whose partial derivative in `x_i`
+//! integrated along the diagonal is the Shapley value (Owen) and taken at the centre is the
+//! Banzhaf value. So the walk runs with one point, t = 1/2 and weight 1, for every tree (one
+//! part, whatever its paths), and its pair terms are the Banzhaf interaction index the same way.
+//!
 //! A feature split on again below an earlier split on it (merged fraction `z'` above, hot or
 //! cold there) replaces the factor `f' = z' + (o' − z')·t` by the merged one: its children's
 //! factors become `f_c / f'`, and the telescoping difference `(o_c−z_c)/f_c − (o'−z')/f'` of the
@@ -68,8 +74,12 @@ use rayon::prelude::*;
 
 use super::block::FeatureBlock;
 use super::decision::Decision;
-use super::drivers::{check_block, finish_interaction_row, interactions_by_task, rows_per_task_up_to, shap_by_task, ROWS_PER_TASK};
+use super::drivers::{
+    bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_is_the_rest, interactions_by_task, rows_per_task_up_to, shap_by_task,
+    ROWS_PER_TASK,
+};
 use super::engine_trait::Engine;
+use super::options::Index;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
@@ -299,28 +309,36 @@ fn leaf_groups(tree: &Tree, prep: &PreparedTree) -> (Vec<(usize, usize)>, Vec<u6
 }
 
 impl LinearTree {
-    /// Compiles tree `index` into its parts (see the module docs).
-    fn parts(tree: &Tree, prep: &PreparedTree, index: usize) -> Result<Vec<LinearTree>> {
+    /// Compiles tree `index` into its parts (see the module docs): one for Banzhaf values,
+    /// whose single point serves every path.
+    fn parts(tree: &Tree, prep: &PreparedTree, index: usize, of: Index) -> Result<Vec<LinearTree>> {
         let distinct = prep.leaf_path_lengths(tree).max().unwrap_or(0);
         if exact_points(distinct) > MAX_POINTS {
+            let instead = match of {
+                Index::Shapley => "use fast-v1",
+                Index::Banzhaf => "no other engine computes Banzhaf values",
+            };
             return Err(Error::Unsupported(format!(
-                "linear: tree {index} has a path with {distinct} distinct features (limit {}); use fast-v1",
+                "linear: tree {index} has a path with {distinct} distinct features (limit {}); {instead}",
                 2 * MAX_POINTS
             )));
+        }
+        if of == Index::Banzhaf {
+            return Ok(vec![LinearTree::compile(tree, prep, index, of, |_| true)]);
         }
         let (runs, below) = leaf_groups(tree, prep);
         Ok(runs
             .into_iter()
             .map(|(lo, hi)| {
                 let mask = run_mask(lo, hi);
-                LinearTree::compile(tree, prep, index, |node| below[node] & mask != 0)
+                LinearTree::compile(tree, prep, index, of, |node| below[node] & mask != 0)
             })
             .collect())
     }
 
     /// Compiles the part of tree `index` whose leaves are those `keep` holds, and whose splits
     /// are those `keep` holds (the splits above a kept leaf); every other child is a zero leaf.
-    fn compile(tree: &Tree, prep: &PreparedTree, index: usize, keep: impl Fn(usize) -> bool) -> LinearTree {
+    fn compile(tree: &Tree, prep: &PreparedTree, index: usize, of: Index, keep: impl Fn(usize) -> bool) -> LinearTree {
         let distinct = tree
             .nodes
             .iter()
@@ -330,8 +348,12 @@ impl LinearTree {
             .map(|(_, (_, d))| *d as usize)
             .max()
             .unwrap_or(0);
-        let points = exact_points(distinct);
-        let (t, w) = gauss_legendre(points);
+        let (t, w) = match of {
+            Index::Shapley => gauss_legendre(exact_points(distinct)),
+            // The Banzhaf value is the multilinear extension's derivative at 1/2 itself: one
+            // point, weight 1, exact for any path.
+            Index::Banzhaf => (vec![0.5], vec![1.0]),
+        };
         let mut splits = Vec::new();
         let mut split_of = vec![u32::MAX; tree.nodes.len()];
         let mut model_node = Vec::new();
@@ -400,20 +422,29 @@ impl LinearTree {
 pub(crate) struct Linear {
     prepared: Arc<PreparedModel>,
     trees: Vec<LinearTree>,
+    /// Shapley values (the quadrature rule) or Banzhaf values (the one point t = 1/2).
+    index: Index,
 }
 
 impl Linear {
+    /// The engine for Shapley values.
     pub fn new(prepared: Arc<PreparedModel>) -> Result<Linear> {
+        Linear::with_index(prepared, Index::Shapley)
+    }
+
+    /// The engine for `index`'s values: Shapley values integrate the path's polynomial over
+    /// [0, 1], Banzhaf values take it at 1/2 (see the module docs).
+    pub fn with_index(prepared: Arc<PreparedModel>, index: Index) -> Result<Linear> {
         let parts = prepared
             .model
             .trees()
             .iter()
             .zip(&prepared.trees)
             .enumerate()
-            .map(|(t, (tree, prep))| LinearTree::parts(tree, prep, t))
+            .map(|(t, (tree, prep))| LinearTree::parts(tree, prep, t, index))
             .collect::<Result<Vec<_>>>()?;
         let trees = parts.into_iter().flatten().collect();
-        let linear = Linear { prepared, trees };
+        let linear = Linear { prepared, trees, index };
         linear.check_scratch(false)?;
         Ok(linear)
     }
@@ -1370,6 +1401,12 @@ impl Linear {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let w = f + 1;
+        // Both orders of a pair sum to its interaction index: shap's layout halves the Shapley
+        // index off the diagonal, WOODELF's keeps the Banzhaf index whole.
+        let pair_share = match self.index {
+            Index::Shapley => 0.5,
+            Index::Banzhaf => 1.0,
+        };
         for (r, out) in chunk.chunks_mut(groups * w * w).enumerate() {
             let lane = r % N;
             for g in 0..groups {
@@ -1379,7 +1416,7 @@ impl Linear {
                 for i in 0..f {
                     for j in 0..f {
                         if i != j {
-                            matrix[i * w + j] = 0.5 * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
+                            matrix[i * w + j] = pair_share * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
                         }
                     }
                     shap[g * w + i] = phi[i][lane];
@@ -1401,24 +1438,29 @@ impl Engine for Linear {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        if walks_alone(block.rows()) {
+        let mut shap = if walks_alone(block.rows()) {
             self.shap_in::<1>(block)
         } else if in_small_lane_groups(block.rows()) {
             self.shap_in::<SMALL_LANES>(block)
         } else {
             self.shap_in::<LANES>(block)
+        }?;
+        if self.index == Index::Banzhaf {
+            bias_is_the_rest(&self.prepared.model, block, &mut shap);
         }
+        Ok(shap)
     }
 
     /// Interactions from the same walk: a leaf's pair term `v·(o_i−z_i)(o_j−z_j)·∫Π_{k≠i,j} f_k`
     /// is, by the product rule over the path's splits, the sum of each split's own terms times
     /// the ratio `(o−z)/f` of every other feature above it; both orders are summed and halved.
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        if in_small_lane_groups(block.rows()) {
-            self.interactions_in::<SMALL_LANES>(block)
-        } else {
-            self.interactions_in::<LANES>(block)
+        let mut interactions =
+            if in_small_lane_groups(block.rows()) { self.interactions_in::<SMALL_LANES>(block) } else { self.interactions_in::<LANES>(block) }?;
+        if self.index == Index::Banzhaf {
+            interaction_bias_is_the_rest(&self.prepared.model, block, &mut interactions);
         }
+        Ok(interactions)
     }
 }
 
@@ -1791,5 +1833,99 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The path-dependent game of a model at `x`: E[f | x_S] under the trees' covers (follow `x`
+    /// on features in `in_s`, average the children by cover elsewhere), by recursion, for the
+    /// small trees of these tests.
+    fn game_value(tree: &Tree, x: &[f64], in_s: &[bool], node: usize) -> f64 {
+        let n = &tree.nodes[node];
+        if n.is_leaf() {
+            return n.value * tree.weight;
+        }
+        let (l, r) = (n.left as usize, n.right as usize);
+        if in_s[n.feature as usize] {
+            game_value(tree, x, in_s, if tree.goes_left(n, x[n.feature as usize]) { l } else { r })
+        } else {
+            let (cl, cr) = (tree.nodes[l].cover / n.cover, tree.nodes[r].cover / n.cover);
+            cl * game_value(tree, x, in_s, l) + cr * game_value(tree, x, in_s, r)
+        }
+    }
+
+    /// Banzhaf values and the Banzhaf interaction index of the path-dependent game at `x`, by
+    /// enumerating every coalition: `β_i = Σ_S (v(S∪i) − v(S)) / 2^(M−1)` over `S ∌ i`, and
+    /// `I_ij = Σ_S (v(S∪ij) − v(S∪i) − v(S∪j) + v(S)) / 2^(M−2)` over `S ∌ i, j`.
+    fn banzhaf_by_coalitions(model: &Model, x: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let m = model.num_features();
+        let v: Vec<f64> = (0..1usize << m)
+            .map(|s| {
+                let in_s: Vec<bool> = (0..m).map(|i| s & (1 << i) != 0).collect();
+                model.trees().iter().map(|t| game_value(t, x, &in_s, 0)).sum()
+            })
+            .collect();
+        let values = (0..m)
+            .map(|i| (0..1usize << m).filter(|s| s & (1 << i) == 0).map(|s| v[s | 1 << i] - v[s]).sum::<f64>() / (1u64 << (m - 1)) as f64)
+            .collect();
+        let mut pairs = vec![0.0; m * m];
+        for i in 0..m {
+            for j in (0..m).filter(|&j| j != i) {
+                let (bi, bj) = (1 << i, 1 << j);
+                let sum: f64 = (0..1usize << m).filter(|s| s & (bi | bj) == 0).map(|s| v[s | bi | bj] - v[s | bi] - v[s | bj] + v[s]).sum();
+                pairs[i * m + j] = sum / (1u64 << (m - 2)) as f64;
+            }
+        }
+        (values, pairs)
+    }
+
+    #[test]
+    fn banzhaf_values_and_interactions_equal_enumeration_over_coalitions() {
+        let mut seed = 41u64;
+        let mut checked_pairs = 0;
+        for case in 0..24usize {
+            let features = 2 + case % 5;
+            let trees = (0..1 + case % 3).map(|t| tree(&mut seed, features as u32, 1 + (case + t) % 6)).collect();
+            let model = Arc::new(numeric_model(features, trees, 0.25));
+            let engine = Linear::with_index(Arc::new(PreparedModel::new(model.clone()).unwrap()), Index::Banzhaf).unwrap();
+            // One row alone (its own walk), four (a small lane group) and 21 (sixteen lanes and a tail).
+            for rows in [1usize, 4, 21] {
+                let values = (0..rows * features).map(|_| if uniform(&mut seed) < 0.15 { f64::NAN } else { uniform(&mut seed) }).collect();
+                let block = FeatureBlock::new(rows, features, values, Precision::F64);
+                let (shap, inter) = (engine.shap(&block).unwrap(), engine.interactions(&block).unwrap());
+                let w = features + 1;
+                for r in 0..rows {
+                    let x = block.row(r);
+                    let (want, want_pairs) = banzhaf_by_coalitions(&model, x);
+                    let scale = want.iter().chain(&want_pairs).fold(1e-9f64, |a, v| a.max(v.abs()));
+                    let got = shap.row(r, 0);
+                    let mut margin = [0.0];
+                    model.predict_row(x, &mut margin);
+                    let matrix = &inter.values[r * w * w..(r + 1) * w * w];
+                    for i in 0..features {
+                        assert!((got[i] - want[i]).abs() <= 1e-12 * scale, "case {case} row {r} feature {i}: {} against {}", got[i], want[i]);
+                        for j in (0..features).filter(|&j| j != i) {
+                            let (g, e) = (matrix[i * w + j], want_pairs[i * features + j]);
+                            assert!((g - e).abs() <= 1e-12 * scale, "case {case} row {r} pair ({i}, {j}): {g} against {e}");
+                            checked_pairs += usize::from(e.abs() > 1e-6);
+                        }
+                        // Each matrix row sums to the feature's Banzhaf value.
+                        let row_sum: f64 = matrix[i * w..i * w + features].iter().sum();
+                        assert!((row_sum - want[i]).abs() <= 1e-12 * scale, "case {case} row {r}: matrix row {i} sums to {row_sum}, not {}", want[i]);
+                    }
+                    // The bias is what the values leave of the prediction, in both layouts.
+                    let total: f64 = got.iter().sum();
+                    assert!(
+                        (total - margin[0]).abs() <= 1e-12 * scale.max(margin[0].abs()),
+                        "case {case} row {r}: values and bias sum to {total}, not the margin {}",
+                        margin[0]
+                    );
+                    let matrix_total: f64 = matrix.iter().sum();
+                    assert!(
+                        (matrix_total - margin[0]).abs() <= 1e-12 * scale.max(margin[0].abs()),
+                        "case {case} row {r}: the matrix sums to {matrix_total}"
+                    );
+                }
+            }
+        }
+        assert!(checked_pairs > 100, "the models interact: {checked_pairs} nonzero pairs checked");
     }
 }

@@ -50,8 +50,8 @@ pub use covers::{covers_counted_from, UNREACHED_COVER};
 pub use drivers::{finish_interaction_row, MAX_OUTPUT_VALUES, MAX_RECURSIVE_DEPTH, ROWS_PER_TASK};
 pub use engine_trait::Engine;
 pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
-pub use interventional::{DEFAULT_INTERVENTIONAL_MEMORY_BYTES, MAX_INTERVENTIONAL_PATH_FEATURES};
-pub use options::{Algorithm, EngineOptions, OutputTransform, DEFAULT_V2_MEMORY_BYTES};
+pub use interventional::MAX_INTERVENTIONAL_PATH_FEATURES;
+pub use options::{Algorithm, EngineOptions, Index, OutputTransform, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, DEFAULT_V2_MEMORY_BYTES};
 pub use output::{Attributions, Interactions, Predictions};
 pub(crate) use prepared::PreparedModel;
 #[cfg(feature = "gpu")]
@@ -83,6 +83,16 @@ fn explained_once(model: Arc<Model>, build: impl FnOnce(Arc<Model>) -> Result<Ar
 /// The path-dependent engine named by `algorithm` for `model` as it stands.
 fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<usize>, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
     let prepared = Arc::new(PreparedModel::new(model)?);
+    if options.index == Index::Banzhaf {
+        // Banzhaf values are `linear`'s walk with one point, t = 1/2, for its quadrature (see
+        // the `linear` module); the other engines compute Shapley values only.
+        return match algorithm {
+            Algorithm::Auto | Algorithm::Linear => Ok(Arc::new(linear::Linear::with_index(prepared, Index::Banzhaf)?)),
+            other => {
+                Err(Error::InvalidArgument(format!("the {other} engine computes Shapley values only; Banzhaf values come from linear (or auto)")))
+            }
+        };
+    }
     let algorithm = match algorithm {
         Algorithm::Auto => {
             let choice = choose_algorithm(&prepared, rows_hint, options.v2_memory_bytes);
@@ -110,9 +120,10 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
 pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
     explained_once(model, |model| {
         let prepared = Arc::new(PreparedModel::new(model)?);
+        let index = options.index;
         match algorithm {
-            Algorithm::Auto => Ok(Arc::new(interventional::Interventional::new(prepared, background, options.interventional_memory_bytes)?)),
-            Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::new(prepared, background)?)),
+            Algorithm::Auto => Ok(Arc::new(interventional::Interventional::with_index(prepared, background, options.interventional_memory_bytes, index)?)),
+            Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?)),
             other => Err(Error::InvalidArgument(format!(
                 "interventional SHAP (with a background) has two engines, auto (the background aggregated once) and treeshap (the reference, row by row); {other} is path-dependent only"
             ))),
@@ -131,6 +142,13 @@ pub fn build_rescaled_interventional(
     transform: OutputTransform,
     options: &EngineOptions,
 ) -> Result<Arc<dyn Engine>> {
+    if options.index != Index::Shapley {
+        // The rescaled engine's per-reference weights are Shapley's.
+        return Err(Error::Unsupported(format!(
+            "{} values of a transformed output (the {transform} output, with a background) are not built yet: those of the margin are",
+            options.index
+        )));
+    }
     let prepared = Arc::new(PreparedModel::new(model)?);
     Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
 }

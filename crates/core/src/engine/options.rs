@@ -67,6 +67,58 @@ impl FromStr for Algorithm {
     }
 }
 
+/// Which attribution index an explanation computes: how a feature's marginal contributions
+/// to the coalitions of the other features are weighted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Index {
+    /// Shapley values (SHAP): coalitions weighted by size, so the values add up to the
+    /// prediction minus the expected value (the bias column). Interaction values are the
+    /// Shapley interaction index, halved off the diagonal as shap lays them out.
+    #[default]
+    Shapley,
+    /// Banzhaf values: every coalition of the other features weighted alike (`1/2^(M-1)`), as
+    /// WOODELF and Karczmarz et al. (2022) define them. They do not add up to the prediction:
+    /// the bias column holds what they leave, the prediction minus their sum. Interaction
+    /// values are the Banzhaf interaction index, whole off the diagonal (WOODELF's layout), with
+    /// each row's diagonal entry its Banzhaf value minus the row's other entries, so that rows
+    /// still sum to the Banzhaf values.
+    Banzhaf,
+}
+
+impl Index {
+    /// The name used on the command line, in SQL settings and in Flight calls.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Index::Shapley => "shapley",
+            Index::Banzhaf => "banzhaf",
+        }
+    }
+
+    /// All names, for help texts.
+    pub const NAMES: &'static [&'static str] = &["shapley", "banzhaf"];
+}
+
+impl fmt::Display for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Index {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "shapley" => Ok(Index::Shapley),
+            "banzhaf" => Ok(Index::Banzhaf),
+            other => Err(Error::InvalidArgument(format!("unknown index {other:?}; expected one of {}", Index::NAMES.join(", ")))),
+        }
+    }
+}
+
+/// Default bound on the interventional engine's aggregated background (tables and patterns
+/// together): 1 GiB.
+pub const DEFAULT_INTERVENTIONAL_MEMORY_BYTES: usize = 1 << 30;
+
 /// Default bound on the size of the fast-v2 tables: 256 MiB.
 pub const DEFAULT_V2_MEMORY_BYTES: usize = 256 << 20;
 
@@ -77,13 +129,16 @@ pub struct EngineOptions {
     pub v2_memory_bytes: usize,
     /// Most memory the interventional engine's aggregated background may take, in bytes.
     pub interventional_memory_bytes: usize,
+    /// The attribution index: Shapley values (the default) or Banzhaf values.
+    pub index: Index,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             v2_memory_bytes: DEFAULT_V2_MEMORY_BYTES,
-            interventional_memory_bytes: super::interventional::DEFAULT_INTERVENTIONAL_MEMORY_BYTES,
+            interventional_memory_bytes: DEFAULT_INTERVENTIONAL_MEMORY_BYTES,
+            index: Index::Shapley,
         }
     }
 }

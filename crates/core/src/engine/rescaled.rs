@@ -39,7 +39,7 @@ use super::engine_trait::Engine;
 use super::interventional::{
     check_background, count_ones_wide, for_each_bit, for_each_bit_wide, interactions_unavailable, meet_wide, FailWalk, Weights,
 };
-use super::options::OutputTransform;
+use super::options::{Index, OutputTransform};
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
 use crate::error::{Error, Result};
@@ -181,7 +181,7 @@ impl RescaledInterventional {
             bias.clear();
         }
         Ok(RescaledInterventional {
-            weights: Weights::new(widest.min(super::interventional::MAX_INTERVENTIONAL_PATH_FEATURES)),
+            weights: Weights::of(Index::Shapley, widest.min(super::interventional::MAX_INTERVENTIONAL_PATH_FEATURES)),
             model,
             transform,
             walks,

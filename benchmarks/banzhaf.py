@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Banzhaf values against WOODELF, the peer that computes them, on the same rows and threads.
+
+    .venv/bin/python benchmarks/banzhaf.py --bench target/release/examples/bench
+        [--rows 2000] [--interaction-rows 100] [--background 1000] [--threads 2] [--write]
+
+The model is a scaled-down copy of WOODELF's README reference task (XGBoost, 100 trees of depth
+6, 127 features; the README explains 3,000,000 rows over a 5,000,000-row background, which does
+not fit this machine): the same model shape, `--rows` rows explained, `--background` background
+rows. For each output shapfusion computes with `--index banzhaf`, it measures:
+
+* shapfusion: `crates/files/examples/bench.rs --index banzhaf` (the release harness), median
+  rows/s over three repeats, set-up (for the background: its one aggregation) left out and
+  reported beside;
+* WOODELF 0.4.8 (`WoodelfExplainer(booster[, data=bg]).banzhaf_values(X)` or
+  `.banzhaf_interaction_values(X)`), in a fresh process with NumPy's BLAS and OpenMP threads set
+  to `--threads` (it has no thread setting of its own), one call timed with its set-up, as a
+  user calls it;
+* the largest difference between the two, relative to the largest |value| of the row (WOODELF
+  keeps the model's float32 thresholds; both are checked against brute force elsewhere:
+  `tests/engines.rs`, `crates/core/src/engine/linear.rs`).
+
+Outputs not built yet in shapfusion (interventional interaction values) are listed as such.
+`--write` puts the table between the BANZHAF markers of RESULTS.md; out/banzhaf.json always.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import suite  # noqa: E402  (model training and data)
+from interventional import rate, run_measured, write_parquet, write_results_block  # noqa: E402
+
+OUT = HERE / "out"
+SPEC = suite.Spec("woodelf-127f", "xgboost", 127, 100, 6, 2000, note="WOODELF's README task, scaled down")
+# (name, bench output kind, with a background, WOODELF method)
+OUTPUTS = [
+    ("Banzhaf values, path-dependent", "shap", False, "banzhaf_values"),
+    ("Banzhaf interactions, path-dependent", "interactions", False, "banzhaf_interaction_values"),
+    ("Banzhaf values, interventional", "shap", True, "banzhaf_values"),
+]
+
+
+def woodelf_child(method: str, model_path: str, rows_npy: str, bg_npy: str, out_npy: str) -> None:
+    """In a fresh process: WOODELF's `method` on the rows (over the background unless `-`)."""
+    import pandas as pd
+    import xgboost as xgb
+    from woodelf.explainer import WoodelfExplainer
+
+    X = np.load(rows_npy)
+    names = [f"f{i}" for i in range(X.shape[1])]
+    booster = xgb.Booster(model_file=model_path)
+    start = time.perf_counter()
+    data = None if bg_npy == "-" else pd.DataFrame(np.load(bg_npy), columns=names)
+    explainer = WoodelfExplainer(booster, data=data)
+    values = getattr(explainer, method)(pd.DataFrame(X, columns=names), verbose=False)
+    seconds = time.perf_counter() - start
+    np.save(out_npy, np.asarray(values, dtype=np.float64))
+    print(json.dumps({"seconds": seconds}))
+
+
+def ours(bench: str, model: Path, rows_pq: Path, kind: str, bg_pq: Path | None, threads: int, out: Path) -> dict:
+    cmd = [bench, str(model), str(rows_pq), "auto", str(threads), "3", kind, str(out), "--index", "banzhaf"]
+    if bg_pq is not None:
+        cmd += ["--background", str(bg_pq)]
+    stdout, _, rss = run_measured(cmd)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    result["rss_mib"] = rss
+    return result
+
+
+def difference(ours_values: np.ndarray, theirs: np.ndarray, interactions: bool) -> float:
+    """max |ours - theirs| / max |theirs| per row, worst row; off the diagonal for interactions
+    (WOODELF leaves the diagonal empty)."""
+    rows, f = theirs.shape[0], theirs.shape[1]
+    if interactions:
+        mine = ours_values.reshape(rows, f + 1, f + 1)[:, :f, :f]
+        off = ~np.eye(f, dtype=bool)
+        mine, theirs = mine[:, off], theirs[:, off]
+    else:
+        mine = ours_values.reshape(rows, f + 1)[:, :f]
+    scale = np.maximum(np.abs(theirs).max(axis=1), 1e-12)
+    return float((np.abs(mine - theirs).max(axis=1) / scale).max())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", default=os.environ.get("SHAPFUSION_BENCH", ""))
+    ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--interaction-rows", type=int, default=100)
+    ap.add_argument("--background", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--peer", nargs=5, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.peer:
+        woodelf_child(*args.peer)
+        return
+    if not args.bench:
+        raise SystemExit("--bench PATH (the release build of crates/files/examples/bench.rs) is required")
+    work = OUT / "banzhaf"
+    work.mkdir(parents=True, exist_ok=True)
+    model_path, rows_npy, note = suite.build_model(SPEC)
+    X = np.load(rows_npy)
+    X = np.vstack([X] * -(-args.rows // len(X)))[: args.rows]
+    bg, _ = suite.make_data(SPEC, args.background, 3)
+    files = {}
+    for name, rows in (("rows", X), ("interaction_rows", X[: args.interaction_rows]), ("bg", bg)):
+        np.save(work / f"{name}.npy", rows)
+        write_parquet(work / f"{name}.parquet", rows)
+        files[name] = work / name
+    threads_env = {k: str(args.threads) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")}
+    results = []
+    for label, kind, with_bg, method in OUTPUTS:
+        rows = files["interaction_rows" if kind == "interactions" else "rows"]
+        n = args.interaction_rows if kind == "interactions" else args.rows
+        mine = ours(args.bench, model_path, rows.with_suffix(".parquet"), kind, files["bg"].with_suffix(".parquet") if with_bg else None,
+                    args.threads, work / "ours.f64")
+        peer_out = work / "woodelf.npy"
+        cmd = [sys.executable, str(Path(__file__)), "--peer", method, str(model_path), str(rows.with_suffix(".npy")),
+               str(files["bg"].with_suffix(".npy")) if with_bg else "-", str(peer_out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **threads_env})
+        if proc.returncode != 0:
+            raise SystemExit(f"WOODELF failed on {label}: {proc.stderr.strip().splitlines()[-1]}")
+        theirs_seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+        err = difference(np.fromfile(work / "ours.f64", dtype="<f8"), np.load(peer_out), kind == "interactions")
+        row = {"output": label, "rows": n, "background": args.background if with_bg else None, "threads": args.threads,
+               "ours_rows_per_second": mine["rows_per_second"], "ours_setup_seconds": mine["setup_seconds"],
+               "woodelf_rows_per_second": n / theirs_seconds, "difference": err}
+        row["ratio"] = row["ours_rows_per_second"] / row["woodelf_rows_per_second"]
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    (OUT / "banzhaf.json").write_text(json.dumps(results, indent=1))
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    lines = [
+        f"Command: `.venv/bin/python benchmarks/banzhaf.py --bench target/release/examples/bench --rows {args.rows} "
+        f"--interaction-rows {args.interaction_rows} --background {args.background} --threads {args.threads} --write`, "
+        f"{machine}, {date.today().isoformat()}. Model: XGBoost, 100 trees of depth 6 on 127 features "
+        f"(WOODELF's README task, scaled down to fit this machine: {note}).",
+        "",
+        "| output | rows | background rows | shapfusion rows/s | set-up s | WOODELF rows/s | vs WOODELF | max difference |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        bg_rows = f"{r['background']:,}" if r["background"] else "–"
+        lines.append(f"| {r['output']} | {r['rows']:,} | {bg_rows} | {rate(r['ours_rows_per_second'])} | {r['ours_setup_seconds']:.2f} | "
+                     f"{rate(r['woodelf_rows_per_second'])} | {r['ratio']:,.1f}× | {r['difference']:.1e} |")
+    lines += [
+        "| Banzhaf interactions, interventional | – | – | not built yet | | | | |",
+        "",
+        "shapfusion's rows/s leave out its set-up (its column; for a background, the one pass that "
+        "aggregates it); WOODELF's include its own, as one call of its API does it. Max difference: "
+        "max |ours − WOODELF| / max |WOODELF| per row, the worst row (off the diagonal for interactions, "
+        "which WOODELF leaves empty).",
+    ]
+    if args.write:
+        write_results_block("<!-- BANZHAF BEGIN -->", "<!-- BANZHAF END -->", "Banzhaf values (against WOODELF)", lines)
+    else:
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
