@@ -1453,7 +1453,8 @@ impl Engine for Linear {
 
     /// Interactions from the same walk: a leaf's pair term `v·(o_i−z_i)(o_j−z_j)·∫Π_{k≠i,j} f_k`
     /// is, by the product rule over the path's splits, the sum of each split's own terms times
-    /// the ratio `(o−z)/f` of every other feature above it; both orders are summed and halved.
+    /// the ratio `(o−z)/f` of every other feature above it; both orders are summed (and halved
+    /// for Shapley values, as shap lays them out; Banzhaf values keep the index whole).
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
         let mut interactions =
             if in_small_lane_groups(block.rows()) { self.interactions_in::<SMALL_LANES>(block) } else { self.interactions_in::<LANES>(block) }?;

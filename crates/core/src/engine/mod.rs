@@ -87,7 +87,12 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
         // Banzhaf values are `linear`'s walk with one point, t = 1/2, for its quadrature (see
         // the `linear` module); the other engines compute Shapley values only.
         return match algorithm {
-            Algorithm::Auto | Algorithm::Linear => Ok(Arc::new(linear::Linear::with_index(prepared, Index::Banzhaf)?)),
+            Algorithm::Auto | Algorithm::Linear => {
+                if algorithm == Algorithm::Auto {
+                    tracing::info!(algorithm = "linear", reason = "Banzhaf values: linear's walk at t = 1/2", "auto picked an engine");
+                }
+                Ok(Arc::new(linear::Linear::with_index(prepared, Index::Banzhaf)?))
+            }
             other => {
                 Err(Error::InvalidArgument(format!("the {other} engine computes Shapley values only; Banzhaf values come from linear (or auto)")))
             }
