@@ -528,6 +528,13 @@ async fn workers_compute_with_the_sessions_settings_or_refuse_them_by_name() {
             assert_eq!(got.column(i).to_data(), column.to_data(), "{set}: column {i} is not bit-identical to the local engine's");
         }
     }
+    // The index travels with the call too: the session's Banzhaf values, bit for bit.
+    let banzhaf = shapfusion::Explainer::builder(f.model.clone()).index(shapfusion::engine::Index::Banzhaf).build().unwrap();
+    let want = banzhaf.explain_batch(&f.batch).unwrap();
+    let got = as_struct(on_workers(&w.url, &rows, &["SET shap.index = 'banzhaf'"], &sql).await.unwrap());
+    for (i, column) in want.columns().iter().enumerate() {
+        assert_eq!(got.column(i).to_data(), column.to_data(), "shap.index banzhaf: column {i} is not bit-identical to the local engine's");
+    }
     // What a worker cannot honour is refused with the setting's name, never computed otherwise.
     if shapfusion::Device::Gpu.resolve().is_err() {
         let e = on_workers(&w.url, &rows, &["SET shap.device = 'gpu'"], &sql).await.unwrap_err().to_string();
