@@ -99,9 +99,9 @@ pub fn engine_on(
     rows_hint: Option<usize>,
     options: &EngineOptions,
 ) -> Result<Arc<dyn Engine>> {
-    // Banzhaf values never reach the GPU engine (`device_for` keeps them on the CPU).
+    // One decision, the index's included: Banzhaf values never reach the GPU engine.
     if device_for(device, algorithm, options.index)? == Device::Gpu {
-        if let Some(gpu) = gpu_engine(device, &model, algorithm)? {
+        if let Some(gpu) = gpu_engine(device, &model)? {
             return Ok(gpu);
         }
     }
@@ -144,12 +144,10 @@ pub(crate) fn interventional_on(
     }
 }
 
-/// The GPU engine when `device` resolves to the GPU and the model fits it; `None` means
-/// compute on the CPU.
-fn gpu_engine(device: Device, model: &Arc<Model>, algorithm: Algorithm) -> Result<Option<Arc<dyn Engine>>> {
-    if device.for_algorithm(algorithm)? != Device::Gpu {
-        return Ok(None);
-    }
+/// The GPU engine, once [`device_for`] chose the GPU for the `device` asked for, when the
+/// model fits it; `None` means compute on the CPU (with `auto`, also when the engine fails to
+/// start).
+fn gpu_engine(device: Device, model: &Arc<Model>) -> Result<Option<Arc<dyn Engine>>> {
     #[cfg(feature = "gpu")]
     {
         match crate::gpu::GpuEngine::new(model.clone()) {
