@@ -6,7 +6,6 @@ use common::{fixtures, max_row_rel_error};
 use shapfusion::engine::{
     build_engine, build_interventional, build_rescaled_interventional, Algorithm, Engine, EngineOptions, Index, OutputTransform,
 };
-use shapfusion::model::Tree;
 use std::sync::Arc;
 
 const ENGINES: [Algorithm; 5] = [Algorithm::TreeShap, Algorithm::FastV1, Algorithm::FastV2, Algorithm::Quadrature, Algorithm::Linear];
@@ -253,21 +252,6 @@ fn banzhaf_values_are_refused_where_they_are_not_computed() {
     assert!(e.contains("not built yet"), "{e}");
 }
 
-/// E[f_t | x_S] of one tree under its covers (`in_s` says which features follow `x`).
-fn tree_game(tree: &Tree, x: &[f64], in_s: &dyn Fn(u32) -> bool, node: usize) -> f64 {
-    let n = &tree.nodes[node];
-    if n.is_leaf() {
-        return n.value * tree.weight;
-    }
-    let (l, r) = (n.left as usize, n.right as usize);
-    if in_s(n.feature) {
-        tree_game(tree, x, in_s, if tree.goes_left(n, x[n.feature as usize]) { l } else { r })
-    } else {
-        let (cl, cr) = (tree.nodes[l].cover / n.cover, tree.nodes[r].cover / n.cover);
-        cl * tree_game(tree, x, in_s, l) + cr * tree_game(tree, x, in_s, r)
-    }
-}
-
 /// Banzhaf values of `game` over `players` by enumerating every coalition, added to `out`.
 fn add_banzhaf(players: &[u32], game: impl Fn(usize) -> f64, out: &mut [f64]) {
     let m = players.len();
@@ -312,7 +296,11 @@ fn banzhaf_values_equal_enumeration_over_each_trees_coalitions() {
             let (mut want, mut want_bg) = (vec![0.0; groups * nf], vec![0.0; groups * nf]);
             for (tree, players) in f.model.trees().iter().zip(&players) {
                 let out = &mut want[tree.group * nf..(tree.group + 1) * nf];
-                add_banzhaf(players, |s| tree_game(tree, x, &|k| players.iter().position(|&p| p == k).is_some_and(|i| s & (1 << i) != 0), 0), out);
+                add_banzhaf(
+                    players,
+                    |s| common::path_dependent_game(tree, x, &|k| players.iter().position(|&p| p == k).is_some_and(|i| s & (1 << i) != 0), 0),
+                    out,
+                );
                 if let Some(bg) = &background {
                     let out = &mut want_bg[tree.group * nf..(tree.group + 1) * nf];
                     add_banzhaf(

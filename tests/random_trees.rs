@@ -11,28 +11,11 @@ use std::sync::Arc;
 use common::random::{random_model, random_model_with_empty_branches, random_rows, Rng};
 use shapfusion::engine::{build_engine, build_interventional, Algorithm, EngineOptions, FeatureBlock};
 use shapfusion::error::ErrorKind;
-use shapfusion::model::{Model, Tree};
-
-/// E[f(x) | x_S] under the path-dependent (cover) distribution: follow x on features in S,
-/// average by cover elsewhere.
-fn conditional_expectation(tree: &Tree, x: &[f64], in_s: &[bool], node: usize) -> f64 {
-    let n = &tree.nodes[node];
-    if n.is_leaf() {
-        return n.value * tree.weight;
-    }
-    let (l, r) = (n.left as usize, n.right as usize);
-    if in_s[n.feature as usize] {
-        let next = if tree.goes_left(n, x[n.feature as usize]) { l } else { r };
-        conditional_expectation(tree, x, in_s, next)
-    } else {
-        let (cl, cr) = (tree.nodes[l].cover / n.cover, tree.nodes[r].cover / n.cover);
-        cl * conditional_expectation(tree, x, in_s, l) + cr * conditional_expectation(tree, x, in_s, r)
-    }
-}
+use shapfusion::model::Model;
 
 fn value_of(model: &Model, x: &[f64], mask: usize) -> f64 {
     let in_s: Vec<bool> = (0..model.num_features()).map(|i| mask & (1 << i) != 0).collect();
-    model.trees().iter().map(|t| conditional_expectation(t, x, &in_s, 0)).sum()
+    model.trees().iter().map(|t| common::path_dependent_game(t, x, &|k| in_s[k as usize], 0)).sum()
 }
 
 fn factorial(n: usize) -> f64 {

@@ -176,3 +176,20 @@ pub fn with_column(batch: &RecordBatch, name: &str, column: arrow::array::ArrayR
     columns[i] = column;
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
 }
+
+/// E[f_t | x_S] of one tree under its covers, the path-dependent game: follow `x` on the
+/// features `in_s` holds, average the children by cover elsewhere. By recursion, for the small
+/// trees the brute-force tests enumerate coalitions on.
+pub fn path_dependent_game(tree: &shapfusion::model::Tree, x: &[f64], in_s: &dyn Fn(u32) -> bool, node: usize) -> f64 {
+    let n = &tree.nodes[node];
+    if n.is_leaf() {
+        return n.value * tree.weight;
+    }
+    let (l, r) = (n.left as usize, n.right as usize);
+    if in_s(n.feature) {
+        path_dependent_game(tree, x, in_s, if tree.goes_left(n, x[n.feature as usize]) { l } else { r })
+    } else {
+        let (cl, cr) = (tree.nodes[l].cover / n.cover, tree.nodes[r].cover / n.cover);
+        cl * path_dependent_game(tree, x, in_s, l) + cr * path_dependent_game(tree, x, in_s, r)
+    }
+}
