@@ -161,7 +161,7 @@ fn gpu_engine(device: Device, model: &Arc<Model>) -> Result<Option<Arc<dyn Engin
     }
     #[cfg(not(feature = "gpu"))]
     {
-        let _ = model;
+        let _ = (device, model);
         Ok(None)
     }
 }
