@@ -1,26 +1,31 @@
 #!/usr/bin/env python3
-"""Banzhaf values against WOODELF, the peer that computes them, on the same rows and threads.
+"""Banzhaf values, and interventional interaction values, against WOODELF, the peer that
+computes them, on the same rows and threads.
 
     .venv/bin/python benchmarks/banzhaf.py --bench target/release/examples/bench
-        [--rows 2000] [--interaction-rows 100] [--background 1000] [--threads 2] [--write]
+        [--rows 2000] [--interaction-rows 500,4000] [--background 1000] [--threads 2] [--write]
 
 The model is a scaled-down copy of WOODELF's README reference task (XGBoost, 100 trees of depth
 6, 127 features; the README explains 3,000,000 rows over a 5,000,000-row background, which does
 not fit this machine): the same model shape, `--rows` rows explained, `--background` background
-rows. For each output shapfusion computes with `--index banzhaf`, it measures:
+rows; the interaction outputs at each `--interaction-rows` size (WOODELF's cost per call is
+mostly fixed, a few seconds, so its rows/s grow with the call's rows: the larger size shows
+where it stands on big batches). For each output (Banzhaf values and interactions,
+path-dependent and over the background, and SHAP interaction values over the background), it
+measures:
 
-* shapfusion: `crates/files/examples/bench.rs --index banzhaf` (the release harness), median
+* shapfusion: `crates/files/examples/bench.rs --index` (the release harness), median
   rows/s over three repeats, set-up (for the background: its one aggregation) left out and
   reported beside;
-* WOODELF 0.4.8 (`WoodelfExplainer(booster[, data=bg]).banzhaf_values(X)` or
-  `.banzhaf_interaction_values(X)`), in a fresh process with NumPy's BLAS and OpenMP threads set
+* WOODELF 0.4.8 (`WoodelfExplainer(booster[, data=bg]).banzhaf_values(X)`,
+  `.banzhaf_interaction_values(X)` or, over the background, `.shap_interaction_values(X)`), in a
+  fresh process with NumPy's BLAS and OpenMP threads set
   to `--threads` (it has no thread setting of its own), one call timed with its set-up, as a
   user calls it;
 * the largest difference between the two, relative to the largest |value| of the row (WOODELF
   keeps the model's float32 thresholds; both are checked against brute force elsewhere:
   `tests/engines.rs`, `crates/core/src/engine/linear.rs`).
 
-Outputs not built yet in shapfusion (interventional interaction values) are listed as such.
 `--write` puts the table between the BANZHAF markers of RESULTS.md; out/banzhaf.json always.
 """
 from __future__ import annotations
@@ -44,11 +49,13 @@ from interventional import rate, run_measured, write_parquet, write_results_bloc
 
 OUT = HERE / "out"
 SPEC = suite.Spec("woodelf-127f", "xgboost", 127, 100, 6, 2000, note="WOODELF's README task, scaled down")
-# (name, bench output kind, with a background, WOODELF method)
+# (name, bench output kind, with a background, WOODELF method, index)
 OUTPUTS = [
-    ("Banzhaf values, path-dependent", "shap", False, "banzhaf_values"),
-    ("Banzhaf interactions, path-dependent", "interactions", False, "banzhaf_interaction_values"),
-    ("Banzhaf values, interventional", "shap", True, "banzhaf_values"),
+    ("Banzhaf values, path-dependent", "shap", False, "banzhaf_values", "banzhaf"),
+    ("Banzhaf interactions, path-dependent", "interactions", False, "banzhaf_interaction_values", "banzhaf"),
+    ("Banzhaf values, interventional", "shap", True, "banzhaf_values", "banzhaf"),
+    ("Banzhaf interactions, interventional", "interactions", True, "banzhaf_interaction_values", "banzhaf"),
+    ("SHAP interactions, interventional", "interactions", True, "shap_interaction_values", "shapley"),
 ]
 
 
@@ -70,8 +77,8 @@ def woodelf_child(method: str, model_path: str, rows_npy: str, bg_npy: str, out_
     print(json.dumps({"seconds": seconds}))
 
 
-def ours(bench: str, model: Path, rows_pq: Path, kind: str, bg_pq: Path | None, threads: int, out: Path) -> dict:
-    cmd = [bench, str(model), str(rows_pq), "auto", str(threads), "3", kind, str(out), "--index", "banzhaf"]
+def ours(bench: str, model: Path, rows_pq: Path, kind: str, bg_pq: Path | None, threads: int, out: Path, index: str) -> dict:
+    cmd = [bench, str(model), str(rows_pq), "auto", str(threads), "3", kind, str(out), "--index", index]
     if bg_pq is not None:
         cmd += ["--background", str(bg_pq)]
     stdout, _, rss = run_measured(cmd)
@@ -80,14 +87,14 @@ def ours(bench: str, model: Path, rows_pq: Path, kind: str, bg_pq: Path | None, 
     return result
 
 
-def difference(ours_values: np.ndarray, theirs: np.ndarray, interactions: bool) -> float:
-    """max |ours - theirs| / max |theirs| per row, worst row; off the diagonal for interactions
-    (WOODELF leaves the diagonal empty)."""
+def difference(ours_values: np.ndarray, theirs: np.ndarray, interactions: bool, diagonal: bool) -> float:
+    """max |ours - theirs| / max |theirs| per row, worst row; for interactions off the diagonal
+    unless `diagonal` (WOODELF leaves the Banzhaf diagonal empty, and fills Shapley's)."""
     rows, f = theirs.shape[0], theirs.shape[1]
     if interactions:
         mine = ours_values.reshape(rows, f + 1, f + 1)[:, :f, :f]
-        off = ~np.eye(f, dtype=bool)
-        mine, theirs = mine[:, off], theirs[:, off]
+        keep = np.ones((f, f), dtype=bool) if diagonal else ~np.eye(f, dtype=bool)
+        mine, theirs = mine[:, keep], theirs[:, keep]
     else:
         mine = ours_values.reshape(rows, f + 1)[:, :f]
     scale = np.maximum(np.abs(theirs).max(axis=1), 1e-12)
@@ -98,7 +105,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.environ.get("SHAPFUSION_BENCH", ""))
     ap.add_argument("--rows", type=int, default=2000)
-    ap.add_argument("--interaction-rows", type=int, default=100)
+    ap.add_argument("--interaction-rows", default="500,4000", help="rows for the interaction outputs, comma separated: each size is measured")
     ap.add_argument("--background", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--write", action="store_true")
@@ -112,21 +119,23 @@ def main() -> None:
     work = OUT / "banzhaf"
     work.mkdir(parents=True, exist_ok=True)
     model_path, rows_npy, note = suite.build_model(SPEC)
+    sizes = [int(s) for s in args.interaction_rows.split(",")]
     X = np.load(rows_npy)
-    X = np.vstack([X] * -(-args.rows // len(X)))[: args.rows]
+    most = max([args.rows, *sizes])
+    X = np.vstack([X] * -(-most // len(X)))[:most]
     bg, _ = suite.make_data(SPEC, args.background, 3)
     files = {}
-    for name, rows in (("rows", X), ("interaction_rows", X[: args.interaction_rows]), ("bg", bg)):
+    for name, rows in (("rows", X[: args.rows]), *((f"interaction_rows_{n}", X[:n]) for n in sizes), ("bg", bg)):
         np.save(work / f"{name}.npy", rows)
         write_parquet(work / f"{name}.parquet", rows)
         files[name] = work / name
     threads_env = {k: str(args.threads) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")}
     results = []
-    for label, kind, with_bg, method in OUTPUTS:
-        rows = files["interaction_rows" if kind == "interactions" else "rows"]
-        n = args.interaction_rows if kind == "interactions" else args.rows
+    runs = [(o, n) for o in OUTPUTS for n in (sizes if o[1] == "interactions" else [args.rows])]
+    for (label, kind, with_bg, method, index), n in runs:
+        rows = files[f"interaction_rows_{n}" if kind == "interactions" else "rows"]
         mine = ours(args.bench, model_path, rows.with_suffix(".parquet"), kind, files["bg"].with_suffix(".parquet") if with_bg else None,
-                    args.threads, work / "ours.f64")
+                    args.threads, work / "ours.f64", index)
         peer_out = work / "woodelf.npy"
         cmd = [sys.executable, str(Path(__file__)), "--peer", method, str(model_path), str(rows.with_suffix(".npy")),
                str(files["bg"].with_suffix(".npy")) if with_bg else "-", str(peer_out)]
@@ -134,7 +143,7 @@ def main() -> None:
         if proc.returncode != 0:
             raise SystemExit(f"WOODELF failed on {label}: {proc.stderr.strip().splitlines()[-1]}")
         theirs_seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
-        err = difference(np.fromfile(work / "ours.f64", dtype="<f8"), np.load(peer_out), kind == "interactions")
+        err = difference(np.fromfile(work / "ours.f64", dtype="<f8"), np.load(peer_out), kind == "interactions", index == "shapley")
         row = {"output": label, "rows": n, "background": args.background if with_bg else None, "threads": args.threads,
                "ours_rows_per_second": mine["rows_per_second"], "ours_setup_seconds": mine["setup_seconds"],
                "woodelf_rows_per_second": n / theirs_seconds, "difference": err}
@@ -149,23 +158,29 @@ def main() -> None:
         f"{machine}, {date.today().isoformat()}. Model: XGBoost, 100 trees of depth 6 on 127 features "
         f"(WOODELF's README task, scaled down to fit this machine: {note}).",
         "",
-        "| output | rows | background rows | shapfusion rows/s | set-up s | WOODELF rows/s | vs WOODELF | max difference |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| output | rows | background rows | shapfusion rows/s | set-up s | WOODELF rows/s | vs WOODELF | vs WOODELF incl. set-up | max difference |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         bg_rows = f"{r['background']:,}" if r["background"] else "–"
+        whole = r["rows"] / (r["rows"] / r["ours_rows_per_second"] + r["ours_setup_seconds"]) / r["woodelf_rows_per_second"]
         lines.append(f"| {r['output']} | {r['rows']:,} | {bg_rows} | {rate(r['ours_rows_per_second'])} | {r['ours_setup_seconds']:.2f} | "
-                     f"{rate(r['woodelf_rows_per_second'])} | {r['ratio']:,.1f}× | {r['difference']:.1e} |")
+                     f"{rate(r['woodelf_rows_per_second'])} | {r['ratio']:,.1f}× | {whole:,.1f}× | {r['difference']:.1e} |")
     lines += [
-        "| Banzhaf interactions, interventional | – | – | not built yet | | | | |",
         "",
         "shapfusion's rows/s leave out its set-up (its column; for a background, the one pass that "
-        "aggregates it); WOODELF's include its own, as one call of its API does it. Max difference: "
-        "max |ours − WOODELF| / max |WOODELF| per row, the worst row (off the diagonal for interactions, "
-        "which WOODELF leaves empty).",
+        "aggregates it, and for interactions the tables of pairs); WOODELF's include its own, as one "
+        "call of its API does it (`vs WOODELF incl. set-up` counts ours too). Max difference: "
+        "max |ours − WOODELF| / max |WOODELF| per row, the worst row (off the diagonal for Banzhaf "
+        "interactions, which WOODELF leaves empty; the whole matrix for SHAP interactions).",
+        "",
+        "WOODELF's time per call is mostly fixed (a few seconds of set-up whatever the rows), so its rows/s "
+        "grow with the rows of a call: the interaction outputs' ratios at the larger size are the ones that hold "
+        "for big batches, where shapfusion's per-row cost (the (F+1)² matrix a row, filled leaf by leaf from "
+        "per-leaf tables) is what remains to cut.",
     ]
     if args.write:
-        write_results_block("<!-- BANZHAF BEGIN -->", "<!-- BANZHAF END -->", "Banzhaf values (against WOODELF)", lines)
+        write_results_block("<!-- BANZHAF BEGIN -->", "<!-- BANZHAF END -->", "Banzhaf values and interventional interactions (against WOODELF)", lines)
     else:
         print("\n".join(lines))
 

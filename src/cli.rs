@@ -458,14 +458,15 @@ pub struct ExplainArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub compute: ComputeArgs,
-    /// Write SHAP interaction values (one `interactions` column) instead of SHAP values.
+    /// Write SHAP interaction values (one `interactions` column) instead of SHAP values; with
+    /// --background, those of the interventional game (rows summing to its SHAP values).
     #[arg(long, conflicts_with = "margin")]
     pub interactions: bool,
     /// The attribution index: shapley (SHAP values) or banzhaf (Banzhaf values: every
     /// coalition of the other features weighted alike; same layout, the bias column holding
     /// the prediction minus their sum; with --interactions, the Banzhaf interaction index whole
-    /// off the diagonal). With --background, interventional Banzhaf values (their interactions
-    /// are not built yet). On the CPU.
+    /// off the diagonal). With --background, interventional Banzhaf values and interactions.
+    /// On the CPU.
     #[arg(long, default_value = "shapley", value_parser = index_parser())]
     pub index: Index,
     /// Write margins (raw scores, one `margin` column) instead of SHAP values.

@@ -172,7 +172,8 @@ fn new_formats_match_their_references_within_1e_6() {
     assert!(seen >= 15, "scikit-learn, CatBoost and Spark ML fixtures missing: {seen} found");
 }
 
-/// Path-dependent Banzhaf values and Banzhaf interaction values against WOODELF's own
+/// Path-dependent Banzhaf values and Banzhaf interaction values against WOODELF's own, and over
+/// a background Banzhaf values and both indices' interaction values
 /// (`tests/make_banzhaf_fixtures.py`: XGBoost and LightGBM, with and without missing values);
 /// brute force over coalitions holds them far closer (`linear`'s unit tests). Each row's values
 /// and its bias add up to the margin, in both layouts.
@@ -234,6 +235,35 @@ fn banzhaf_values_match_woodelfs() {
                 "{} row {r}: interventional values and bias against the margin",
                 f.name
             );
+        }
+        // Interventional interaction values, Banzhaf's (off the diagonal, as WOODELF gives
+        // them) and Shapley's (the whole matrix, shap's layout), over the same background.
+        for (index, key, diagonal) in
+            [(Index::Banzhaf, "background_banzhaf_interactions", false), (Index::Shapley, "background_shapley_interactions", true)]
+        {
+            let options = EngineOptions { index, ..Default::default() };
+            let engine = build_interventional(f.model.clone(), &background, Algorithm::Auto, &options).unwrap();
+            let (interactions, values) = (engine.interactions(&block).unwrap(), engine.shap(&block).unwrap());
+            let want = floats(key);
+            let scale = want.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+            for r in 0..block.rows() {
+                let matrix = interactions.matrix(r, 0);
+                for i in 0..nf {
+                    for j in (0..nf).filter(|&j| diagonal || j != i) {
+                        let (ours, theirs) = (matrix[i * w + j], want[(r * nf + i) * nf + j]);
+                        assert!(
+                            (ours - theirs).abs() <= 1e-4 * scale,
+                            "{} {index} row {r} pair ({i}, {j}): {ours} against WOODELF's {theirs}",
+                            f.name
+                        );
+                    }
+                    let row: f64 = matrix[i * w..(i + 1) * w].iter().sum();
+                    assert!((row - values.row(r, 0)[i]).abs() <= 1e-9 * scale, "{} {index} row {r} feature {i}: the row against the value", f.name);
+                }
+                f.model.predict_row(block.row(r), &mut margin);
+                let total: f64 = matrix.iter().sum();
+                assert!((total - margin[0]).abs() <= 1e-9 * scale.max(margin[0].abs()), "{} {index} row {r}: the matrix against the margin", f.name);
+            }
         }
         checked.push(f.name);
     }

@@ -447,7 +447,7 @@ fn a_gpu_worker_on_a_machine_without_a_usable_gpu_refuses_to_start_and_says_why(
 }
 
 /// Workers with `--background`: on every fixture with a background, the pool's chunks come back
-/// as the local interventional values bit for bit; an unregistered background and a background
+/// as the local interventional values (and interaction values) bit for bit; an unregistered background and a background
 /// of another version are refused, naming them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_compute_interventional_values_over_their_registered_background() {
@@ -460,15 +460,26 @@ async fn workers_compute_interventional_values_over_their_registered_background(
     }
     let w = worker(&extra);
     let pool = WorkerPool::new(std::slice::from_ref(&w.url), small_chunks()).unwrap();
+    let mut interactions = 0;
     for (f, bg_path) in &with_background {
         let input = feature_batch(&f.batch, f.model.feature_names()).unwrap();
         let hash = shapfusion::registry::content_hash(&std::fs::read(bg_path).unwrap());
-        let command = PinnedCall::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), hash)));
+        let command = PinnedCall::new(f.name.clone(), OutputKind::Shap).with_background(Some((f.name.clone(), hash.clone())));
         let got = pool.run(&command, input.clone()).await.unwrap();
         let background = shapfusion::input::read_background(bg_path, &f.model, None, 0).unwrap();
-        let want = shapfusion::Explainer::builder(f.model.clone()).background(background).build().unwrap().explain_batch(&input).unwrap();
+        let want = shapfusion::Explainer::builder(f.model.clone()).background(background.clone()).build().unwrap().explain_batch(&input).unwrap();
         assert_same(&got, &want, &format!("{}: interventional on a worker", f.name));
+        // Interaction values over the background, on the first few fixtures (each matrix is
+        // (F+1)² a row).
+        if f.model.num_features() <= 12 {
+            let command = PinnedCall::new(f.name.clone(), OutputKind::Interactions).with_background(Some((f.name.clone(), hash)));
+            let got = pool.run(&command, input.clone()).await.unwrap();
+            let explainer = shapfusion::Explainer::builder(f.model.clone()).background(background).output(OutputKind::Interactions).build().unwrap();
+            assert_same(&got, &explainer.explain_batch(&input).unwrap(), &format!("{}: interventional interactions on a worker", f.name));
+            interactions += 1;
+        }
     }
+    assert!(interactions >= 3, "interventional interactions checked on {interactions} fixtures");
 
     let (f, _) = &with_background[0];
     let input = feature_batch(&f.batch, f.model.feature_names()).unwrap();

@@ -143,8 +143,28 @@ fn explainer_with_a_background_gives_the_engines_values() {
             assert_eq!(column.value(r).to_bits(), want.row(r, 0)[i].to_bits(), "column {i} row {r}");
         }
     }
-    let e = Explainer::builder(f.model.clone()).background(case.background.clone()).output(OutputKind::Interactions).build().unwrap_err().to_string();
-    assert!(e.contains("path-dependent only"), "{e}");
+    // Interaction values over the background: the engine's, bit for bit, through the explainer.
+    let interactions = Explainer::builder(f.model.clone()).background(case.background.clone()).output(OutputKind::Interactions).build().unwrap();
+    let got = interactions.interaction_values(&f.block()).unwrap();
+    let engine = build_interventional(f.model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap();
+    assert_eq!(got, engine.interactions(&f.block()).unwrap());
+    // Rows of each matrix sum to the values.
+    let w = f.model.num_features() + 1;
+    for r in 0..want.rows {
+        for i in 0..w - 1 {
+            let row: f64 = got.matrix(r, 0)[i * w..(i + 1) * w].iter().sum();
+            assert!((row - want.row(r, 0)[i]).abs() <= 1e-12, "row {r} feature {i}: {row} against {}", want.row(r, 0)[i]);
+        }
+    }
+    // Those of a transformed output are refused before the background is aggregated.
+    let e = Explainer::builder(f.model.clone())
+        .background(case.background.clone())
+        .output(OutputKind::Interactions)
+        .output_transform(shapfusion::engine::OutputTransform::Logistic)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("transformed output") && e.contains("not built yet"), "{e}");
     let e = Explainer::builder(f.model.clone()).background(case.background.project(&[1]).unwrap()).build().unwrap_err().to_string();
     assert!(e.starts_with("background: ") && e.contains(&f.model.feature_names()[0]), "{e}");
 }
@@ -167,6 +187,21 @@ fn explain_background_writes_the_engines_values_and_names_bad_backgrounds() {
     let written = read_parquet(&out);
     let want = Explainer::builder(f.model.clone()).background(case.background.clone()).build().unwrap().explain_batch(&f.batch).unwrap();
     assert_eq!(written.columns(), want.columns());
+    // --interactions over the background (Shapley's, then Banzhaf's): the explainer's.
+    for index in ["shapley", "banzhaf"] {
+        let out = dir.path().join(format!("interactions_{index}.parquet"));
+        let input = f.input_path();
+        let args = ["--model", p(&f.model_path), "--input", p(&input), "--output", p(&out), "--background", p(&bg)];
+        let run = explain(&[&args[..], &["--interactions", "--index", index]].concat());
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        let explainer = Explainer::builder(f.model.clone())
+            .background(case.background.clone())
+            .output(OutputKind::Interactions)
+            .index(index.parse().unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(read_parquet(&out).columns(), explainer.explain_batch(&f.batch).unwrap().columns(), "{index}");
+    }
 
     // A sample of the background: the same rows for the same seed.
     let sampled = |seed: &str| {

@@ -131,37 +131,43 @@ fn every_core_module_imports_only_its_own_layer_and_those_below() {
     assert!(checked > 50, "too few imports found ({checked}): is the parser still reading the sources?");
 }
 
-/// Each engine module and the sibling modules it names through `super::`.
+/// Each engine module and the sibling modules it names (through `super::` from its own file,
+/// or `crate::engine::` from it or the files of its child modules, `engine/<module>/*.rs`).
 fn engine_imports() -> BTreeMap<String, BTreeSet<String>> {
     let dir = root().join("crates/core/src/engine");
-    let mut modules = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in files {
+        let inside = path.strip_prefix(&dir).unwrap();
+        // `engine/x.rs` is module x; `engine/x/y.rs` is a child of x, whose `super::` is x.
+        let name = inside.iter().next().unwrap().to_string_lossy().trim_end_matches(".rs").to_string();
         if name == "mod" {
             continue;
         }
+        let prefixes: &[&str] = if inside.components().count() == 1 { &["super::", "crate::engine::"] } else { &["crate::engine::"] };
         let source = std::fs::read_to_string(&path).unwrap();
         // Unit tests may reach anywhere; the module's own code is what is layered.
         let code = source.split("#[cfg(test)]").next().unwrap();
-        let mut uses = BTreeSet::new();
-        for (i, _) in code.match_indices("super::") {
-            let rest = &code[i + "super::".len()..];
-            let word: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            if !word.is_empty() && rest[word.len()..].starts_with("::") {
-                uses.insert(word);
+        let uses = modules.entry(name).or_default();
+        for prefix in prefixes {
+            for (i, _) in code.match_indices(prefix) {
+                let rest = &code[i + prefix.len()..];
+                let word: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !word.is_empty() && rest[word.len()..].starts_with("::") {
+                    uses.insert(word);
+                }
             }
         }
-        modules.insert(name, uses);
     }
     modules
 }
 
 #[test]
 fn no_engine_module_reaches_above_the_engine_layer() {
-    let dir = root().join("crates/core/src/engine");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
+    let mut files = Vec::new();
+    sources(&root().join("crates/core/src/engine"), &mut files);
+    for path in files {
         let source = std::fs::read_to_string(&path).unwrap();
         for above in ["crate::gpu", "crate::device", "crate::batch", "crate::features", "crate::layout", "crate::explainer", "arrow::"] {
             assert!(!source.contains(above), "{} uses {above}: the engine layer knows only models and its own modules", path.display());

@@ -1,7 +1,9 @@
 """Banzhaf references: WOODELF's own Banzhaf values and Banzhaf interaction values for committed
 fixtures' models and rows, written as `banzhaf.json` beside them: path-dependent values and
-interactions, and interventional values over the first rows (at most 100) of the fixture's smallest committed
-background of at least ten rows (`background_<rows>.parquet`): small, as WOODELF 0.4.8's
+interactions, and interventional values and interactions (Banzhaf's, and Shapley's interaction
+values, which shap's TreeExplainer does not compute) over the first rows (at most 100) of the
+fixture's smallest committed background of at least ten rows (`background_<rows>.parquet`):
+small, as WOODELF 0.4.8's
 interventional *Shapley* values drift from shap's and the definition beyond 100 background rows
 (benchmarks/RESULTS.md), so its larger-background paths are not taken as a reference here.
 
@@ -44,6 +46,12 @@ def load_model(d: Path):
     return lgb.Booster(model_file=str(d / "model.txt"))
 
 
+def float32_digits(values: np.ndarray) -> list[float]:
+    """Values to the 9 significant digits a float32 holds (WOODELF computes in float32): the
+    same numbers in half the JSON."""
+    return [float(f"{v:.9g}") for v in values.ravel()]
+
+
 def main() -> None:
     for name in NAMES:
         d = FIXTURES / name
@@ -58,6 +66,9 @@ def main() -> None:
         background = pq.read_table(chosen).to_pandas().iloc[:MAX_BACKGROUND_ROWS]
         over_background = WoodelfExplainer(load_model(d), data=background)
         interventional = np.asarray(over_background.banzhaf_values(rows, verbose=False), dtype=np.float64)
+        interventional_pairs = np.asarray(over_background.banzhaf_interaction_values(rows, verbose=False), dtype=np.float64)
+        shapley_pairs = np.asarray(over_background.shap_interaction_values(rows, verbose=False), dtype=np.float64)
+        assert interventional_pairs.shape == shapley_pairs.shape == (n, f, f), (interventional_pairs.shape, shapley_pairs.shape)
         out = {
             "woodelf": version("woodelf-explainer"),
             "rows": n,
@@ -68,6 +79,11 @@ def main() -> None:
             "background": chosen.name,
             "background_rows": len(background),
             "background_banzhaf_values": interventional.ravel().tolist(),
+            # Off the diagonal, as above.
+            "background_banzhaf_interactions": float32_digits(interventional_pairs),
+            # shap's layout: each pair's index halved between [i, j] and [j, i], the diagonal
+            # each value less its row's pairs.
+            "background_shapley_interactions": float32_digits(shapley_pairs),
         }
         (d / "banzhaf.json").write_text(json.dumps(out))
         print(f"{name}: {n} rows, {f} features, largest |value| {np.abs(values).max():.3g}")

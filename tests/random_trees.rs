@@ -306,7 +306,31 @@ fn interventional_refusals_say_what_is_wrong() {
     let background = random_rows(&mut rng, &model, 3);
     let e = build_interventional(model.clone(), &background, Algorithm::Linear, &EngineOptions::default()).err().unwrap().to_string();
     assert!(e.contains("linear is path-dependent only"), "{e}");
-    let engine = build_interventional(model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap();
-    let e = engine.interactions(&background).err().unwrap().to_string();
-    assert!(e.contains("path-dependent only"), "{e}");
+}
+
+#[test]
+fn interventional_interaction_values_equal_the_reference_engine_and_sum_to_the_values() {
+    let mut rng = Rng(0x9B05_688C_2B3E_6C1F);
+    for case in 0..6 {
+        let model = Arc::new(random_model(&mut rng, 6, 3 + case % 3, 5));
+        let (background, rows) = (random_rows(&mut rng, &model, 1 + 9 * case), random_rows(&mut rng, &model, 7));
+        let options = EngineOptions::default();
+        let engine = build_interventional(model.clone(), &background, Algorithm::Auto, &options).unwrap();
+        let reference = build_interventional(model.clone(), &background, Algorithm::TreeShap, &options).unwrap();
+        let (got, want) = (engine.interactions(&rows).unwrap(), reference.interactions(&rows).unwrap());
+        let scale = want.values.iter().fold(1e-12f64, |a, v| a.max(v.abs()));
+        for (k, (g, w)) in got.values.iter().zip(&want.values).enumerate() {
+            assert!((g - w).abs() <= 1e-12 * scale, "case {case} entry {k}: {g} against {w}");
+        }
+        let values = engine.shap(&rows).unwrap();
+        let w = model.num_features() + 1;
+        for r in 0..rows.rows() {
+            for g in 0..model.num_groups() {
+                for i in 0..w {
+                    let row: f64 = got.matrix(r, g)[i * w..(i + 1) * w].iter().sum();
+                    assert!((row - values.row(r, g)[i]).abs() <= 1e-12 * scale, "case {case} row {r} group {g} feature {i}");
+                }
+            }
+        }
+    }
 }

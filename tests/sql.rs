@@ -237,7 +237,8 @@ async fn sql_with_a_background_equals_explain_with_it() {
 }
 
 /// `SET shap.index = 'banzhaf'` gives `explain --index banzhaf`'s values bit for bit, path-dependent
-/// (SHAP layout and interactions) and with a background; a bad name is refused naming the choices.
+/// (SHAP layout and interactions) and with a background (values and interactions, and Shapley
+/// interactions over the background too); a bad name is refused naming the choices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_with_index_banzhaf_equals_explain_with_it() {
     let f = fixture("xgb_missing");
@@ -267,10 +268,20 @@ async fn sql_with_index_banzhaf_equals_explain_with_it() {
     ctx.sql("SET shap.background = 'recent'").await.unwrap();
     let over_background = query(&ctx, &format!("SELECT shap('m', {cols}) AS s FROM t")).await;
     let background = shapfusion::input::read_background(&bg_path, &f.model, None, 0).unwrap();
-    let want = explained(OutputKind::Shap, Some(background));
+    let want = explained(OutputKind::Shap, Some(background.clone()));
     for (i, column) in want.columns().iter().enumerate() {
         assert!(same_bits(over_background.column(0).as_struct().column(i).as_ref(), column.as_ref()), "column {i} differs with the background");
     }
+    // Interventional interaction values, Banzhaf's and then Shapley's.
+    let inter = query(&ctx, &format!("SELECT shap_interactions('m', {cols}) FROM t")).await;
+    assert!(same_bits(inter.column(0).as_ref(), explained(OutputKind::Interactions, Some(background.clone())).column(0).as_ref()));
+    ctx.sql("SET shap.index = 'shapley'").await.unwrap();
+    let inter = query(&ctx, &format!("SELECT shap_interactions('m', {cols}) FROM t")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.parquet");
+    let options = ExplainOptions { output: OutputKind::Interactions, background: Some(background), ..Default::default() };
+    explain_with_model(f.model.clone(), &f.input_path(), &out, &options).unwrap();
+    assert!(same_bits(inter.column(0).as_ref(), read_parquet(&out).column(0).as_ref()), "Shapley interactions over the background");
     let e = ctx.sql("SET shap.index = 'owen'").await.err().unwrap().to_string();
     assert!(e.contains("shap.index: unknown index \"owen\"") && e.contains("shapley, banzhaf"), "{e}");
 }

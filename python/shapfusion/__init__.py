@@ -93,9 +93,8 @@ class Explainer:
         prediction, so the bias column holds the prediction minus their sum. Their interaction
         values are the Banzhaf interaction index, whole off the diagonal (WOODELF's layout; shap
         halves the Shapley index there), each row's diagonal entry its Banzhaf value minus the
-        row's other entries. With ``background``, interventional Banzhaf values (their
-        interactions, and a ``transform`` other than the margin, raise ``NotImplementedError``).
-        On the CPU only.
+        row's other entries. With ``background``, interventional Banzhaf values and interactions
+        (a ``transform`` other than the margin raises ``NotImplementedError``). On the CPU only.
 
     Raises
     ------
@@ -250,8 +249,10 @@ class Explainer:
         last row and column the bias. Each row's entries sum to its SHAP values along one axis.
 
         With ``as_arrow=True``, a ``pyarrow.RecordBatch`` with the one ``interactions`` column
-        ``shapfusion explain --interactions`` writes. Interventional explainers (``background=``)
-        raise ``NotImplementedError``: interaction values are path-dependent only.
+        ``shapfusion explain --interactions`` writes. With ``background=``, the interaction
+        index of the interventional game (each background row a reference, averaged), rows
+        summing to the interventional values and the bias the background's mean margin; with
+        ``index="banzhaf"``, Banzhaf interaction values, whole off the diagonal.
         """
         return self._compute(X, "interactions", as_arrow)
 

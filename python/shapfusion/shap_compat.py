@@ -300,13 +300,11 @@ class TreeExplainer:
     def shap_interaction_values(self, X: Any, y: Any = None, tree_limit: int | None = None) -> np.ndarray:
         """Interaction values in shap's layout: ``(n, F, F)`` for one output, ``(n, F, F, G)``
         for several (the bias row and column of XGBoost's layout left out); one row given flat
-        gives ``(F, F)`` or ``(F, F, G)``."""
+        gives ``(F, F)`` or ``(F, F, G)``. With ``data`` (interventional), the Shapley
+        interaction index of the background game, which shap itself does not compute: rows sum
+        to the interventional SHAP values."""
         if self.model_output != "raw":
             raise ValueError('Only model_output = "raw" is supported for SHAP interaction values right now!')
-        if self.feature_perturbation == "interventional":
-            raise NotImplementedError(
-                "shapfusion.TreeExplainer: interaction values are path-dependent only (as in shap); build the explainer without data"
-            )
         rows, flat = self._aligned(X, "X")
         inter = self._for_limit(self._native_limit(tree_limit)).interactions(rows)[..., :-1, :-1]
         if self._groups > 1:

@@ -37,11 +37,13 @@ __all__ = ["explain", "model_payload", "register", "to_arrow"]
 
 #: Outputs and the default name of the column that holds them.
 _OUTPUTS = {"shap": "shap", "interactions": "interactions", "margin": "margin"}
+# The attribution indices the Explainer takes (see shapfusion.Explainer's index).
+_INDICES = ("shapley", "banzhaf")
 
-#: Explainers built in this Python worker, by (content key, threads, transform, device), most recently
+#: Explainers built in this Python worker, by (content key, threads, transform, device, index), most recently
 #: used last. Spark reuses Python workers across tasks (spark.python.worker.reuse), so a model
 #: is prepared once per worker, not per task; the oldest go when more than `_CACHE_SIZE` are held.
-_CACHE: OrderedDict[tuple[str, int, str, str], Explainer] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, int, str, str, str], Explainer] = OrderedDict()
 _CACHE_SIZE = 8
 _CACHE_LOCK = threading.Lock()
 
@@ -84,9 +86,10 @@ def _explainer(
     background: bytes | None,
     transform: str = "identity",
     device: str = "cpu",
+    index: str = "shapley",
 ) -> Explainer:
     """This worker's explainer for a broadcast model, built at its first task."""
-    cache_key = (key, threads, transform, device)
+    cache_key = (key, threads, transform, device, index)
     with _CACHE_LOCK:
         explainer = _CACHE.get(cache_key)
         if explainer is not None:
@@ -100,14 +103,27 @@ def _explainer(
                 rows = pa.ipc.open_stream(background).read_all()
             if kind == "spark":
                 explainer = Explainer._from_source(
-                    {"spark_files": data, "name": name}, threads=threads, background=rows, transform=transform, device=device
+                    {"spark_files": data, "name": name},
+                    threads=threads,
+                    background=rows,
+                    transform=transform,
+                    device=device,
+                    index=index,
                 )
             else:
-                explainer = Explainer(data, threads=threads, background=rows, transform=transform, device=device)
+                explainer = Explainer(data, threads=threads, background=rows, transform=transform, device=device, index=index)
             _CACHE[cache_key] = explainer
             while len(_CACHE) > _CACHE_SIZE:
                 _CACHE.popitem(last=False)
         return explainer
+
+
+def _check_choices(output: str, index: str) -> None:
+    """Refuses an unknown output or index on the driver, before any task runs."""
+    if output not in _OUTPUTS:
+        raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
+    if index not in _INDICES:
+        raise ValueError(f"index must be one of {', '.join(_INDICES)}; got {index!r}")
 
 
 def _task_threads(threads: int | None) -> int:
@@ -166,6 +182,7 @@ def explain(
     threads: int | None = None,
     name: str | None = None,
     device: str = "cpu",
+    index: str = "shapley",
 ) -> Any:
     """Attributions of every row of the Spark DataFrame ``df``, as a Spark DataFrame.
 
@@ -185,7 +202,8 @@ def explain(
         ``"shap"`` (SHAP values and the bias), ``"interactions"`` or ``"margin"``.
     background
         Rows for interventional SHAP (a Spark, pandas or Arrow table), collected to the driver
-        and broadcast with the model.
+        and broadcast with the model; with ``output="interactions"``, interventional
+        interaction values.
     keep
         Columns of ``df`` to carry into the result (ids, labels), before the attributions.
     threads
@@ -195,6 +213,9 @@ def explain(
     device
         Where each task computes: ``"cpu"``, ``"gpu"`` (the executor's NVIDIA GPU) or
         ``"auto"``, as in :class:`shapfusion.Explainer`.
+    index
+        ``"shapley"`` (SHAP values, the default) or ``"banzhaf"`` (Banzhaf values), as in
+        :class:`shapfusion.Explainer`.
 
     Returns
     -------
@@ -210,8 +231,7 @@ def explain(
     """
     import pyarrow as pa
 
-    if output not in _OUTPUTS:
-        raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
+    _check_choices(output, index)
     keep = list(keep or [])
     payload, model_features, result_type = _prepare(model, output)
     mapping = _feature_columns(model_features, features)
@@ -251,7 +271,7 @@ def explain(
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         (model_payload_, background_) = broadcast.value
-        explainer = _explainer(model_payload_, key, _task_threads(threads), background_, device=device)
+        explainer = _explainer(model_payload_, key, _task_threads(threads), background_, device=device, index=index)
         for batch in batches:
             struct = _spark_struct(explainer._compute(batch, output, True))
             kept = [batch.column(batch.schema.get_field_index(k)) for k in keep]
@@ -353,19 +373,27 @@ def _spark_type(arrow_type: Any, nullable_fields: bool = False) -> Any:
     raise TypeError(f"shapfusion.spark: no Spark type for the output type {arrow_type}")
 
 
-def register(spark: Any, name: str, model: Any, output: str = "shap", threads: int | None = None, device: str = "cpu") -> Any:
+def register(
+    spark: Any,
+    name: str,
+    model: Any,
+    output: str = "shap",
+    threads: int | None = None,
+    device: str = "cpu",
+    index: str = "shapley",
+) -> Any:
     """Registers the SQL function ``name(feature1, feature2, ...)`` on ``spark``: the model's
     features in its order, returning the struct ``explain`` writes (SHAP values and bias,
     interactions or the margin). An Arrow UDF on Spark 4.1+, a pandas UDF before. Returns the
-    UDF, which DataFrame code can call too. ``threads`` and ``device`` as in :func:`explain`."""
+    UDF, which DataFrame code can call too. ``threads``, ``device`` and ``index`` as in
+    :func:`explain`."""
     import pyarrow as pa
     import pyspark.sql.functions as spark_functions
 
     # The UDF constructors differ between Spark versions (arrow_udf from 4.1, pandas_udf before),
     # so they are looked up at run time rather than typed against one version.
     F: Any = spark_functions
-    if output not in _OUTPUTS:
-        raise ValueError(f"output must be one of {', '.join(_OUTPUTS)}; got {output!r}")
+    _check_choices(output, index)
     payload, model_features, result_type = _prepare(model, output)
     broadcast = spark.sparkContext.broadcast((payload, None))
     key = _content_key(payload, None)
@@ -375,7 +403,7 @@ def register(spark: Any, name: str, model: Any, output: str = "shap", threads: i
             raise ValueError(
                 f"{name}() takes the model's {len(model_features)} features in order ({', '.join(model_features)}); got {len(columns)} arguments"
             )
-        explainer = _explainer(broadcast.value[0], key, _task_threads(threads), None, device=device)
+        explainer = _explainer(broadcast.value[0], key, _task_threads(threads), None, device=device, index=index)
         table = pa.table(dict(zip(model_features, columns)))
         return _spark_struct(explainer._compute(table, output, True))
 

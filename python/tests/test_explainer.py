@@ -235,8 +235,10 @@ def test_interventional_matches_shap_treeexplainer(xgb_binary, data):
     # Background as a plain array: the same numbers.
     from_array = shapfusion.Explainer(xgb_binary, background=background.to_numpy()).shap_values(data[:50])
     np.testing.assert_array_equal(from_array, phi)
-    with pytest.raises(NotImplementedError, match="path-dependent only"):
-        explainer.interactions(data[:5])
+    # Interaction values over the background: rows sum to the values, the matrix to the margin.
+    matrices = explainer.interactions(data[:50])
+    np.testing.assert_allclose(matrices.sum(axis=2), phi, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(matrices.sum(axis=(1, 2)), explainer.predict_margin(data[:50]), rtol=0, atol=1e-9)
 
 
 # -- errors, threads, interruption -----------------------------------------------------------
@@ -445,6 +447,16 @@ def test_banzhaf_index_gives_woodelfs_values_in_the_shap_layouts(name):
     want = np.asarray(reference["background_banzhaf_values"]).reshape(n, f)
     assert relative_error(over_background[:, :f], want) < 1e-4
     np.testing.assert_allclose(over_background.sum(axis=1), np.ravel(explainer.predict_margin(X)), rtol=0, atol=1e-9 * np.abs(want).max())
+    # Interventional interaction values: Banzhaf's off the diagonal, and Shapley's whole, as
+    # WOODELF computes them; rows sum to the values.
+    for index, key, mask in (("banzhaf", "background_banzhaf_interactions", off), ("shapley", "background_shapley_interactions", None)):
+        interventional = shapfusion.Explainer(model, index=index, background=background)
+        matrices = interventional.interactions(X)
+        want = np.asarray(reference[key]).reshape(n, f, f)
+        got = matrices[:, :f, :f]
+        assert relative_error(got[:, mask] if mask is not None else got, want[:, mask] if mask is not None else want) < 1e-4, index
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(got.sum(axis=2), interventional.shap_values(X)[:, :f], rtol=0, atol=1e-9 * scale)
     with pytest.raises(NotImplementedError, match="not built yet"):
         shapfusion.Explainer(model, index="banzhaf", background=background, transform="logistic")
     with pytest.raises(ValueError, match="unknown index"):

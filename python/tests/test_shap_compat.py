@@ -27,6 +27,12 @@ def compare(model, X, data=None, interactions=True):
         ia, ib = ours.shap_interaction_values(X), np.asarray(theirs.shap_interaction_values(X))
         assert ia.shape == ib.shape, (ia.shape, ib.shape)
         assert relative_error(ia, ib) < 1e-6
+    elif interactions:
+        # shap has no interventional interaction values; ours sum, row by row, to the values
+        # just checked against shap's, in the same layout with one more feature axis.
+        ia = ours.shap_interaction_values(X)
+        assert ia.shape[:2] + ia.shape[3:] == a.shape and ia.shape[2] == a.shape[1], (ia.shape, a.shape)
+        assert relative_error(ia.sum(axis=2), a) < 1e-9
     return ours, theirs
 
 
@@ -71,6 +77,12 @@ def test_every_kind_of_model_against_shap_layouts_dtypes_and_values(xgb_binary, 
         assert relative_error(np.ravel(ours.expected_value), expected) < 1e-6, name
         explanation = ours(X)
         assert explanation.values.shape == a.shape and explanation.base_values.shape == (len(X),) + np.shape(ours.expected_value), name
+        if bg is not None:
+            # Interventional interaction values (shap has none): shap's interaction layout, rows
+            # summing to the values.
+            ia = ours.shap_interaction_values(X)
+            assert ia.shape[:2] + ia.shape[3:] == a.shape and relative_error(ia.sum(axis=2), a) < 1e-9, name
+            assert ours(X, interactions=True).values.shape == ia.shape, name
 
 
 def test_xgboost_binary_and_regression_layouts(xgb_binary, data):

@@ -126,6 +126,19 @@ def test_interactions_margins_and_interventional(spark):
     background = table.slice(0, 20)
     want = shapfusion.Explainer(str(path), background=background).shap_values(table, as_arrow=True)
     assert_same(sorted_struct(sfs.explain(df, str(path), background=background, keep=["_row"], name="values"), "values"), want, "interventional")
+    # Interventional interaction values, and Banzhaf values with and without the background:
+    # the Explainer's, bit for bit.
+    for index, rows, output in (("shapley", background, "interactions"), ("banzhaf", None, "shap"), ("banzhaf", background, "interactions")):
+        want = shapfusion.Explainer(str(path), background=rows, index=index)._compute(table, output, True)
+        got = sfs.explain(df, str(path), output=output, background=rows, keep=["_row"], index=index, name="v")
+        assert_same(sorted_struct(got, "v"), want, f"{index} {output} background={rows is not None}")
+    sfs.register(spark, "banzhaf_missing", str(path), index="banzhaf")
+    df.createOrReplaceTempView("banzhaf_rows")
+    arguments = ", ".join(f"`{f}`" for f in explainer.feature_names)
+    got = sorted_struct(spark.sql(f"SELECT _row, banzhaf_missing({arguments}) AS v FROM banzhaf_rows"), "v")
+    assert_same(got, shapfusion.Explainer(str(path), index="banzhaf").shap_values(table, as_arrow=True), "banzhaf (SQL)")
+    with pytest.raises(ValueError, match="index must be one of shapley, banzhaf"):
+        sfs.explain(df, str(path), index="owen")
 
 
 def test_nulls_are_missing_values_and_empty_partitions_give_nothing(spark):

@@ -19,8 +19,8 @@ use crate::batch::{explain_batch, explain_block};
 use crate::compute_pool::compute_pool;
 use crate::device::{engine_on, interventional_on, Device};
 use crate::engine::{
-    covers_counted_from, interventional_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Index, Interactions,
-    OutputTransform, Predictions, Saabas,
+    covers_counted_from, transformed_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Index, Interactions, OutputTransform,
+    Predictions, Saabas,
 };
 use crate::error::{Error, Result};
 use crate::features::block_from_columns;
@@ -112,8 +112,9 @@ impl Explainer {
         self.pool.install(|| self.engine.shap_with_labels(block, labels))
     }
 
-    /// SHAP interaction values of `block` in XGBoost's `pred_interactions` layout (an error for
-    /// an interventional explainer: interactions are path-dependent only).
+    /// SHAP interaction values of `block` in XGBoost's `pred_interactions` layout (with a
+    /// background, the interaction index of the interventional game; an error for a transformed
+    /// output).
     pub fn interaction_values(&self, block: &FeatureBlock) -> Result<Interactions> {
         self.pool.install(|| self.engine.interactions(block))
     }
@@ -288,8 +289,8 @@ impl ExplainerBuilder {
             None => pool.install(|| engine_on(device, model.clone(), algorithm, self.rows_hint, &options))?,
             Some(rows) => {
                 // Refused here, before the background is aggregated, rather than at the first batch.
-                if self.output == OutputKind::Interactions {
-                    return Err(interventional_interactions_unavailable());
+                if self.output == OutputKind::Interactions && self.transform != OutputTransform::Identity {
+                    return Err(transformed_interactions_unavailable());
                 }
                 let background = model.feature_block(rows).map_err(|e| e.context("background"))?;
                 pool.install(|| interventional_on(device, model.clone(), &background, algorithm, self.transform, &options))?

@@ -78,9 +78,6 @@ impl ShapUdf {
         if self.options.background.is_empty() {
             return Ok((model, None));
         }
-        if self.kind == OutputKind::Interactions {
-            return plan_err!("{}(): interaction values are path-dependent only; RESET shap.background first", self.name);
-        }
         let background = self.registry.background(&self.options.background).map_err(|e| to_datafusion(e.context(format!("{}()", self.name))))?;
         Ok((model, Some(background)))
     }

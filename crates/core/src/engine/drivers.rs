@@ -148,13 +148,13 @@ where
 /// Interaction values of every row of `block`, in parallel tasks of `per_task` rows:
 /// `task_fn(scratch, first, out)` fills rows `first..` of `out` (`rows × G × (F+1)²`, zeroed;
 /// one chunk per task). Checks the block and the output size first.
-pub(crate) fn interactions_by_task<S, I, F>(p: &PreparedModel, block: &FeatureBlock, per_task: usize, init: I, task_fn: F) -> Result<Interactions>
+pub(crate) fn interactions_by_task<S, I, F>(model: &Model, block: &FeatureBlock, per_task: usize, init: I, task_fn: F) -> Result<Interactions>
 where
     I: Fn() -> S + Sync + Send,
     F: Fn(&mut S, usize, &mut [f64]) + Sync + Send,
 {
-    check_block(&p.model, block)?;
-    let (f, g) = (p.model.num_features(), p.model.num_groups());
+    check_block(model, block)?;
+    let (f, g) = (model.num_features(), model.num_groups());
     let width = g * (f + 1) * (f + 1);
     check_output(block.rows(), width, "interaction values")?;
     let mut values = vec![0.0; block.rows() * width];

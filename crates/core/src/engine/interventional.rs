@@ -33,9 +33,12 @@
 //! patterns too, its fail sets as bitsets of as many 64-bit words as its widest path needs
 //! (`LeafData::WidePatterns`): the same arithmetic, any path length.
 //!
-//! The bias is the background's mean margin. [`InterventionalReference`] follows the definition
-//! row pair by row pair (x against each background row) and is the oracle the tests hold the
-//! aggregated engine to.
+//! The bias is the background's mean margin. Interaction values (the `pairs` module) aggregate
+//! the background the same way, into tables of their own built on the first call that asks for
+//! them. [`InterventionalReference`] follows the definition row pair by row pair (x against each
+//! background row) and is the oracle the tests hold the aggregated engine to.
+
+mod pairs;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,7 +47,9 @@ use rayon::prelude::*;
 
 use super::block::FeatureBlock;
 use super::decision::Decision;
-use super::drivers::{bias_is_the_rest, check_block, rows_per_task, shap_by_task_from};
+use super::drivers::{
+    bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_is_the_rest, interactions_by_task, rows_per_task, shap_by_task_from,
+};
 use super::engine_trait::Engine;
 use super::options::Index;
 #[cfg(test)]
@@ -53,6 +58,7 @@ use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
+use pairs::{PairScratch, PairTables, SharedPairs};
 
 /// Most distinct features on one path whose fail sets fit one 64-bit mask; trees with wider
 /// paths hold them in several words (see `LeafData::WidePatterns`).
@@ -388,6 +394,12 @@ pub(crate) struct Interventional {
     weights: Weights,
     packed: PackedRows,
     max_slots: usize,
+    /// Kept for the interaction tables, which are built from it on the first call for them.
+    background: FeatureBlock,
+    memory_bound: usize,
+    /// Most path features a leaf's tables (values' and pairs') are built for.
+    table_bits: usize,
+    pairs: SharedPairs,
 }
 
 /// How a leaf is held, decided before counting (tables have known sizes, patterns do not).
@@ -620,10 +632,13 @@ impl Interventional {
             return Err(Error::InvalidArgument("interventional: the background's mean margin is not finite".into()));
         }
         let max_slots = trees.iter().map(|t| t.walk.slots * t.walk.words).max().unwrap_or(1);
-        Ok(Interventional { model, index, trees, bias, weights, packed, max_slots })
+        let (background, pairs) = (background.clone(), SharedPairs::new());
+        let table_bits = table_bits.min(MAX_TABLE_BITS);
+        Ok(Interventional { model, index, trees, bias, weights, packed, max_slots, background, memory_bound, table_bits, pairs })
     }
 
-    /// Adds tree `t`'s attributions for row `x` to `phi` (its group's F + 1 values).
+    /// Adds tree `t`'s attributions for row `x` to `phi` (its group's F + 1 values), leaving
+    /// `x`'s fail sets at the tree's slots in `fails` (for the pairs).
     fn tree_row(&self, t: usize, x: &[f64], phi: &mut [f64], fails: &mut [u64]) {
         let tree = &self.model.trees()[t];
         let agg = &self.trees[t];
@@ -786,8 +801,44 @@ impl Engine for Interventional {
         Ok(shap)
     }
 
-    fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
-        Err(interactions_unavailable())
+    fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        let pairs = self.pair_tables()?;
+        let (f, groups) = (self.model.num_features(), self.model.num_groups());
+        let w = f + 1;
+        let (shap_width, width) = (groups * w, groups * w * w);
+        let mut interactions = interactions_by_task(
+            &self.model,
+            block,
+            rows_per_task(block.rows()),
+            || (vec![0u64; self.max_slots], Vec::new(), PairScratch::default()),
+            |(fails, shap, scratch), first, chunk| {
+                let rows = chunk.len() / width;
+                shap.clear();
+                shap.resize(rows * shap_width, 0.0);
+                // Tree-major, as for the values: each tree's values and pairs for all the task's
+                // rows, the pairs from the fail sets the values' walk leaves behind. (Row-major,
+                // one row's matrix in cache while every tree adds to it, ran 25 % slower on the
+                // benchmark's model: the tables' rows, not the matrices, are what misses cache.)
+                for (t, tree) in self.model.trees().iter().enumerate() {
+                    let g = tree.group;
+                    for (i, (phi, out)) in shap.chunks_mut(shap_width).zip(chunk.chunks_mut(width)).enumerate() {
+                        self.tree_row(t, block.row(first + i), &mut phi[g * w..(g + 1) * w], fails);
+                        pairs.tree_row(self, t, fails, &mut out[g * w * w..(g + 1) * w * w], w, scratch);
+                    }
+                }
+                for (phi, out) in shap.chunks_mut(shap_width).zip(chunk.chunks_mut(width)) {
+                    for (g, b) in self.bias.iter().enumerate() {
+                        phi[g * w + f] = *b;
+                    }
+                    out.chunks_mut(w * w).for_each(|matrix| pairs::mirror_upper(matrix, w));
+                    finish_interaction_row(out, phi, f, groups);
+                }
+            },
+        )?;
+        if self.index == Index::Banzhaf {
+            interaction_bias_is_the_rest(&self.model, block, &mut interactions);
+        }
+        Ok(interactions)
     }
 
     fn memory_bytes(&self) -> Option<usize> {
@@ -803,14 +854,29 @@ impl Engine for Interventional {
             })
             .sum();
         let offsets: usize = self.packed.offsets.iter().flatten().map(|o| o.len() * size_of::<u32>()).sum();
-        Some(data + offsets)
+        let pairs = self.pairs.get().map_or(0, |p| p.memory_bytes());
+        Some(data + offsets + pairs)
     }
 }
 
-/// Why interventional interaction values are refused.
-pub(crate) fn interactions_unavailable() -> Error {
+impl Interventional {
+    /// The interaction tables, built on the first call (concurrent first calls may each build
+    /// them; one is kept); an error is returned, not kept, so a later call tries again.
+    fn pair_tables(&self) -> Result<Arc<PairTables>> {
+        if let Some(pairs) = self.pairs.get() {
+            return Ok(pairs.clone());
+        }
+        let built = Arc::new(PairTables::build(self, &self.background, self.memory_bound)?);
+        tracing::debug!(bytes = built.memory_bytes(), "interventional: interaction tables built");
+        Ok(self.pairs.get_or_init(|| built).clone())
+    }
+}
+
+/// Why interaction values of a transformed output (probability, loss) are refused.
+pub(crate) fn transformed_interactions_unavailable() -> Error {
     Error::Unsupported(
-        "interventional SHAP interaction values are not built yet: interaction values are path-dependent only (explain without a background)".into(),
+        "interaction values of a transformed output (probability, loss) are not built yet: those of the margin are, with or without a background"
+            .into(),
     )
 }
 
@@ -865,21 +931,40 @@ impl InterventionalReference {
 
     /// Adds `tree`'s attributions for `x` against background row `z` to `phi`.
     fn pair(&self, tree: &Tree, x: &[f64], z: &[f64], phi: &mut [f64], scale: f64) {
+        Self::hybrid_paths(tree, x, z, |from_x, from_z, value| {
+            let (a, b) = (from_x.len(), from_z.len());
+            let v = value * scale;
+            if a > 0 {
+                let hot = v * self.weights.hot(a, b);
+                from_x.iter().for_each(|&k| phi[k as usize] += hot);
+            }
+            if b > 0 {
+                let cold = v * self.weights.cold(a, b);
+                from_z.iter().for_each(|&k| phi[k as usize] -= cold);
+            }
+        });
+    }
+
+    /// Calls `add(tree, z, part)` for every tree and background row `z`, `part` the tree's group's
+    /// `per_group` values of one explained row's `out`.
+    fn against_background(&self, out: &mut [f64], per_group: usize, mut add: impl FnMut(&Tree, &[f64], &mut [f64])) {
+        for tree in self.model.trees() {
+            let part = &mut out[tree.group * per_group..(tree.group + 1) * per_group];
+            for r in 0..self.background.rows() {
+                add(tree, self.background.row(r), part);
+            }
+        }
+    }
+
+    /// Calls `leaf(from_x, from_z, value)` for every leaf the hybrids of `x` and `z` reach through
+    /// `tree`, with the features taken from each where they part and the leaf's weighted value.
+    fn hybrid_paths(tree: &Tree, x: &[f64], z: &[f64], mut leaf: impl FnMut(&[u32], &[u32], f64)) {
         // (node, features taken from x, features taken from z), depth-first.
         let mut stack: Vec<(usize, Vec<u32>, Vec<u32>)> = vec![(0, Vec::new(), Vec::new())];
         while let Some((i, from_x, from_z)) = stack.pop() {
             let node = &tree.nodes[i];
             if node.is_leaf() {
-                let (a, b) = (from_x.len(), from_z.len());
-                let v = node.value * tree.weight * scale;
-                if a > 0 {
-                    let hot = v * self.weights.hot(a, b);
-                    from_x.iter().for_each(|&k| phi[k as usize] += hot);
-                }
-                if b > 0 {
-                    let cold = v * self.weights.cold(a, b);
-                    from_z.iter().for_each(|&k| phi[k as usize] -= cold);
-                }
+                leaf(&from_x, &from_z, node.value * tree.weight);
                 continue;
             }
             let k = node.feature;
@@ -926,12 +1011,7 @@ impl Engine for InterventionalReference {
             |_, first, chunk| {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
-                    for tree in self.model.trees() {
-                        let phi = &mut out[tree.group * w..(tree.group + 1) * w];
-                        for r in 0..self.background.rows() {
-                            self.pair(tree, x, self.background.row(r), phi, scale);
-                        }
-                    }
+                    self.against_background(out, w, |tree, z, phi| self.pair(tree, x, z, phi, scale));
                 }
             },
         )?;
@@ -941,8 +1021,35 @@ impl Engine for InterventionalReference {
         Ok(shap)
     }
 
-    fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
-        Err(interactions_unavailable())
+    fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        let (f, groups) = (self.model.num_features(), self.model.num_groups());
+        let w = f + 1;
+        let width = groups * w * w;
+        // The diagonal is each value less its row's pairs: the values first.
+        let shap = self.shap(block)?;
+        let scale = 1.0 / self.background.rows() as f64;
+        let mut interactions = interactions_by_task(
+            &self.model,
+            block,
+            rows_per_task(block.rows()),
+            || (),
+            |_, first, chunk| {
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    let x = block.row(first + i);
+                    self.against_background(out, w * w, |tree, z, matrix| {
+                        Self::hybrid_paths(tree, x, z, |from_x, from_z, value| {
+                            pairs::reference_leaf(self.index, from_x, from_z, value * scale, matrix, w)
+                        })
+                    });
+                    let r = first + i;
+                    finish_interaction_row(out, &shap.values[r * groups * w..(r + 1) * groups * w], f, groups);
+                }
+            },
+        )?;
+        if self.index == Index::Banzhaf {
+            interaction_bias_is_the_rest(&self.model, block, &mut interactions);
+        }
+        Ok(interactions)
     }
 }
 
@@ -1106,12 +1213,12 @@ pub(crate) mod tests {
         }
     }
 
-    /// Banzhaf values of the interventional game `v(S) = mean_z f(x_S, z_~S)` by enumerating
-    /// every coalition: `β_i = Σ_{S ∌ i} (v(S∪i) − v(S)) / 2^(M−1)`.
-    fn banzhaf_by_coalitions(model: &Model, x: &[f64], background: &FeatureBlock) -> Vec<f64> {
+    /// The interventional game `v(S) = mean_z f(x_S, z_~S)` of a one-group model, every
+    /// coalition (bit `i` of `S` for feature `i`).
+    fn game_by_coalitions(model: &Model, x: &[f64], background: &FeatureBlock) -> Vec<f64> {
         let m = model.num_features();
         let mut margin = [0.0];
-        let v: Vec<f64> = (0..1usize << m)
+        (0..1usize << m)
             .map(|s| {
                 let mut sum = 0.0;
                 for r in 0..background.rows() {
@@ -1121,15 +1228,61 @@ pub(crate) mod tests {
                 }
                 sum / background.rows() as f64
             })
-            .collect();
-        (0..m).map(|i| (0..1usize << m).filter(|s| s & (1 << i) == 0).map(|s| v[s | 1 << i] - v[s]).sum::<f64>() / (1u64 << (m - 1)) as f64).collect()
+            .collect()
+    }
+
+    fn factorial(n: usize) -> f64 {
+        (1..=n).map(|k| k as f64).product()
+    }
+
+    /// `index`'s values of game `v` over `m` players, coalition by coalition (Banzhaf's:
+    /// `β_i = Σ_{S ∌ i} (v(S∪i) − v(S)) / 2^(M−1)`).
+    fn values_by_coalitions(index: Index, v: &[f64], m: usize) -> Vec<f64> {
+        let weight = |size: usize| match index {
+            Index::Shapley => factorial(size) * factorial(m - size - 1) / factorial(m),
+            Index::Banzhaf => 1.0 / (1u64 << (m - 1)) as f64,
+        };
+        (0..m)
+            .map(|i| (0..1usize << m).filter(|s| s & (1 << i) == 0).map(|s| weight(s.count_ones() as usize) * (v[s | 1 << i] - v[s])).sum())
+            .collect()
+    }
+
+    /// `index`'s interaction matrix of game `v` over `m` players, coalition by coalition, in
+    /// the engines' layout (`m + 1` square, Shapley's pairs halved, the diagonal each value less
+    /// its row's pairs, the bias entry left 0).
+    fn interactions_by_coalitions(index: Index, v: &[f64], m: usize) -> Vec<f64> {
+        let w = m + 1;
+        let mut matrix = vec![0.0; w * w];
+        for i in 0..m {
+            for j in 0..m {
+                if i == j {
+                    continue;
+                }
+                let mut sum = 0.0;
+                for s in (0..1usize << m).filter(|s| s & (1 << i | 1 << j) == 0) {
+                    let size = s.count_ones() as usize;
+                    let weight = match index {
+                        Index::Shapley => factorial(size) * factorial(m - size - 2) / factorial(m - 1) / 2.0,
+                        Index::Banzhaf => 1.0 / (1u64 << (m - 2)) as f64,
+                    };
+                    sum += weight * (v[s | 1 << i | 1 << j] - v[s | 1 << i] - v[s | 1 << j] + v[s]);
+                }
+                matrix[i * w + j] = sum;
+            }
+        }
+        for (i, value) in values_by_coalitions(index, v, m).into_iter().enumerate() {
+            let pairs: f64 = (0..m).filter(|&j| j != i).map(|j| matrix[i * w + j]).sum();
+            matrix[i * w + i] = value - pairs;
+        }
+        matrix
     }
 
     #[test]
-    fn banzhaf_values_equal_enumeration_over_coalitions_in_every_holding() {
+    fn values_and_interaction_values_equal_enumeration_over_coalitions_in_every_holding() {
         use crate::test_support::{full_tree, numeric_model, uniform};
-        let mut seed = 5u64;
-        for case in 0..16usize {
+        let mut seed = 11u64;
+        for case in 0..24usize {
+            let index = if case % 2 == 0 { Index::Shapley } else { Index::Banzhaf };
             let features = 2 + case % 5;
             let trees = (0..1 + case % 3).map(|t| full_tree(&mut seed, 1 + (case + t) % 5, |_, u| (u * features as f64) as u32)).collect();
             let model = Arc::new(numeric_model(features, trees, -0.5));
@@ -1139,39 +1292,105 @@ pub(crate) mod tests {
                 FeatureBlock::new(rows, features, values, Precision::F64)
             };
             let (background, explained) = (draw(1 + case % 7), draw(5));
-            let engines: [Arc<dyn Engine>; 3] = [
-                Arc::new(Interventional::with_index(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, Index::Banzhaf).unwrap()),
-                Arc::new(
-                    Interventional::with_table_bits(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, 0, Index::Banzhaf).unwrap(),
-                ),
-                Arc::new(InterventionalReference::with_index(prepared.clone(), &background, Index::Banzhaf).unwrap()),
+            let bound = DEFAULT_INTERVENTIONAL_MEMORY_BYTES;
+            let engines: [(&str, Arc<dyn Engine>); 3] = [
+                ("tables", Arc::new(Interventional::with_index(prepared.clone(), &background, bound, index).unwrap())),
+                ("patterns", Arc::new(Interventional::with_table_bits(prepared.clone(), &background, bound, 0, index).unwrap())),
+                ("reference", Arc::new(InterventionalReference::with_index(prepared.clone(), &background, index).unwrap())),
             ];
-            for engine in engines {
-                let shap = engine.shap(&explained).unwrap();
+            let w = features + 1;
+            for (name, engine) in engines {
+                let got = engine.interactions(&explained).unwrap();
+                let values = engine.shap(&explained).unwrap();
                 for r in 0..explained.rows() {
-                    let want = banzhaf_by_coalitions(&model, explained.row(r), &background);
+                    let game = game_by_coalitions(&model, explained.row(r), &background);
+                    let want = interactions_by_coalitions(index, &game, features);
                     let scale = want.iter().fold(1e-9f64, |a, v| a.max(v.abs()));
-                    let got = shap.row(r, 0);
+                    for (i, value) in values_by_coalitions(index, &game, features).into_iter().enumerate() {
+                        let g = values.row(r, 0)[i];
+                        assert!((g - value).abs() <= 1e-12 * scale, "case {case} {index} {name} row {r} feature {i}: value {g} against {value}");
+                    }
+                    let matrix = got.matrix(r, 0);
                     for i in 0..features {
-                        assert!(
-                            (got[i] - want[i]).abs() <= 1e-12 * scale,
-                            "case {case} {} row {r} feature {i}: {} against {}",
-                            engine.name(),
-                            got[i],
-                            want[i]
-                        );
+                        for j in 0..features {
+                            let (g, e) = (matrix[i * w + j], want[i * w + j]);
+                            assert!((g - e).abs() <= 1e-12 * scale, "case {case} {index} {name} row {r} ({i}, {j}): {g} against {e}");
+                        }
+                        // Rows sum to the values.
+                        let row: f64 = matrix[i * w..i * w + features].iter().sum();
+                        assert!((row - values.row(r, 0)[i]).abs() <= 1e-12 * scale, "case {case} {name} row {r} feature {i}: {row}");
+                    }
+                    // The matrix sums to the margin, with the bias the values' own (Banzhaf's is
+                    // the margin's rest, summed over the matrix instead of the values).
+                    let (bias, values_bias) = (matrix[w * w - 1], values.row(r, 0)[features]);
+                    assert!(
+                        (bias - values_bias).abs() <= 1e-12 * scale.max(bias.abs()),
+                        "case {case} {name} row {r}: bias {bias} against {values_bias}"
+                    );
+                    if index == Index::Shapley {
+                        assert_eq!(bias, values_bias, "case {case} {name} row {r}: the background's mean margin");
                     }
                     let mut margin = [0.0];
                     model.predict_row(explained.row(r), &mut margin);
-                    let total: f64 = got.iter().sum();
+                    let total: f64 = matrix.iter().sum();
                     assert!(
                         (total - margin[0]).abs() <= 1e-12 * scale.max(margin[0].abs()),
-                        "case {case} {} row {r}: {total} against the margin {}",
-                        engine.name(),
+                        "case {case} {name} row {r}: {total} against {}",
                         margin[0]
                     );
                 }
             }
         }
+    }
+
+    #[test]
+    fn interaction_tables_and_patterns_equal_the_reference_on_every_fixture() {
+        for f in &fixtures() {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let (background, explained) = (rows(&f.block, 0, 12), rows(&f.block, 30, 36));
+            let reference = InterventionalReference::new(prepared.clone(), &background).unwrap().interactions(&explained).unwrap();
+            let bound = DEFAULT_INTERVENTIONAL_MEMORY_BYTES;
+            let tables = Interventional::new(prepared.clone(), &background, bound).unwrap();
+            let patterns = Interventional::with_table_bits(prepared.clone(), &background, bound, 0, Index::Shapley).unwrap();
+            let width = f.model.num_groups() * (f.model.num_features() + 1).pow(2);
+            for (name, engine) in [("tables", tables), ("patterns", patterns)] {
+                let got = engine.interactions(&explained).unwrap();
+                let (err, row) = max_row_rel_error(&got.values, &reference.values, width);
+                assert!(err <= 1e-9, "{}: {name} row {row} off the reference by {err:e}", f.name);
+                assert!(engine.memory_bytes().unwrap() > 0);
+            }
+        }
+    }
+
+    #[test]
+    fn interactions_of_paths_of_more_than_64_distinct_features_equal_the_reference() {
+        let depth = 70;
+        let model = Arc::new(chain_model(depth, 3));
+        let prepared = Arc::new(PreparedModel::new(model.clone()).unwrap());
+        let (background, explained) = (uniform_rows(20, depth, 1), uniform_rows(4, depth, 2));
+        for index in [Index::Shapley, Index::Banzhaf] {
+            let engine = Interventional::with_index(prepared.clone(), &background, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, index).unwrap();
+            assert!(engine.trees[0].walk.words > 1, "a wide walk");
+            let got = engine.interactions(&explained).unwrap();
+            let reference = InterventionalReference::with_index(prepared.clone(), &background, index).unwrap().interactions(&explained).unwrap();
+            let (err, row) = max_row_rel_error(&got.values, &reference.values, (depth + 1) * (depth + 1));
+            assert!(err <= 1e-9, "{index}: row {row} off the reference by {err:e}");
+            // Pairs deep in the chain (past the first word) are credited.
+            let w = depth + 1;
+            assert!((0..explained.rows()).any(|r| (66..depth).any(|j| got.matrix(r, 0)[65 * w + j] != 0.0)), "{index}: no pair past bit 64");
+        }
+    }
+
+    #[test]
+    fn a_bound_too_small_for_the_interaction_patterns_is_refused_when_they_are_asked_for() {
+        let f = &fixtures()[0];
+        let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+        // Enough for the values' patterns (no tables), not for the pairs' as well.
+        let engine = Interventional::with_table_bits(prepared, &f.block, 1 << 30, 0, Index::Shapley).unwrap();
+        let bytes = engine.memory_bytes().unwrap();
+        let small = Interventional { memory_bound: bytes / 4, ..engine };
+        assert!(small.shap(&rows(&f.block, 0, 3)).is_ok());
+        let e = small.interactions(&rows(&f.block, 0, 3)).unwrap_err().to_string();
+        assert!(e.contains("interaction values") && e.contains("over the bound"), "{e}");
     }
 }

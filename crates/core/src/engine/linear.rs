@@ -1504,7 +1504,7 @@ impl Linear {
         let shap_row = || vec![0.0; p.model.num_groups() * w];
         if self.split_by_trees::<N>(block.rows().div_ceil(N), true) {
             let shared = self.run_shared::<true, N>(block);
-            return interactions_by_task(p, block, block.rows(), shap_row, |shap, _, chunk| {
+            return interactions_by_task(&p.model, block, block.rows(), shap_row, |shap, _, chunk| {
                 let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
                 self.write_interactions(&shared.wide, shap, head);
                 if let Some(tail) = &shared.tail {
@@ -1514,7 +1514,7 @@ impl Linear {
         }
         let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), true);
         interactions_by_task(
-            p,
+            &p.model,
             block,
             per_task,
             || (Scratch::<N>::default(), shap_row()),

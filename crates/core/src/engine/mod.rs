@@ -49,7 +49,7 @@ use complement::{complementary_outputs, Complement};
 pub use covers::{covers_counted_from, UNREACHED_COVER};
 pub use drivers::{finish_interaction_row, MAX_OUTPUT_VALUES, MAX_RECURSIVE_DEPTH, ROWS_PER_TASK};
 pub use engine_trait::Engine;
-pub(crate) use interventional::interactions_unavailable as interventional_interactions_unavailable;
+pub(crate) use interventional::transformed_interactions_unavailable;
 pub use interventional::MAX_INTERVENTIONAL_PATH_FEATURES;
 pub use options::{Algorithm, EngineOptions, Index, OutputTransform, DEFAULT_INTERVENTIONAL_MEMORY_BYTES, DEFAULT_V2_MEMORY_BYTES};
 pub use output::{Attributions, Interactions, Predictions};

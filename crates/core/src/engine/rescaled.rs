@@ -37,7 +37,7 @@ use super::block::FeatureBlock;
 use super::drivers::{rows_per_task, shap_by_task_from};
 use super::engine_trait::Engine;
 use super::interventional::{
-    check_background, count_ones_wide, for_each_bit, for_each_bit_wide, interactions_unavailable, meet_wide, FailWalk, Weights,
+    check_background, count_ones_wide, for_each_bit, for_each_bit_wide, meet_wide, transformed_interactions_unavailable, FailWalk, Weights,
 };
 use super::options::{Index, OutputTransform};
 use super::output::{Attributions, Interactions};
@@ -383,7 +383,7 @@ impl Engine for RescaledInterventional {
     }
 
     fn interactions(&self, _block: &FeatureBlock) -> Result<Interactions> {
-        Err(interactions_unavailable())
+        Err(transformed_interactions_unavailable())
     }
 }
 

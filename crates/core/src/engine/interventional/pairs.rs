@@ -1,0 +1,558 @@
+//! Interventional interaction values: the Shapley (or Banzhaf) interaction index of the game
+//! `v(S) = mean_z f(x_S, z_~S)`, exact, with the background aggregated as for the values.
+//!
+//! Each leaf's game against one background row is `v · [F ⊆ S] · [S ∩ X_f = ∅]` (see the parent
+//! module: `F` the path features only the background row fails, `X_f` those the explained row
+//! fails, `a = |F|`, `b = |X_f|`, `m = a + b`). Its pair terms `Δ_ij v(S)` are non-zero at one
+//! coalition each, so the Shapley interaction index of a pair is one weight, by where the pair
+//! lies (Grabisch's index, `Σ_S |S|! (m−|S|−2)! / (m−1)! · Δ_ij v(S)`):
+//!
+//! ```text
+//!   i, j ∈ F:               (a−2)! b! / (m−1)!  =  1 / ((m−1) · C(m−2, a−2))
+//!   i, j ∈ X_f:             a! (b−2)! / (m−1)!  =  1 / ((m−1) · C(m−2, a))
+//!   i ∈ F, j ∈ X_f:       −(a−1)! (b−1)! / (m−1)! = −1 / ((m−1) · C(m−2, a−1))
+//! ```
+//!
+//! times `v`, halved as shap lays the matrix out (`Φ_ij = Φ_ji = I_ij / 2`). The Banzhaf
+//! interaction index weighs every coalition `1/2^(m−2)`, so the three are `±1/2^(m−2)`, kept
+//! whole off the diagonal as for the path-dependent Banzhaf interactions. The diagonal is each
+//! value minus its row's other entries, so rows sum to the values and the matrix to the
+//! prediction minus the background's mean margin; features off the leaf's path are null players.
+//!
+//! Every pair inside `X_f` gets the same amount, and a pair across gets one by its feature of
+//! `F`, so for one `X_f` a leaf's pairs take `1 + k + k(k−1)/2` numbers, `k = d − b`: the
+//! **packed pair row** (`[inside X_f, across by own feature, own pairs]`, own features lowest
+//! bit first, pairs `(p, q)`, `p < q`, in row-major order). Leaves of at most
+//! [`MAX_TABLE_BITS`](super::MAX_TABLE_BITS) path features get one such row per possible `X_f`,
+//! summed over the background once (`Σ_k C(d, k)(1 + k + k(k−1)/2)` values: 496 for d = 6, 3,072
+//! for d = 8, 96,256 for d = 12), so a row costs `d(d−1)/2` additions per leaf whatever the
+//! background's size. Other leaves (tables over the memory bound, wider paths) build the same
+//! row from their background patterns each time, `O(patterns · a²)` per leaf and row.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::{count_fail_sets, for_each_bit, for_each_bit_wide, low_bits, Holding, Interventional, LeafData, LeafPath};
+use crate::engine::block::FeatureBlock;
+use crate::engine::options::Index;
+use crate::error::{Error, Result};
+
+/// The three pair weights of one leaf's game by `a = |F|` and `b = |X_f|`, signed and placed
+/// (halved for Shapley), 0 where the pair kind cannot occur.
+#[derive(Debug)]
+pub(super) struct PairWeights {
+    index: Index,
+    stride: usize,
+    /// `[(both in F, both in X_f, one in each)]` by `a · stride + b`.
+    table: Vec<(f64, f64, f64)>,
+}
+
+impl PairWeights {
+    /// `index`'s pair weights, tabulated up to `max_bits` path features.
+    pub(super) fn of(index: Index, max_bits: usize) -> PairWeights {
+        let stride = max_bits + 1;
+        let table = (0..stride * stride).map(|k| Self::compute(index, k / stride, k % stride)).collect();
+        PairWeights { index, stride, table }
+    }
+
+    fn compute(index: Index, a: usize, b: usize) -> (f64, f64, f64) {
+        let m = a + b;
+        if m < 2 {
+            return (0.0, 0.0, 0.0);
+        }
+        let w = |k: usize| match index {
+            // 1 / ((m−1) · C(m−2, k)) / 2; C(m−2, k) = Π_{j=1..k} (m−2−k+j)/j, exact for small m.
+            Index::Shapley => {
+                let choose = (1..=k).fold(1.0f64, |c, j| c * (m - 2 - k + j) as f64 / j as f64);
+                0.5 / ((m - 1) as f64 * choose)
+            }
+            Index::Banzhaf => 0.5f64.powi((m - 2) as i32),
+        };
+        let hot = if a >= 2 { w(a - 2) } else { 0.0 };
+        let cold = if b >= 2 { w(a) } else { 0.0 };
+        let across = if a >= 1 && b >= 1 { -w(a - 1) } else { 0.0 };
+        (hot, cold, across)
+    }
+
+    /// The weights for `a` and `b`: from the table where it reaches, else computed (same bits).
+    #[inline]
+    fn get(&self, a: usize, b: usize) -> (f64, f64, f64) {
+        if a < self.stride && b < self.stride {
+            self.table[a * self.stride + b]
+        } else {
+            Self::compute(self.index, a, b)
+        }
+    }
+}
+
+/// Numbers in a packed pair row with `k` own features.
+#[inline]
+fn row_len(k: usize) -> usize {
+    1 + k + k * k.saturating_sub(1) / 2
+}
+
+/// Where the pair of own features ranked `p < q` sits in a packed pair row of `k`.
+#[inline]
+fn pair_at(k: usize, p: usize, q: usize) -> usize {
+    1 + k + p * (2 * k - p - 1) / 2 + (q - p - 1)
+}
+
+/// Adds one background fail set's share (`h` rows; its features' ranks among the own features,
+/// increasing, in `ranks`) to a packed pair row of `k` own features.
+#[inline]
+fn accumulate(row: &mut [f64], k: usize, ranks: &[usize], h: f64, (hot, cold, across): (f64, f64, f64)) {
+    row[0] += h * cold;
+    let across = h * across;
+    let hot = h * hot;
+    for (n, &p) in ranks.iter().enumerate() {
+        row[1 + p] += across;
+        for &q in &ranks[n + 1..] {
+            row[pair_at(k, p, q)] += hot;
+        }
+    }
+}
+
+/// Asks the cache for the start of `row` (a hint; nothing where the target has none).
+#[inline]
+fn prefetch(row: &[f64]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is part of every x86_64 target, and a prefetch is a hint that reads
+        // nothing into the program and cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
+/// Adds `v` to the pair of features `i` and `j` in the upper half of a `w`-wide matrix (the lower
+/// half is filled from it once per row, [`mirror_upper`]: half the scattered writes).
+#[inline]
+fn add_upper(matrix: &mut [f64], w: usize, i: u32, j: u32, v: f64) {
+    let (lo, hi) = if i < j { (i, j) } else { (j, i) };
+    matrix[lo as usize * w + hi as usize] += v;
+}
+
+/// Copies the upper half of a `w × w` matrix into its lower half.
+pub(super) fn mirror_upper(matrix: &mut [f64], w: usize) {
+    for i in 0..w {
+        for j in i + 1..w {
+            matrix[j * w + i] = matrix[i * w + j];
+        }
+    }
+}
+
+/// Adds a tabulated leaf's packed pair row for the explained fail set `xf` to the upper half of
+/// one group's matrix: the features by bit in `features`, own bits and pairs visited in the
+/// row's order, so each pair's place is the next one.
+#[inline]
+fn apply_table(row: &[f64], xf: u64, features: &[u32], matrix: &mut [f64], w: usize) {
+    let own = low_bits(features.len()) ^ xf;
+    let inside = row[0];
+    for_each_bit(xf, |j| {
+        let above = xf & !low_bits(j + 1);
+        for_each_bit(above, |l| add_upper(matrix, w, features[j], features[l], inside));
+    });
+    let k = own.count_ones() as usize;
+    let mut at = 1 + k;
+    let mut p = 0;
+    for_each_bit(own, |i| {
+        let (fi, across) = (features[i], row[1 + p]);
+        for_each_bit(xf, |j| add_upper(matrix, w, fi, features[j], across));
+        for_each_bit(own & !low_bits(i + 1), |q| {
+            add_upper(matrix, w, fi, features[q], row[at]);
+            at += 1;
+        });
+        p += 1;
+    });
+}
+
+/// Adds a packed pair row, times `scale`, to the upper half of one group's `(F+1) × (F+1)`
+/// matrix: `own` the features outside the explained row's fail set (in bit order), `cold` those
+/// in it.
+fn apply(row: &[f64], scale: f64, own: &[u32], cold: &[u32], matrix: &mut [f64], w: usize) {
+    let mut add = |i: u32, j: u32, v: f64| add_upper(matrix, w, i, j, v);
+    let inside = scale * row[0];
+    for (n, &i) in cold.iter().enumerate() {
+        for &j in &cold[n + 1..] {
+            add(i, j, inside);
+        }
+    }
+    let k = own.len();
+    for (p, &i) in own.iter().enumerate() {
+        let across = scale * row[1 + p];
+        for &j in cold {
+            add(i, j, across);
+        }
+        for (q, &j) in own.iter().enumerate().skip(p + 1) {
+            add(i, j, scale * row[pair_at(k, p, q)]);
+        }
+    }
+}
+
+/// Where each packed pair row starts in a leaf's table, by path features `d` and explained fail
+/// set (one offset table per `d` serves every leaf).
+#[derive(Debug)]
+struct PairRows {
+    /// `offsets[d][x_f]`, then the table's length.
+    offsets: Vec<Vec<u32>>,
+}
+
+impl PairRows {
+    fn new(max_bits: usize) -> PairRows {
+        let offsets = (0..=max_bits)
+            .map(|d| {
+                let mut at = 0u32;
+                let mut offsets: Vec<u32> = (0..1u64 << d)
+                    .map(|x| {
+                        let start = at;
+                        at += row_len(d - x.count_ones() as usize) as u32;
+                        start
+                    })
+                    .collect();
+                offsets.push(at);
+                offsets
+            })
+            .collect();
+        PairRows { offsets }
+    }
+
+    fn len(&self, d: usize) -> usize {
+        *self.offsets[d].last().expect("one offset per key and the end") as usize
+    }
+
+    #[inline]
+    fn row<'a>(&self, rows: &'a [f64], d: usize, x: u64) -> &'a [f64] {
+        &rows[self.offsets[d][x as usize] as usize..self.offsets[d][x as usize + 1] as usize]
+    }
+}
+
+/// How one leaf holds its pairs' share of the background.
+#[derive(Debug)]
+enum PairLeaf {
+    /// A packed pair row per explained fail set, scaled by `value / N`.
+    Table(Vec<f64>),
+    /// Distinct background fail sets with their counts, and `value / N`.
+    Patterns { scale: f64, patterns: Vec<(u64, f64)> },
+    /// The values' [`LeafData::WidePatterns`] (a tree of several-word fail sets).
+    Wide,
+}
+
+/// The background aggregated for interaction values, per tree and leaf, built the first time an
+/// [`Interventional`] engine is asked for them (values alone never pay for it).
+#[derive(Debug)]
+pub(super) struct PairTables {
+    trees: Vec<Vec<PairLeaf>>,
+    rows: PairRows,
+    weights: PairWeights,
+}
+
+impl PairTables {
+    /// Aggregates `background` for the pairs of `engine`'s trees, tables leaf by leaf in model
+    /// order within `memory_bound` bytes (a budget of its own, beside the values' tables).
+    pub(super) fn build(engine: &Interventional, background: &FeatureBlock, memory_bound: usize) -> Result<PairTables> {
+        let rows = PairRows::new(engine.table_bits);
+        let mut budget = memory_bound;
+        let holdings: Vec<Vec<Holding>> = engine
+            .trees
+            .iter()
+            .map(|agg| {
+                if agg.walk.words > 1 {
+                    return Vec::new();
+                }
+                agg.walk
+                    .leaves
+                    .iter()
+                    .map(|leaf| {
+                        let d = leaf.features.len();
+                        let bytes = if d <= engine.table_bits { rows.len(d) * size_of::<f64>() } else { usize::MAX };
+                        if bytes <= budget {
+                            budget -= bytes;
+                            Holding::Table
+                        } else {
+                            Holding::Patterns
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let n = background.rows() as f64;
+        let widest = engine.trees.iter().flat_map(|t| t.walk.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
+        let weights = PairWeights::of(engine.index, widest.min(super::MAX_INTERVENTIONAL_PATH_FEATURES));
+        let trees: Vec<Vec<PairLeaf>> = engine
+            .model
+            .trees()
+            .par_iter()
+            .zip(&engine.trees)
+            .zip(&holdings)
+            .map(|((tree, agg), holdings)| {
+                if agg.walk.words > 1 {
+                    return agg.walk.leaves.iter().map(|_| PairLeaf::Wide).collect();
+                }
+                let counts = count_fail_sets(tree, &agg.walk, background, holdings);
+                agg.walk
+                    .leaves
+                    .iter()
+                    .zip(counts)
+                    .zip(holdings)
+                    .map(|((leaf, counts), holding)| {
+                        let mut patterns: Vec<(u64, f64)> = counts.into_iter().map(|(f, c)| (f, c as f64)).collect();
+                        patterns.sort_unstable_by_key(|p| p.0);
+                        let scale = leaf.value / n;
+                        match holding {
+                            Holding::Table => PairLeaf::Table(pair_table(leaf.features.len(), &patterns, scale, &rows, &weights)),
+                            _ => PairLeaf::Patterns { scale, patterns },
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let pattern_bytes: usize =
+            trees.iter().flatten().map(|p| if let PairLeaf::Patterns { patterns, .. } = p { patterns.len() * 16 } else { 0 }).sum();
+        if pattern_bytes > budget {
+            return Err(Error::ResourceExhausted(format!(
+                "interventional interaction values: the background's {} rows aggregate to {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
+                background.rows(),
+                (memory_bound - budget + pattern_bytes) >> 20,
+                memory_bound >> 20
+            )));
+        }
+        Ok(PairTables { trees, rows, weights })
+    }
+
+    /// Bytes the tables and patterns hold.
+    pub(super) fn memory_bytes(&self) -> usize {
+        let leaves: usize = self
+            .trees
+            .iter()
+            .flatten()
+            .map(|p| match p {
+                PairLeaf::Table(rows) => rows.len() * size_of::<f64>(),
+                PairLeaf::Patterns { patterns, .. } => patterns.len() * size_of::<(u64, f64)>(),
+                PairLeaf::Wide => 0,
+            })
+            .sum();
+        leaves + self.rows.offsets.iter().map(|o| o.len() * size_of::<u32>()).sum::<usize>()
+    }
+
+    /// Adds tree `t`'s off-diagonal interaction values for the row whose fail sets `fails` holds
+    /// (as [`Interventional::tree_row`] leaves them) to the upper half of `matrix`, its group's
+    /// `w × w` matrix ([`mirror_upper`] completes it once all trees are in).
+    pub(super) fn tree_row(&self, engine: &Interventional, t: usize, fails: &[u64], matrix: &mut [f64], w: usize, s: &mut PairScratch) {
+        let agg = &engine.trees[t];
+        let words = agg.walk.words;
+        if words == 1 {
+            // Every leaf's row is known once the walk is done: ask for them all before adding
+            // any, so their cache misses overlap instead of stalling one leaf at a time (the
+            // tables of a large model live in L3 or memory).
+            for (leaf, pairs) in agg.walk.leaves.iter().zip(&self.trees[t]) {
+                if let PairLeaf::Table(table) = pairs {
+                    prefetch(self.rows.row(table, leaf.features.len(), fails[leaf.slot as usize]));
+                }
+            }
+        }
+        for ((leaf, pairs), data) in agg.walk.leaves.iter().zip(&self.trees[t]).zip(&agg.data) {
+            match pairs {
+                PairLeaf::Table(table) => {
+                    let xf = fails[leaf.slot as usize];
+                    apply_table(self.rows.row(table, leaf.features.len(), xf), xf, &leaf.features, matrix, w);
+                }
+                PairLeaf::Patterns { scale, patterns } => {
+                    let xf = fails[leaf.slot as usize];
+                    s.split(leaf, |visit| for_each_bit(xf, visit));
+                    s.start_row();
+                    let b = s.cold.len();
+                    for &(f, h) in patterns {
+                        if f & xf == 0 {
+                            s.ranks.clear();
+                            for_each_bit(f, |i| s.ranks.push(s.rank[i]));
+                            accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
+                        }
+                    }
+                    apply(&s.row, *scale, &s.own, &s.cold, matrix, w);
+                }
+                PairLeaf::Wide => {
+                    let LeafData::WidePatterns { scale, masks, counts } = data else { continue };
+                    let xf = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
+                    s.split(leaf, |visit| for_each_bit_wide(xf, visit));
+                    s.start_row();
+                    let b = s.cold.len();
+                    for (f, &h) in masks.chunks_exact(words).zip(counts) {
+                        if super::meet_wide(f, xf) {
+                            continue;
+                        }
+                        s.ranks.clear();
+                        for_each_bit_wide(f, |i| s.ranks.push(s.rank[i]));
+                        accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
+                    }
+                    apply(&s.row, *scale, &s.own, &s.cold, matrix, w);
+                }
+            }
+        }
+    }
+}
+
+/// One leaf's packed pair rows for every explained fail set, from its background `patterns`
+/// (in increasing order, so the sums run the same way every time), scaled by `value / N`.
+fn pair_table(d: usize, patterns: &[(u64, f64)], scale: f64, rows: &PairRows, weights: &PairWeights) -> Vec<f64> {
+    let full = low_bits(d);
+    let mut table = vec![0.0; rows.len(d)];
+    let mut ranks = Vec::with_capacity(d);
+    for &(f, h) in patterns {
+        let a = f.count_ones() as usize;
+        let free = full ^ f;
+        // Every explained fail set disjoint from f: the submasks of its complement.
+        let mut xf = free;
+        loop {
+            let b = xf.count_ones() as usize;
+            let own = full ^ xf;
+            ranks.clear();
+            // An own feature's rank: the own features below it.
+            for_each_bit(f, |i| ranks.push((own & low_bits(i)).count_ones() as usize));
+            let start = rows.offsets[d][xf as usize] as usize;
+            accumulate(&mut table[start..], d - b, &ranks, h, weights.get(a, b));
+            if xf == 0 {
+                break;
+            }
+            xf = (xf - 1) & free;
+        }
+    }
+    table.iter_mut().for_each(|v| *v *= scale);
+    table
+}
+
+/// Per-thread scratch of [`PairTables::tree_row`].
+#[derive(Debug, Default)]
+pub(super) struct PairScratch {
+    /// The leaf's features outside the explained fail set, in bit order.
+    own: Vec<u32>,
+    /// The leaf's features in it.
+    cold: Vec<u32>,
+    /// The explained fail set's bits, in order.
+    failed: Vec<usize>,
+    /// Each own bit's rank among the own features (by bit).
+    rank: Vec<usize>,
+    /// One background fail set's ranks.
+    ranks: Vec<usize>,
+    /// A packed pair row being summed from patterns.
+    row: Vec<f64>,
+}
+
+impl PairScratch {
+    /// Splits `leaf`'s features by the explained fail set, whose bits `bits` visits in order.
+    fn split(&mut self, leaf: &LeafPath, bits: impl FnOnce(&mut dyn FnMut(usize))) {
+        let d = leaf.features.len();
+        self.rank.clear();
+        self.rank.resize(d, usize::MAX);
+        let failed = &mut self.failed;
+        failed.clear();
+        bits(&mut |i| failed.push(i));
+        self.cold.clear();
+        self.own.clear();
+        let mut next = self.failed.iter().peekable();
+        for (i, &feature) in leaf.features.iter().enumerate() {
+            if next.peek() == Some(&&i) {
+                next.next();
+                self.cold.push(feature);
+            } else {
+                self.rank[i] = self.own.len();
+                self.own.push(feature);
+            }
+        }
+    }
+
+    /// A zeroed packed pair row for the current split.
+    fn start_row(&mut self) {
+        self.row.clear();
+        self.row.resize(row_len(self.own.len()), 0.0);
+    }
+}
+
+/// Adds the off-diagonal interaction values of one explained row against one background row to
+/// `matrix` (`w × w`), for a leaf of value `v` reached with the features `from_x` taken from the
+/// explained row (the set `F`) and `from_z` from the background row (`X_f`): the definition,
+/// pair by pair, for [`InterventionalReference`](super::InterventionalReference).
+pub(super) fn reference_leaf(index: Index, from_x: &[u32], from_z: &[u32], v: f64, matrix: &mut [f64], w: usize) {
+    let (hot, cold, across) = PairWeights::compute(index, from_x.len(), from_z.len());
+    let mut add = |i: u32, j: u32, v: f64| {
+        matrix[i as usize * w + j as usize] += v;
+        matrix[j as usize * w + i as usize] += v;
+    };
+    for (n, &i) in from_x.iter().enumerate() {
+        from_x[n + 1..].iter().for_each(|&j| add(i, j, v * hot));
+        from_z.iter().for_each(|&j| add(i, j, v * across));
+    }
+    for (n, &i) in from_z.iter().enumerate() {
+        from_z[n + 1..].iter().for_each(|&j| add(i, j, v * cold));
+    }
+}
+
+/// Keeps the pair tables of an engine once built: shared by the engine's calls.
+pub(super) type SharedPairs = std::sync::OnceLock<Arc<PairTables>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_pair_rows_place_every_pair_once() {
+        for k in 0..9 {
+            let mut seen = vec![0; row_len(k)];
+            seen[0] += 1;
+            (0..k).for_each(|p| seen[1 + p] += 1);
+            for p in 0..k {
+                for q in p + 1..k {
+                    seen[pair_at(k, p, q)] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&s| s == 1), "k {k}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn pair_weights_are_the_interaction_index_of_the_leaf_game() {
+        // The leaf game's pair terms by enumeration: Σ_S weight(|S|) Δ_ij g(S) over S ⊆ N∖{i,j}.
+        let factorial = |n: usize| (1..=n).map(|k| k as f64).product::<f64>();
+        for index in [Index::Shapley, Index::Banzhaf] {
+            let weights = PairWeights::of(index, 6);
+            for a in 0..=6usize {
+                for b in 0..=6usize {
+                    let m = a + b;
+                    if m < 2 {
+                        continue;
+                    }
+                    // Players 0..a are F, a..m are X_f; g(S) = [F ⊆ S][S ∩ X_f = ∅].
+                    let f_mask = low_bits(a);
+                    let g = |s: u64| if s & f_mask == f_mask && s >> a == 0 { 1.0 } else { 0.0 };
+                    let index_of = |i: usize, j: usize| {
+                        let mut sum = 0.0;
+                        for s in 0..1u64 << m {
+                            if s & (1 << i | 1 << j) != 0 {
+                                continue;
+                            }
+                            let size = s.count_ones() as usize;
+                            let weight = match index {
+                                Index::Shapley => factorial(size) * factorial(m - size - 2) / factorial(m - 1) / 2.0,
+                                Index::Banzhaf => 0.5f64.powi(m as i32 - 2),
+                            };
+                            sum += weight * (g(s | 1 << i | 1 << j) - g(s | 1 << i) - g(s | 1 << j) + g(s));
+                        }
+                        sum
+                    };
+                    let (hot, cold, across) = weights.get(a, b);
+                    if a >= 2 {
+                        assert!((hot - index_of(0, 1)).abs() < 1e-15, "{index} hot {a} {b}");
+                    }
+                    if b >= 2 {
+                        assert!((cold - index_of(a, a + 1)).abs() < 1e-15, "{index} cold {a} {b}");
+                    }
+                    if a >= 1 && b >= 1 {
+                        assert!((across - index_of(0, a)).abs() < 1e-15, "{index} across {a} {b}");
+                    }
+                }
+            }
+        }
+    }
+}
