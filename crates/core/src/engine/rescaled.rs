@@ -322,7 +322,7 @@ impl RescaledInterventional {
         )
     }
 
-    /// One wide tree's part of [`explain_row`](Self::explain_row): the same sums over fail
+    /// One wide tree's part of [`explain_rows`](Self::explain_rows): the same sums over fail
     /// sets of `walk.words` words (`fails`, per slot).
     fn wide_tree_row(&self, walk: &FailWalk, leaves: &[LeafGroups], fails: &[u64], scales: &[f64], phi: &mut [f64]) {
         let words = walk.words;

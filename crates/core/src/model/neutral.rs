@@ -168,7 +168,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     })
 }
 
-/// One tree from its arrays; every index is checked here or by [`Model::validate`].
+/// One tree from its arrays; every index is checked here or by [`Model::validate`](super::Model::validate).
 fn tree(a: &TreeArrays, t: usize, nf: usize, groups: usize, file: &ModelFile) -> Result<Tree> {
     let bad = |node: usize, detail: String| file.tree_error(t, node, detail);
     let n = a.left.len();

@@ -28,6 +28,11 @@
 //! for d = 8, 96,256 for d = 12), so a row costs `d(d−1)/2` additions per leaf whatever the
 //! background's size. Other leaves (tables over the memory bound, wider paths) build the same
 //! row from their background patterns each time, `O(patterns · a²)` per leaf and row.
+//!
+//! A model's tables are tens of megabytes, more than a cache holds, so rows are explained in
+//! blocks, leaf-major ([`PairTables::tree_rows`]): a leaf's table is read for every row of the
+//! block while it is in cache, into pair-major sums (each of the group's feature pairs a run of
+//! the block's rows), added into the matrices once the group's trees are in.
 
 use std::sync::Arc;
 
@@ -144,31 +149,6 @@ pub(super) fn mirror_upper(matrix: &mut [f64], w: usize) {
     }
 }
 
-/// Adds a tabulated leaf's packed pair row for the explained fail set `xf` to the upper half of
-/// one group's matrix: the features by bit in `features`, own bits and pairs visited in the
-/// row's order, so each pair's place is the next one.
-#[inline]
-fn apply_table(row: &[f64], xf: u64, features: &[u32], matrix: &mut [f64], w: usize) {
-    let own = low_bits(features.len()) ^ xf;
-    let inside = row[0];
-    for_each_bit(xf, |j| {
-        let above = xf & !low_bits(j + 1);
-        for_each_bit(above, |l| add_upper(matrix, w, features[j], features[l], inside));
-    });
-    let k = own.count_ones() as usize;
-    let mut at = 1 + k;
-    let mut p = 0;
-    for_each_bit(own, |i| {
-        let (fi, across) = (features[i], row[1 + p]);
-        for_each_bit(xf, |j| add_upper(matrix, w, fi, features[j], across));
-        for_each_bit(own & !low_bits(i + 1), |q| {
-            add_upper(matrix, w, fi, features[q], row[at]);
-            at += 1;
-        });
-        p += 1;
-    });
-}
-
 /// Adds a packed pair row, times `scale`, to the upper half of one group's `(F+1) × (F+1)`
 /// matrix: `own` the features outside the explained row's fail set (in bit order), `cold` those
 /// in it.
@@ -232,8 +212,9 @@ impl PairRows {
 /// How one leaf holds its pairs' share of the background.
 #[derive(Debug)]
 enum PairLeaf {
-    /// A packed pair row per explained fail set, scaled by `value / N`.
-    Table(Vec<f64>),
+    /// A packed pair row per explained fail set, scaled by `value / N`, and the group's pair
+    /// number of each of the leaf's pairs (bits `i < j`, `i` outer; see [`Positions`]).
+    Table { rows: Vec<f64>, pairs: Vec<u32> },
     /// Distinct background fail sets with their counts, and `value / N`.
     Patterns { scale: f64, patterns: Vec<(u64, f64)> },
     /// The values' [`LeafData::WidePatterns`] (a tree of several-word fail sets).
@@ -246,7 +227,76 @@ enum PairLeaf {
 pub(super) struct PairTables {
     trees: Vec<Vec<PairLeaf>>,
     rows: PairRows,
+    positions: Positions,
     weights: PairWeights,
+    groups: Vec<GroupPairs>,
+    /// Rows a block of a task's pair-major sums holds at once (see [`PairTables::tree_rows`]).
+    block_rows: usize,
+}
+
+/// Bytes of a task's pair-major sums, and of its rows' fail sets: about a core's L2, so a block's
+/// sums stay there while every tree of the group adds to them. Within it, the more rows a block
+/// holds the more of them read each leaf's table while it is in cache (on the WOODELF benchmark
+/// model, 650 pairs: blocks of 64 rows ran 4,300 rows/s on two threads, of 200 rows 5,400).
+const PAIR_BLOCK_BYTES: usize = 1 << 20;
+
+/// Most rows of a block (and so of a task: a block's rows are one task's).
+const MAX_BLOCK_ROWS: usize = 256;
+
+/// One group's trees and the feature pairs their tabulated leaves touch.
+#[derive(Debug, Default)]
+pub(super) struct GroupPairs {
+    /// The group's trees, in model order.
+    pub(super) trees: Vec<usize>,
+    /// Each pair number's features `(lo, hi)`, `lo < hi`, in increasing order.
+    pairs: Vec<(u32, u32)>,
+}
+
+/// Where each of a leaf's pairs sits in its packed pair row, by path features `d` and explained
+/// fail set: `at[d][x_f · P + p]`, `P = d(d−1)/2`, pair `p` the `p`-th of bits `i < j` with `i`
+/// the outer loop. The place depends on `x_f` only (inside it: 0; across: `1 +` the own
+/// feature's rank; both own: their pair's place), so one table per `d` serves every leaf.
+#[derive(Debug, Default)]
+struct Positions {
+    at: Vec<Vec<u8>>,
+}
+
+impl Positions {
+    /// Tables for the path lengths in `lengths` (the others stay empty).
+    fn new(max_bits: usize, lengths: impl Iterator<Item = usize>) -> Positions {
+        // A packed row of 12 features holds 79 numbers: every place fits a byte.
+        debug_assert!(row_len(max_bits) <= 256);
+        let mut at = vec![Vec::new(); max_bits + 1];
+        for d in lengths {
+            if d > max_bits || !at[d].is_empty() || d < 2 {
+                continue;
+            }
+            let full = low_bits(d);
+            let mut places = Vec::with_capacity((1 << d) * d * (d - 1) / 2);
+            for xf in 0..1u64 << d {
+                let own = full ^ xf;
+                let k = own.count_ones() as usize;
+                let rank = |i: usize| (own & low_bits(i)).count_ones() as usize;
+                for i in 0..d {
+                    for j in i + 1..d {
+                        let place = match (xf >> i & 1 == 1, xf >> j & 1 == 1) {
+                            (true, true) => 0,
+                            (true, false) => 1 + rank(j),
+                            (false, true) => 1 + rank(i),
+                            (false, false) => pair_at(k, rank(i), rank(j)),
+                        };
+                        places.push(place as u8);
+                    }
+                }
+            }
+            at[d] = places;
+        }
+        Positions { at }
+    }
+
+    fn bytes(&self) -> usize {
+        self.at.iter().map(Vec::len).sum()
+    }
 }
 
 impl PairTables {
@@ -302,7 +352,9 @@ impl PairTables {
                         patterns.sort_unstable_by_key(|p| p.0);
                         let scale = leaf.value / n;
                         match holding {
-                            Holding::Table => PairLeaf::Table(pair_table(leaf.features.len(), &patterns, scale, &rows, &weights)),
+                            Holding::Table => {
+                                PairLeaf::Table { rows: pair_table(leaf.features.len(), &patterns, scale, &rows, &weights), pairs: Vec::new() }
+                            }
                             _ => PairLeaf::Patterns { scale, patterns },
                         }
                     })
@@ -319,7 +371,36 @@ impl PairTables {
                 memory_bound >> 20
             )));
         }
-        Ok(PairTables { trees, rows, weights })
+        let mut trees = trees;
+        let groups = number_pairs(engine, &mut trees);
+        let positions = Positions::new(
+            engine.table_bits,
+            engine.trees.iter().zip(&trees).flat_map(|(agg, leaves)| {
+                agg.walk.leaves.iter().zip(leaves).filter(|(_, p)| matches!(p, PairLeaf::Table { .. })).map(|(l, _)| l.features.len())
+            }),
+        );
+        let widest_group = groups.iter().map(|g| g.pairs.len()).max().unwrap_or(0).max(1);
+        let block_rows = (PAIR_BLOCK_BYTES / (widest_group * size_of::<f64>()))
+            .min(PAIR_BLOCK_BYTES / (engine.max_slots * size_of::<u64>()))
+            .clamp(1, MAX_BLOCK_ROWS);
+        Ok(PairTables { trees, rows, positions, weights, groups, block_rows })
+    }
+
+    /// The model's groups: their trees and pairs.
+    pub(super) fn groups(&self) -> &[GroupPairs] {
+        &self.groups
+    }
+
+    /// Rows a block of pair-major sums holds at once.
+    pub(super) fn block_rows(&self) -> usize {
+        self.block_rows
+    }
+
+    /// These tables, adding pairs for `rows` explained rows at a time (the tests' way to cross
+    /// block boundaries on small data).
+    #[cfg(test)]
+    pub(super) fn with_block_rows(self, rows: usize) -> PairTables {
+        PairTables { block_rows: rows.max(1), ..self }
     }
 
     /// Bytes the tables and patterns hold.
@@ -329,69 +410,147 @@ impl PairTables {
             .iter()
             .flatten()
             .map(|p| match p {
-                PairLeaf::Table(rows) => rows.len() * size_of::<f64>(),
+                PairLeaf::Table { rows, pairs } => rows.len() * size_of::<f64>() + pairs.len() * size_of::<u32>(),
                 PairLeaf::Patterns { patterns, .. } => patterns.len() * size_of::<(u64, f64)>(),
                 PairLeaf::Wide => 0,
             })
             .sum();
-        leaves + self.rows.offsets.iter().map(|o| o.len() * size_of::<u32>()).sum::<usize>()
+        let groups: usize = self.groups.iter().map(|g| g.pairs.len() * size_of::<(u32, u32)>() + g.trees.len() * size_of::<usize>()).sum();
+        leaves + groups + self.positions.bytes() + self.rows.offsets.iter().map(|o| o.len() * size_of::<u32>()).sum::<usize>()
     }
 
-    /// Adds tree `t`'s off-diagonal interaction values for the row whose fail sets `fails` holds
-    /// (as [`Interventional::tree_row`] leaves them) to the upper half of `matrix`, its group's
-    /// `w × w` matrix ([`mirror_upper`] completes it once all trees are in).
-    pub(super) fn tree_row(&self, engine: &Interventional, t: usize, fails: &[u64], matrix: &mut [f64], w: usize, s: &mut PairScratch) {
+    /// Adds tree `t`'s off-diagonal interaction values for the `n` rows of a block: row `r`'s
+    /// fail sets at `fails[r * stride..]` (as [`Interventional::tree_row`] leaves them), its
+    /// group's `w × w` matrix at `matrices[r * width..]`. Tabulated leaves add into the block's
+    /// pair-major sums (`s`, started by [`start_block`](PairScratch::start_block) and written
+    /// out by [`finish_block`](Self::finish_block)), the others straight into the upper half of
+    /// each row's matrix ([`mirror_upper`] completes it once all trees are in).
+    ///
+    /// Leaf-major over the block: a leaf's table is read for all its rows while it is in cache,
+    /// and its pairs' sums are `n` numbers side by side, so a row costs a place lookup, a load
+    /// and an add per pair of each leaf instead of a cache miss per leaf.
+    pub(super) fn tree_rows(
+        &self,
+        engine: &Interventional,
+        t: usize,
+        (fails, stride): (&[u64], usize),
+        n: usize,
+        (matrices, width, w): (&mut [f64], usize, usize),
+        s: &mut PairScratch,
+    ) {
         let agg = &engine.trees[t];
         let words = agg.walk.words;
-        if words == 1 {
-            // Every leaf's row is known once the walk is done: ask for them all before adding
-            // any, so their cache misses overlap instead of stalling one leaf at a time (the
-            // tables of a large model live in L3 or memory).
-            for (leaf, pairs) in agg.walk.leaves.iter().zip(&self.trees[t]) {
-                if let PairLeaf::Table(table) = pairs {
-                    prefetch(self.rows.row(table, leaf.features.len(), fails[leaf.slot as usize]));
+        let rows = self.block_rows;
+        let leaves = agg.walk.leaves.iter().zip(&self.trees[t]);
+        for (l, ((leaf, pairs), data)) in leaves.clone().zip(&agg.data).enumerate() {
+            let slot = leaf.slot as usize;
+            // The next tabulated leaf's rows for the block, asked for while this one adds: its
+            // table is read once per block, so its rows are rarely in cache.
+            if let Some((next, PairLeaf::Table { rows: table, .. })) = leaves.clone().nth(l + 1) {
+                for r in 0..n {
+                    prefetch(self.rows.row(table, next.features.len(), fails[r * stride + next.slot as usize]));
                 }
             }
-        }
-        for ((leaf, pairs), data) in agg.walk.leaves.iter().zip(&self.trees[t]).zip(&agg.data) {
             match pairs {
-                PairLeaf::Table(table) => {
-                    let xf = fails[leaf.slot as usize];
-                    apply_table(self.rows.row(table, leaf.features.len(), xf), xf, &leaf.features, matrix, w);
-                }
-                PairLeaf::Patterns { scale, patterns } => {
-                    let xf = fails[leaf.slot as usize];
-                    s.split(leaf, |visit| for_each_bit(xf, visit));
-                    s.start_row();
-                    let b = s.cold.len();
-                    for &(f, h) in patterns {
-                        if f & xf == 0 {
-                            s.ranks.clear();
-                            for_each_bit(f, |i| s.ranks.push(s.rank[i]));
-                            accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
+                PairLeaf::Table { rows: table, pairs } => {
+                    if pairs.is_empty() {
+                        continue;
+                    }
+                    let d = leaf.features.len();
+                    let places = &self.positions.at[d];
+                    for r in 0..n {
+                        let xf = fails[r * stride + slot];
+                        let row = self.rows.row(table, d, xf);
+                        let at = &places[xf as usize * pairs.len()..(xf as usize + 1) * pairs.len()];
+                        for (&pair, &place) in pairs.iter().zip(at) {
+                            s.sums[pair as usize * rows + r] += row[place as usize];
                         }
                     }
-                    apply(&s.row, *scale, &s.own, &s.cold, matrix, w);
+                }
+                PairLeaf::Patterns { scale, patterns } => {
+                    for r in 0..n {
+                        let xf = fails[r * stride + slot];
+                        s.split(leaf, |visit| for_each_bit(xf, visit));
+                        s.start_row();
+                        let b = s.cold.len();
+                        for &(f, h) in patterns {
+                            if f & xf == 0 {
+                                s.ranks.clear();
+                                for_each_bit(f, |i| s.ranks.push(s.rank[i]));
+                                accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
+                            }
+                        }
+                        apply(&s.row, *scale, &s.own, &s.cold, &mut matrices[r * width..r * width + w * w], w);
+                    }
                 }
                 PairLeaf::Wide => {
                     let LeafData::WidePatterns { scale, masks, counts } = data else { continue };
-                    let xf = &fails[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
-                    s.split(leaf, |visit| for_each_bit_wide(xf, visit));
-                    s.start_row();
-                    let b = s.cold.len();
-                    for (f, &h) in masks.chunks_exact(words).zip(counts) {
-                        if super::meet_wide(f, xf) {
-                            continue;
+                    for r in 0..n {
+                        let xf = &fails[r * stride + slot * words..r * stride + (slot + 1) * words];
+                        s.split(leaf, |visit| for_each_bit_wide(xf, visit));
+                        s.start_row();
+                        let b = s.cold.len();
+                        for (f, &h) in masks.chunks_exact(words).zip(counts) {
+                            if super::meet_wide(f, xf) {
+                                continue;
+                            }
+                            s.ranks.clear();
+                            for_each_bit_wide(f, |i| s.ranks.push(s.rank[i]));
+                            accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
                         }
-                        s.ranks.clear();
-                        for_each_bit_wide(f, |i| s.ranks.push(s.rank[i]));
-                        accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
+                        apply(&s.row, *scale, &s.own, &s.cold, &mut matrices[r * width..r * width + w * w], w);
                     }
-                    apply(&s.row, *scale, &s.own, &s.cold, matrix, w);
                 }
             }
         }
     }
+
+    /// Adds group `g`'s pair-major sums of a block's `n` rows into the upper half of each row's
+    /// matrix (`matrices[r * width..]`, `w × w`).
+    pub(super) fn finish_block(&self, g: usize, s: &PairScratch, n: usize, (matrices, width, w): (&mut [f64], usize, usize)) {
+        let rows = self.block_rows;
+        for r in 0..n {
+            let matrix = &mut matrices[r * width..r * width + w * w];
+            for (pair, &(lo, hi)) in self.groups[g].pairs.iter().enumerate() {
+                matrix[lo as usize * w + hi as usize] += s.sums[pair * rows + r];
+            }
+        }
+    }
+}
+
+/// Numbers the feature pairs of each group's tabulated leaves (in increasing order) and gives
+/// each such leaf its pairs' numbers; returns the groups.
+fn number_pairs(engine: &Interventional, trees: &mut [Vec<PairLeaf>]) -> Vec<GroupPairs> {
+    let mut groups: Vec<GroupPairs> = (0..engine.model.num_groups()).map(|_| GroupPairs::default()).collect();
+    // A leaf's feature pairs by bits `i < j`, `i` outer (the order of `Positions`).
+    fn leaf_pairs(features: &[u32]) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let d = features.len();
+        (0..d).flat_map(move |i| (i + 1..d).map(move |j| (features[i].min(features[j]), features[i].max(features[j]))))
+    }
+    for (t, (tree, leaves)) in engine.model.trees().iter().zip(trees.iter()).enumerate() {
+        let group = &mut groups[tree.group];
+        group.trees.push(t);
+        for (leaf, pairs) in engine.trees[t].walk.leaves.iter().zip(leaves) {
+            if matches!(pairs, PairLeaf::Table { .. }) {
+                group.pairs.extend(leaf_pairs(&leaf.features));
+            }
+        }
+    }
+    for group in &mut groups {
+        group.pairs.sort_unstable();
+        group.pairs.dedup();
+    }
+    for (t, leaves) in trees.iter_mut().enumerate() {
+        let group = &groups[engine.model.trees()[t].group];
+        for (leaf, pairs) in engine.trees[t].walk.leaves.iter().zip(leaves) {
+            if let PairLeaf::Table { pairs: numbers, .. } = pairs {
+                *numbers = leaf_pairs(&leaf.features)
+                    .map(|pair| group.pairs.binary_search(&pair).expect("every tabulated leaf's pairs are numbered") as u32)
+                    .collect();
+            }
+        }
+    }
+    groups
 }
 
 /// One leaf's packed pair rows for every explained fail set, from its background `patterns`
@@ -423,7 +582,7 @@ fn pair_table(d: usize, patterns: &[(u64, f64)], scale: f64, rows: &PairRows, we
     table
 }
 
-/// Per-thread scratch of [`PairTables::tree_row`].
+/// Per-thread scratch of [`PairTables::tree_rows`].
 #[derive(Debug, Default)]
 pub(super) struct PairScratch {
     /// The leaf's features outside the explained fail set, in bit order.
@@ -438,9 +597,17 @@ pub(super) struct PairScratch {
     ranks: Vec<usize>,
     /// A packed pair row being summed from patterns.
     row: Vec<f64>,
+    /// A block's pair-major sums of tabulated leaves: `sums[pair · block_rows + r]`.
+    sums: Vec<f64>,
 }
 
 impl PairScratch {
+    /// Zeroed sums for group `g` of `tables`, for a block of rows.
+    pub(super) fn start_block(&mut self, tables: &PairTables, g: usize) {
+        self.sums.clear();
+        self.sums.resize(tables.groups[g].pairs.len() * tables.block_rows, 0.0);
+    }
+
     /// Splits `leaf`'s features by the explained fail set, whose bits `bits` visits in order.
     fn split(&mut self, leaf: &LeafPath, bits: impl FnOnce(&mut dyn FnMut(usize))) {
         let d = leaf.features.len();
