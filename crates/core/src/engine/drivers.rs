@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use super::block::FeatureBlock;
+use super::options::Index;
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
 use crate::error::{Error, Result};
@@ -256,17 +257,23 @@ pub fn finish_interaction_row(out: &mut [f64], shap: &[f64], f: usize, groups: u
     }
 }
 
-/// Banzhaf values do not add up to the prediction ([`Index::Banzhaf`](super::Index)): each
+/// Banzhaf values do not add up to the prediction ([`Index::Banzhaf`]): each
 /// row's bias becomes its margin minus the sum of its values (per group), so that a row still
-/// sums to the prediction.
-pub(crate) fn bias_is_the_rest(model: &Model, block: &FeatureBlock, shap: &mut Attributions) {
+/// sums to the prediction. Shapley values' bias stays (they add up by themselves).
+pub(crate) fn bias_is_the_rest(index: Index, model: &Model, block: &FeatureBlock, shap: &mut Attributions) {
+    if index == Index::Shapley {
+        return;
+    }
     let w = model.num_features() + 1;
     rest_into(model, block, &mut shap.values, w, |g| (g * w..g * w + w - 1, g * w + w - 1));
 }
 
 /// [`bias_is_the_rest`] for interaction matrices: the bias entry (the last of the diagonal)
 /// becomes the margin minus the sum of the rest of the matrix, which is the sum of the values.
-pub(crate) fn interaction_bias_is_the_rest(model: &Model, block: &FeatureBlock, interactions: &mut Interactions) {
+pub(crate) fn interaction_bias_is_the_rest(index: Index, model: &Model, block: &FeatureBlock, interactions: &mut Interactions) {
+    if index == Index::Shapley {
+        return;
+    }
     let w = model.num_features() + 1;
     // A group's matrix but its last row (the bias's row; its last column is zero but the bias).
     rest_into(model, block, &mut interactions.values, w * w, |g| (g * w * w..(g + 1) * w * w - w, (g + 1) * w * w - 1));

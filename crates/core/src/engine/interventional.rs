@@ -796,9 +796,7 @@ impl Engine for Interventional {
                 }
             },
         )?;
-        if self.index == Index::Banzhaf {
-            bias_is_the_rest(&self.model, block, &mut shap);
-        }
+        bias_is_the_rest(self.index, &self.model, block, &mut shap);
         Ok(shap)
     }
 
@@ -847,9 +845,7 @@ impl Engine for Interventional {
                 }
             },
         )?;
-        if self.index == Index::Banzhaf {
-            interaction_bias_is_the_rest(&self.model, block, &mut interactions);
-        }
+        interaction_bias_is_the_rest(self.index, &self.model, block, &mut interactions);
         Ok(interactions)
     }
 
@@ -1027,9 +1023,7 @@ impl Engine for InterventionalReference {
                 }
             },
         )?;
-        if self.index == Index::Banzhaf {
-            bias_is_the_rest(&self.model, block, &mut shap);
-        }
+        bias_is_the_rest(self.index, &self.model, block, &mut shap);
         Ok(shap)
     }
 
@@ -1058,9 +1052,7 @@ impl Engine for InterventionalReference {
                 }
             },
         )?;
-        if self.index == Index::Banzhaf {
-            interaction_bias_is_the_rest(&self.model, block, &mut interactions);
-        }
+        interaction_bias_is_the_rest(self.index, &self.model, block, &mut interactions);
         Ok(interactions)
     }
 }

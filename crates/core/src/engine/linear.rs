@@ -1458,9 +1458,7 @@ impl Engine for Linear {
         } else {
             self.shap_in::<LANES>(block)
         }?;
-        if self.index == Index::Banzhaf {
-            bias_is_the_rest(&self.prepared.model, block, &mut shap);
-        }
+        bias_is_the_rest(self.index, &self.prepared.model, block, &mut shap);
         Ok(shap)
     }
 
@@ -1471,9 +1469,7 @@ impl Engine for Linear {
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
         let mut interactions =
             if in_small_lane_groups(block.rows()) { self.interactions_in::<SMALL_LANES>(block) } else { self.interactions_in::<LANES>(block) }?;
-        if self.index == Index::Banzhaf {
-            interaction_bias_is_the_rest(&self.prepared.model, block, &mut interactions);
-        }
+        interaction_bias_is_the_rest(self.index, &self.prepared.model, block, &mut interactions);
         Ok(interactions)
     }
 }

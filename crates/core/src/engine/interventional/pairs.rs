@@ -469,40 +469,50 @@ impl PairTables {
                 }
                 PairLeaf::Patterns { scale, patterns } => {
                     for r in 0..n {
-                        let xf = fails[r * stride + slot];
-                        s.split(leaf, |visit| for_each_bit(xf, visit));
-                        s.start_row();
-                        let b = s.cold.len();
-                        for &(f, h) in patterns {
-                            if f & xf == 0 {
-                                s.ranks.clear();
-                                for_each_bit(f, |i| s.ranks.push(s.rank[i]));
-                                accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
-                            }
-                        }
-                        apply(&s.row, *scale, &s.own, &s.cold, &mut matrices[r * width..r * width + w * w], w);
+                        let xf = std::slice::from_ref(&fails[r * stride + slot]);
+                        let patterns = patterns.iter().map(|(f, h)| (std::slice::from_ref(f), *h));
+                        let matrix = &mut matrices[r * width..r * width + w * w];
+                        self.add_patterns(leaf, xf, patterns, *scale, (matrix, w), s);
                     }
                 }
                 PairLeaf::Wide => {
                     let LeafData::WidePatterns { scale, masks, counts } = data else { continue };
                     for r in 0..n {
                         let xf = &fails[r * stride + slot * words..r * stride + (slot + 1) * words];
-                        s.split(leaf, |visit| for_each_bit_wide(xf, visit));
-                        s.start_row();
-                        let b = s.cold.len();
-                        for (f, &h) in masks.chunks_exact(words).zip(counts) {
-                            if super::meet_wide(f, xf) {
-                                continue;
-                            }
-                            s.ranks.clear();
-                            for_each_bit_wide(f, |i| s.ranks.push(s.rank[i]));
-                            accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
-                        }
-                        apply(&s.row, *scale, &s.own, &s.cold, &mut matrices[r * width..r * width + w * w], w);
+                        let patterns = masks.chunks_exact(words).zip(counts.iter().copied());
+                        let matrix = &mut matrices[r * width..r * width + w * w];
+                        self.add_patterns(leaf, xf, patterns, *scale, (matrix, w), s);
                     }
                 }
             }
         }
+    }
+
+    /// Adds one row's pairs of an untabulated `leaf` to the upper half of its `w × w` matrix:
+    /// its packed pair row for the explained fail set `xf`, summed from the background's
+    /// `patterns` (fail sets with their counts; sets of any number of words, a narrow leaf's
+    /// being one), times `scale`.
+    fn add_patterns<'a>(
+        &self,
+        leaf: &LeafPath,
+        xf: &[u64],
+        patterns: impl Iterator<Item = (&'a [u64], f64)>,
+        scale: f64,
+        (matrix, w): (&mut [f64], usize),
+        s: &mut PairScratch,
+    ) {
+        s.split(leaf, |visit| for_each_bit_wide(xf, visit));
+        s.start_row();
+        let b = s.cold.len();
+        for (f, h) in patterns {
+            if super::meet_wide(f, xf) {
+                continue;
+            }
+            s.ranks.clear();
+            for_each_bit_wide(f, |i| s.ranks.push(s.rank[i]));
+            accumulate(&mut s.row, s.own.len(), &s.ranks, h, self.weights.get(s.ranks.len(), b));
+        }
+        apply(&s.row, scale, &s.own, &s.cold, matrix, w);
     }
 
     /// Adds group `g`'s pair-major sums of a block's `n` rows into the upper half of each row's
