@@ -441,12 +441,12 @@ impl PairTables {
         let agg = &engine.trees[t];
         let words = agg.walk.words;
         let rows = self.block_rows;
-        let leaves = agg.walk.leaves.iter().zip(&self.trees[t]);
-        for (l, ((leaf, pairs), data)) in leaves.clone().zip(&agg.data).enumerate() {
+        let (leaves, held) = (&agg.walk.leaves, &self.trees[t]);
+        for (l, ((leaf, pairs), data)) in leaves.iter().zip(held).zip(&agg.data).enumerate() {
             let slot = leaf.slot as usize;
             // The next tabulated leaf's rows for the block, asked for while this one adds: its
             // table is read once per block, so its rows are rarely in cache.
-            if let Some((next, PairLeaf::Table { rows: table, .. })) = leaves.clone().nth(l + 1) {
+            if let (Some(next), Some(PairLeaf::Table { rows: table, .. })) = (leaves.get(l + 1), held.get(l + 1)) {
                 for r in 0..n {
                     prefetch(self.rows.row(table, next.features.len(), fails[r * stride + next.slot as usize]));
                 }
