@@ -75,7 +75,8 @@ use rayon::prelude::*;
 use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{
-    bias_is_the_rest, check_block, interaction_bias_is_the_rest, interactions_by_task, rows_per_task_up_to, shap_by_task, ROWS_PER_TASK,
+    bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_is_the_rest, interactions_by_task, rows_per_task_up_to, shap_by_task,
+    ROWS_PER_TASK,
 };
 use super::engine_trait::Engine;
 use super::options::Index;
@@ -1394,49 +1395,35 @@ impl Linear {
         }
     }
 
-    /// Fills the interaction matrices of a task's rows from the totals into `chunk`, a lane
-    /// group's rows together: each pair's two orders are read once for all lanes and written to
-    /// both halves of each row's matrix, and the off-diagonal row sums are kept on the way (in
-    /// the order [`finish_interaction_row`](super::drivers::finish_interaction_row) adds them, so
-    /// the diagonal has the same bits).
-    fn write_interactions<const N: usize>(&self, s: &Scratch<N>, chunk: &mut [f64]) {
+    /// Fills the interaction matrices of a task's rows from the totals into `chunk`; `shap`
+    /// holds one row's SHAP values while its diagonal is filled.
+    fn write_interactions<const N: usize>(&self, s: &Scratch<N>, shap: &mut [f64], chunk: &mut [f64]) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let w = f + 1;
-        let width = groups * w * w;
         // Both orders of a pair sum to its interaction index: shap's layout halves the Shapley
         // index off the diagonal, WOODELF's keeps the Banzhaf index whole.
         let pair_share = match self.index {
             Index::Shapley => 0.5,
             Index::Banzhaf => 1.0,
         };
-        let mut off_diagonal: Vec<Lanes<N>> = vec![Lanes::default(); f];
-        for (lane_group, rows) in chunk.chunks_mut(N * width).enumerate() {
+        for (r, out) in chunk.chunks_mut(groups * w * w).enumerate() {
+            let lane = r % N;
             for g in 0..groups {
-                let at = lane_group * groups + g;
+                let at = (r / N) * groups + g;
                 let (phi, pairs) = (&s.total_phi[at * f..(at + 1) * f], &s.total_pairs[at * f * f..(at + 1) * f * f]);
-                off_diagonal.fill(Lanes::default());
+                let matrix = &mut out[g * w * w..(g + 1) * w * w];
                 for i in 0..f {
-                    for j in i + 1..f {
-                        let (ij, ji) = (&pairs[i * f + j], &pairs[j * f + i]);
-                        for (lane, out) in rows.chunks_mut(width).enumerate() {
-                            let v = pair_share * (ij[lane] + ji[lane]);
-                            let matrix = &mut out[g * w * w..(g + 1) * w * w];
-                            matrix[i * w + j] = v;
-                            matrix[j * w + i] = v;
-                            off_diagonal[i][lane] += v;
-                            off_diagonal[j][lane] += v;
+                    for j in 0..f {
+                        if i != j {
+                            matrix[i * w + j] = pair_share * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
                         }
                     }
+                    shap[g * w + i] = phi[i][lane];
                 }
-                for (lane, out) in rows.chunks_mut(width).enumerate() {
-                    let matrix = &mut out[g * w * w..(g + 1) * w * w];
-                    for i in 0..f {
-                        matrix[i * w + i] = phi[i][lane] - off_diagonal[i][lane];
-                    }
-                    matrix[f * w + f] = p.bias[g];
-                }
+                shap[g * w + f] = p.bias[g];
             }
+            finish_interaction_row(out, shap, f, groups);
         }
     }
 }
@@ -1510,27 +1497,28 @@ impl Linear {
         check_block(&p.model, block)?;
         let w = p.model.num_features() + 1;
         let width = p.model.num_groups() * w * w;
+        let shap_row = || vec![0.0; p.model.num_groups() * w];
         if self.split_by_trees::<N>(block.rows().div_ceil(N), true) {
             let shared = self.run_shared::<true, N>(block);
-            return interactions_by_task(
-                &p.model,
-                block,
-                block.rows(),
-                || (),
-                |_, _, chunk| {
-                    let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
-                    self.write_interactions(&shared.wide, head);
-                    if let Some(tail) = &shared.tail {
-                        self.write_interactions(tail, rest);
-                    }
-                },
-            );
+            return interactions_by_task(&p.model, block, block.rows(), shap_row, |shap, _, chunk| {
+                let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
+                self.write_interactions(&shared.wide, shap, head);
+                if let Some(tail) = &shared.tail {
+                    self.write_interactions(tail, shap, rest);
+                }
+            });
         }
         let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), true);
-        interactions_by_task(&p.model, block, per_task, Scratch::<N>::default, |s, first, chunk| {
-            self.run_task::<true, N>(block, first, chunk.len() / width, s);
-            self.write_interactions(s, chunk);
-        })
+        interactions_by_task(
+            &p.model,
+            block,
+            per_task,
+            || (Scratch::<N>::default(), shap_row()),
+            |(s, shap), first, chunk| {
+                self.run_task::<true, N>(block, first, chunk.len() / width, s);
+                self.write_interactions(s, shap, chunk);
+            },
+        )
     }
 }
 

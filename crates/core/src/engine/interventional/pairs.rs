@@ -331,7 +331,7 @@ impl PairTables {
         let n = background.rows() as f64;
         let widest = engine.trees.iter().flat_map(|t| t.walk.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
         let weights = PairWeights::of(engine.index, widest.min(super::MAX_INTERVENTIONAL_PATH_FEATURES));
-        let trees: Vec<Vec<PairLeaf>> = engine
+        let mut trees: Vec<Vec<PairLeaf>> = engine
             .model
             .trees()
             .par_iter()
@@ -371,7 +371,6 @@ impl PairTables {
                 memory_bound >> 20
             )));
         }
-        let mut trees = trees;
         let groups = number_pairs(engine, &mut trees);
         let positions = Positions::new(
             engine.table_bits,
