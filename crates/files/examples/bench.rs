@@ -3,14 +3,16 @@
 //! little-endian f64 so the suite can check them against the reference.
 //!
 //! ```text
-//! cargo run --release -p shapfusion-files --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet] [--index shapley|banzhaf]
+//! cargo run --release -p shapfusion-files --example bench -- MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet] [--index shapley|banzhaf] [--transform logistic]
 //! ```
 //!
 //! Prints one JSON line: engine, rows, set-up seconds (tables, or the background's
 //! aggregation, with its interaction tables for interactions), best and median seconds over the repeats, rows/s, and the bytes the engine
 //! holds for its work where it counts them (`engine_bytes`, else null). With `--background`, the
 //! values are interventional SHAP values over the background's rows; with `--index banzhaf`,
-//! Banzhaf values (and interactions) instead of Shapley values.
+//! Banzhaf values (and interactions) instead of Shapley values; with `--transform` (and a
+//! background), the values of that function of the margin (`logistic`: shap's
+//! `model_output="probability"`, by the rescaled engine).
 //!
 //! It lives in `shapfusion-files` (Parquet in, the engines of `shapfusion-core`) so that a
 //! release build of it compiles no DataFusion or tonic.
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use shapfusion_core::engine::{build_engine, build_interventional, Algorithm, EngineOptions, Index};
+use shapfusion_core::engine::{build_engine, build_interventional, build_rescaled_interventional, Algorithm, EngineOptions, Index, OutputTransform};
 use shapfusion_core::model::Model;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,8 +37,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let background = flag("--background");
     let index: Index = flag("--index").as_deref().unwrap_or("shapley").parse()?;
+    let transform: OutputTransform = flag("--transform").as_deref().unwrap_or("identity").parse()?;
     if args.len() < 6 {
-        eprintln!("usage: bench MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet] [--index shapley|banzhaf]");
+        eprintln!("usage: bench MODEL ROWS.parquet ALGORITHM THREADS REPEATS [shap|interactions] [OUT.f64] [--background BG.parquet] [--index shapley|banzhaf] [--transform logistic]");
         std::process::exit(2);
     }
     let model = Arc::new(Model::load(&args[1])?);
@@ -60,7 +63,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let setup = Instant::now();
     let explainer = match &background {
         None => pool.install(|| build_engine(model.clone(), algorithm, Some(block.rows()), &options))?,
-        Some(rows) => pool.install(|| build_interventional(model.clone(), rows, algorithm, &options))?,
+        Some(rows) if transform == OutputTransform::Identity => pool.install(|| build_interventional(model.clone(), rows, algorithm, &options))?,
+        Some(rows) => pool.install(|| build_rescaled_interventional(model.clone(), rows, transform, &options))?,
     };
     if interactions && background.is_some() {
         // The interventional engine builds its interaction tables at the first call for them:

@@ -131,6 +131,14 @@ impl Weights {
         }
     }
 
+    /// `hot(a, ·)` and `cold(a, ·)`, indexed by `b` up to the tabulated width (for a gather
+    /// of several rows' `b` at once).
+    #[inline]
+    pub(super) fn by_b(&self, a: usize) -> (&[f64], &[f64]) {
+        let at = a * self.stride..(a + 1) * self.stride;
+        (&self.hot[at.clone()], &self.cold[at])
+    }
+
     #[inline]
     pub(super) fn hot(&self, a: usize, b: usize) -> f64 {
         self.hot[a * self.stride + b]

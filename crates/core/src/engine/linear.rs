@@ -68,7 +68,7 @@
 //! model's, not the thread count's or the block's. Such a block's last 1-4 rows walk in a lane
 //! group of four ([`narrow_tail`]): 50 rows are three groups of sixteen and one of four.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -83,6 +83,8 @@ use super::options::Index;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
+#[cfg(target_arch = "x86_64")]
+use super::simd::{simd_level, SimdLevel};
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 
@@ -1218,25 +1220,12 @@ unsafe fn explain_task_avx2<const PAIRS: bool, const N: usize>(p: &PreparedModel
 /// Which compiled copy of the walk this CPU runs (decided once).
 fn dispatch<const PAIRS: bool, const N: usize>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch<N>) {
     #[cfg(target_arch = "x86_64")]
-    {
-        static LEVEL: OnceLock<u8> = OnceLock::new();
-        let level = *LEVEL.get_or_init(|| {
-            let fma = std::arch::is_x86_feature_detected!("fma");
-            if fma && std::arch::is_x86_feature_detected!("avx512f") {
-                2
-            } else if fma && std::arch::is_x86_feature_detected!("avx2") {
-                1
-            } else {
-                0
-            }
-        });
-        match level {
-            // SAFETY: the CPU has the features, detected just above.
-            2 => return unsafe { explain_task_avx512::<PAIRS, N>(p, trees, groups, s) },
-            // SAFETY: as above.
-            1 => return unsafe { explain_task_avx2::<PAIRS, N>(p, trees, groups, s) },
-            _ => {}
-        }
+    match simd_level() {
+        // SAFETY: the CPU has the features (`simd_level` detected them).
+        SimdLevel::Avx512 => return unsafe { explain_task_avx512::<PAIRS, N>(p, trees, groups, s) },
+        // SAFETY: as above.
+        SimdLevel::Avx2 => return unsafe { explain_task_avx2::<PAIRS, N>(p, trees, groups, s) },
+        SimdLevel::Portable => {}
     }
     // SAFETY: the portable copy needs no CPU feature.
     unsafe { explain_task::<PAIRS, false, N>(p, trees, groups, s) }

@@ -38,6 +38,7 @@ pub(crate) mod prepared;
 mod quadrature;
 mod rescaled;
 mod saabas;
+mod simd;
 mod treeshap;
 
 use std::sync::Arc;

@@ -21,29 +21,38 @@
 //!
 //! Precisely: rows go through each leaf [`ROWS_TOGETHER`] at a time (fewer where a large
 //! background's scales would take over [`SCALES_BYTES_PER_TASK`]). Per leaf and group, one
-//! pass over the rows' fail sets finds the rows the group shares something with (their sets do
-//! not meet); for each, a sum of its `s(x, z)` over the group's background rows. So a row costs
-//! `O(groups / ROWS_TOGETHER + Σ sharing groups' rows)` per leaf, at most `O(leaves ×
-//! background)`, and the groups of a whole model (too large for any cache) are read from memory
-//! once per pass rather than once per row. Table memory: 4 bytes per background row and leaf,
-//! and 16 per group.
+//! vector compare of the rows' fail sets finds the rows the group shares something with (their
+//! sets do not meet); for each, a sum of its `s(x, z)` over the group's background rows, and
+//! the group's Shapley terms go into the row's sums for the leaf (per path feature, and one for
+//! the features the row fails), which the row adds to its values once per leaf. So a row costs
+//! `O(groups / ROWS_TOGETHER + Σ sharing groups' rows + path features)` per leaf, at most
+//! `O(leaves × background)`, and the groups of a whole model (too large for any cache) are
+//! read from memory once per pass rather than once per row. The two leaves of a split that is
+//! its path's first on its feature, both leaves, keep one list of groups: a background row
+//! fails that feature at exactly one of them, so the second leaf's sets are the first's with
+//! that bit flipped, and one scan serves both. Table memory: 4 bytes per background row and
+//! leaf (about half that in trees whose splits end in such pairs), and 16 per group.
 //!
 //! [`Interventional`]: super::interventional::Interventional
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use rayon::prelude::*;
 
 use super::block::FeatureBlock;
 use super::drivers::{rows_per_task, shap_by_task_from};
 use super::engine_trait::Engine;
 use super::interventional::{
-    check_background, count_ones_wide, for_each_bit, for_each_bit_wide, meet_wide, transformed_interactions_unavailable, FailWalk, Weights,
+    check_background, count_ones_wide, for_each_bit_wide, meet_wide, transformed_interactions_unavailable, FailWalk, LeafPath, Weights,
+    MAX_INTERVENTIONAL_PATH_FEATURES,
 };
 use super::options::{Index, OutputTransform};
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
+#[cfg(target_arch = "x86_64")]
+use super::simd::{simd_level, SimdLevel};
 use crate::error::{Error, Result};
-use crate::model::Model;
+use crate::model::{Model, Tree};
 
 /// One leaf's background, grouped by fail set.
 struct LeafGroups {
@@ -55,6 +64,11 @@ struct LeafGroups {
     ranges: Vec<(u32, u32)>,
     /// In a walk of several words, each group's whole fail set, one after another.
     wide_sets: Vec<u64>,
+    /// This leaf and the next are a first-split pair (`LeafPath::first_split_pair`) of a
+    /// one-word walk: the next leaf's groups are this leaf's with the last path feature's bit
+    /// flipped (each background row fails it at exactly one of the two), so the next leaf
+    /// keeps none of its own and the pair goes through one scan.
+    with_next: bool,
 }
 
 /// Interventional SHAP of `T(margin)`, with each leaf's background rows grouped by fail set.
@@ -74,17 +88,22 @@ pub(crate) struct RescaledInterventional {
     bias: Vec<f64>,
     weights: Weights,
     max_slots: usize,
+    /// The most groups of any leaf.
+    most_groups: usize,
 }
 
-/// Rows that go through each leaf together (see [`RescaledInterventional::explain_rows`]).
-const ROWS_TOGETHER: usize = 16;
+/// Rows that go through each leaf together (see [`RescaledInterventional::explain_pass`]).
+const ROWS_TOGETHER: usize = 32;
 /// At most this many bytes of a task's `s(x, z)` scales: a large background (a million rows of
 /// ten classes) goes through the leaves fewer rows a pass rather than take 16× the memory.
 const SCALES_BYTES_PER_TASK: usize = 16 << 20;
-// A pass's rows are bits of a `u32`.
-const _: () = assert!(ROWS_TOGETHER < 32);
+// A pass's rows are bits of a `u64`.
+const _: () = assert!(ROWS_TOGETHER < 64);
+/// Path features a leaf's per-feature sums take per step: one vector of eight (two of AVX2,
+/// one of AVX-512), set from a byte of a fail set.
+const SLOTS_A_STEP: usize = 8;
 
-/// What one task reuses across its rows; each per-row part holds [`ROWS_TOGETHER`] rows.
+/// What one task reuses across its passes; each per-row part holds [`ROWS_TOGETHER`] rows.
 struct Scratch {
     /// Per row, its fail sets (`max_slots` words).
     slots: Vec<u64>,
@@ -92,6 +111,29 @@ struct Scratch {
     margins: Vec<f64>,
     /// Per row, `s(x, z) / n` per group then background row.
     scales: Vec<f64>,
+    /// Per row, a leaf's sums per path feature (see [`RescaledInterventional::explain_pass`]);
+    /// all zero between leaves.
+    hot: Vec<[f64; MAX_INTERVENTIONAL_PATH_FEATURES]>,
+    /// The same for the second leaf of a first-split pair.
+    hot_next: Vec<[f64; MAX_INTERVENTIONAL_PATH_FEATURES]>,
+    /// A leaf's groups that share something with a row of the pass: the group's index, the
+    /// rows at the leaf, and those at the next leaf of a first-split pair; with room for one
+    /// more than the most groups of any leaf.
+    shared: Vec<(u32, u64, u64)>,
+}
+
+impl Scratch {
+    fn new(engine: &RescaledInterventional, together: usize) -> Scratch {
+        let g = engine.model.num_groups();
+        Scratch {
+            slots: vec![0; together * engine.max_slots],
+            margins: vec![0.0; together * g],
+            scales: vec![0.0; together * g * engine.background_rows],
+            hot: vec![[0.0; MAX_INTERVENTIONAL_PATH_FEATURES]; together],
+            hot_next: vec![[0.0; MAX_INTERVENTIONAL_PATH_FEATURES]; together],
+            shared: vec![(0, 0, 0); engine.most_groups + 1],
+        }
+    }
 }
 
 impl RescaledInterventional {
@@ -110,7 +152,8 @@ impl RescaledInterventional {
         let total_leaves: usize = walks.iter().map(|w| w.leaves.len()).sum();
         let rows = background.rows();
         let bytes = rows.checked_mul(total_leaves).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX);
-        if bytes > memory_bound || rows > u32::MAX as usize {
+        // Member lists are numbered by `u32`.
+        if bytes > memory_bound || bytes / 4 > u32::MAX as usize {
             return Err(Error::ResourceExhausted(format!(
                 "interventional {transform} output: the background's {rows} rows × {total_leaves} leaves take {} MiB, over the bound of {} MiB; use fewer background rows or raise the bound",
                 bytes >> 20,
@@ -131,52 +174,22 @@ impl RescaledInterventional {
         if bias.iter().any(|b| !b.is_finite()) {
             return Err(Error::InvalidArgument(format!("interventional {transform} output: the background's mean output is not finite")));
         }
-        // Each leaf's background rows by fail set, in increasing set then row order, so every
-        // sum below runs in the same order on every run.
-        let mut members = Vec::with_capacity(rows * total_leaves);
+        // Each leaf's background rows by fail set, tree by tree in parallel, then one list.
+        let grouped: Vec<(Vec<LeafGroups>, Vec<u32>)> =
+            model.trees().par_iter().zip(walks.par_iter()).map(|(tree, walk)| group_by_fail_set(tree, walk, background)).collect();
+        let mut members = Vec::with_capacity(grouped.iter().map(|(_, m)| m.len()).sum());
         let mut leaves = Vec::with_capacity(walks.len());
-        let mut slots = vec![0u64; walks.iter().map(|w| w.slots * w.words).max().unwrap_or(1)];
-        for (tree, walk) in model.trees().iter().zip(&walks) {
-            let words = walk.words;
-            let mut by_leaf: Vec<BTreeMap<Vec<u64>, Vec<u32>>> = vec![BTreeMap::new(); walk.leaves.len()];
-            for r in 0..rows {
-                if words == 1 {
-                    walk.fail_sets(tree, background.row(r), &mut slots);
-                } else {
-                    walk.fail_sets_wide(tree, background.row(r), &mut slots);
-                }
-                for (k, leaf) in walk.leaves.iter().enumerate() {
-                    let set = &slots[leaf.slot as usize * words..(leaf.slot as usize + 1) * words];
-                    match by_leaf[k].get_mut(set) {
-                        Some(members) => members.push(r as u32),
-                        None => {
-                            by_leaf[k].insert(set.to_vec(), vec![r as u32]);
-                        }
-                    }
-                }
+        for (mut groups, tree_members) in grouped {
+            let base = members.len() as u32;
+            for range in groups.iter_mut().flat_map(|g| g.ranges.iter_mut()) {
+                *range = (range.0 + base, range.1 + base);
             }
-            let groups = by_leaf
-                .into_iter()
-                .map(|sets| {
-                    let mut wide_sets = Vec::new();
-                    let (sets, ranges) = sets
-                        .into_iter()
-                        .map(|(set, rows)| {
-                            let first = members.len() as u32;
-                            members.extend_from_slice(&rows);
-                            if words > 1 {
-                                wide_sets.extend_from_slice(&set);
-                            }
-                            (set[0], (first, members.len() as u32))
-                        })
-                        .unzip();
-                    LeafGroups { sets, ranges, wide_sets }
-                })
-                .collect();
+            members.extend_from_slice(&tree_members);
             leaves.push(groups);
         }
+        let max_slots = walks.iter().map(|w| w.slots * w.words).max().unwrap_or(1);
         let widest = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
-        let max_slots = slots.len();
+        let most_groups = leaves.iter().flatten().map(|l: &LeafGroups| l.sets.len()).max().unwrap_or(0);
         if transform.needs_labels() {
             bias.clear();
         }
@@ -191,16 +204,28 @@ impl RescaledInterventional {
             background_margins: margins,
             bias,
             max_slots,
+            most_groups,
         })
     }
 
-    /// Adds the values of `rows` rows of `block` from `first` to `out` (each row G × (F+1));
-    /// `labels` (one per row of the block) are read by a loss only, which also writes each
-    /// row's bias. The rows go through each leaf together: a leaf's groups are read from memory
-    /// once for all of them (the whole model's groups, tens of MB for 100 trees of depth 8 and
-    /// 100 background rows, are too large for any cache). Each row's values are added in the
-    /// same order as alone (tree, leaf, group), so the bits do not depend on its neighbours.
-    fn explain_rows(&self, block: &FeatureBlock, first: usize, labels: Option<&[f64]>, scratch: &mut Scratch, out: &mut [f64]) {
+    /// Adds the values of the rows of `block` from `first` (as many as `out` holds, each
+    /// G × (F+1), at most [`ROWS_TOGETHER`]) to `out`; `labels` (one per row of the block) are
+    /// read by a loss only, which also writes each row's bias.
+    ///
+    /// The rows go through each leaf together: a leaf's groups are read from memory once for
+    /// all of them (the whole model's groups, tens of MB for 100 trees of depth 8 and 100
+    /// background rows, are too large for any cache), and one vector compare per group finds
+    /// the rows it shares something with. Groups are small (a few background rows each: most
+    /// fail sets are rare), so the work per (row, group) is what counts: a sum over the
+    /// group's rows, two weights, and the terms, with no loop over features: those of the
+    /// features only the background row fails go into the row's sums per path feature
+    /// (`Scratch::hot`, eight features a vector step, from the set's bits), those of the
+    /// features the explained row fails into one number per row (`cold`); each row touched
+    /// adds both to its values once per leaf (see [`add_group`](Self::add_group) and
+    /// [`add_leaf`]). A row's values are added in the same order as
+    /// alone (tree, leaf, group), so its bits do not depend on its neighbours.
+    #[inline(always)]
+    fn explain_pass<const AVX2: bool>(&self, block: &FeatureBlock, first: usize, labels: Option<&[f64]>, scratch: &mut Scratch, out: &mut [f64]) {
         let w = self.model.num_features() + 1;
         let (g, n) = (self.model.num_groups(), self.background_rows);
         let (width, per_row_scales, per_row_slots) = (g * w, g * n, self.max_slots);
@@ -247,51 +272,155 @@ impl RescaledInterventional {
                 continue;
             }
             // Rows past `rows` in a last, partly filled pass share nothing.
-            let live = (1u32 << rows) - 1;
-            for (leaf, groups) in walk.leaves.iter().zip(leaves) {
-                let mut x_fs = [0u64; ROWS_TOGETHER];
+            let live = (1u64 << rows) - 1;
+            let mut k = 0;
+            while k < walk.leaves.len() {
+                let (leaf, groups) = (&walk.leaves[k], &leaves[k]);
+                // A row not in the pass fails everything: it meets every group but those of
+                // no path feature (or, in a pair, none but the last), which are masked apart.
+                let mut x_fs = [u64::MAX; ROWS_TOGETHER];
                 for (r, x_f) in x_fs.iter_mut().enumerate().take(rows) {
                     *x_f = scratch.slots[r * per_row_slots + leaf.slot as usize];
                 }
-                for (k, &z_f) in groups.sets.iter().enumerate() {
-                    // Which rows the group shares something with, all rows at once (a loop
-                    // the compiler turns into vector compares, with no branch per row): none
-                    // when the sets meet (no hybrid reaches the leaf), nor when both rows reach
-                    // it.
-                    let mut sharing = 0u32;
-                    for (r, &x_f) in x_fs.iter().enumerate() {
-                        sharing |= u32::from(z_f & x_f == 0 && (z_f | x_f) != 0) << r;
+                let sums = Sums { steps: leaf.features.len().div_ceil(SLOTS_A_STEP), scales_at, per_row_scales, n };
+                // First the groups that share something with a row, and with which rows,
+                // into a list without a branch per group (whether one shares is a coin toss
+                // the branch predictor loses); then the work on those.
+                let shared = &mut scratch.shared[..groups.sets.len() + 1];
+                let mut found = 0;
+                if !groups.with_next {
+                    let reaching = rows_where(&x_fs, |x_f| x_f == 0);
+                    for (g, &z_f) in groups.sets.iter().enumerate() {
+                        // The rows whose set the group's does not meet (else no hybrid
+                        // reaches the leaf), all at once in vector compares; but not where
+                        // both rows reach the leaf (the empty group, first in a leaf's
+                        // increasing sets, and the rows that fail nothing).
+                        let mut sharing = disjoint_from::<AVX2>(z_f, &x_fs);
+                        if z_f == 0 {
+                            sharing &= live & !reaching;
+                        }
+                        shared[found] = (g as u32, sharing, 0);
+                        found += usize::from(sharing != 0);
                     }
-                    sharing &= live;
-                    if sharing == 0 {
-                        continue;
+                    let b = fail_counts(&x_fs, rows);
+                    let (mut cold, mut touched) = ([0.0f64; ROWS_TOGETHER], 0u64);
+                    for &(g, sharing, _) in &shared[..found] {
+                        let (z_f, (start, end)) = (groups.sets[g as usize], groups.ranges[g as usize]);
+                        touched |= sharing;
+                        self.add_group(
+                            &sums,
+                            z_f,
+                            &self.members[start as usize..end as usize],
+                            sharing,
+                            &b,
+                            &scratch.scales,
+                            &mut cold,
+                            &mut scratch.hot,
+                        );
                     }
-                    let (start, end) = groups.ranges[k];
+                    add_leaf(leaf, touched, &x_fs, &cold, &mut scratch.hot, &mut out[phi_at..], width);
+                    k += 1;
+                    continue;
+                }
+                // A first-split pair: the leaf and the next, whose fail sets are the leaf's
+                // with the last path feature's bit flipped, for the rows as for the groups.
+                let next = &walk.leaves[k + 1];
+                let last = 1u64 << (leaf.features.len() - 1);
+                let mut x_next = [u64::MAX; ROWS_TOGETHER];
+                let mut prefixes = [u64::MAX; ROWS_TOGETHER];
+                for r in 0..rows {
+                    x_next[r] = x_fs[r] ^ last;
+                    prefixes[r] = x_fs[r] & !last;
+                }
+                let to_leaf = rows_where(&x_fs, |x_f| x_f & last == 0) & live;
+                let to_next = live & !to_leaf;
+                let (reaching, reaching_next) = (rows_where(&x_fs, |x_f| x_f == 0), rows_where(&x_next, |x_f| x_f == 0));
+                for (g, &z_f) in groups.sets.iter().enumerate() {
+                    // Sets that meet on the shared features meet at both leaves; on the last
+                    // feature, a row fails it at one leaf and a group at one (its rows go
+                    // to the other leaf where `z_f` holds the bit).
+                    let mut sharing = disjoint_from::<AVX2>(z_f & !last, &prefixes);
+                    if z_f & !last == 0 {
+                        sharing &= live;
+                    }
+                    let (at_leaf, at_next) = if z_f & last != 0 { (sharing & to_leaf, sharing) } else { (sharing, sharing & to_next) };
+                    let at_leaf = if z_f == 0 { at_leaf & !reaching } else { at_leaf };
+                    let at_next = if z_f == last { at_next & !reaching_next } else { at_next };
+                    shared[found] = (g as u32, at_leaf, at_next);
+                    found += usize::from(at_leaf | at_next != 0);
+                }
+                let (b, b_next) = (fail_counts(&x_fs, rows), fail_counts(&x_next, rows));
+                let (mut cold, mut cold_next) = ([0.0f64; ROWS_TOGETHER], [0.0f64; ROWS_TOGETHER]);
+                let (mut touched, mut touched_next) = (0u64, 0u64);
+                for &(g, at_leaf, at_next) in &shared[..found] {
+                    let (z_f, (start, end)) = (groups.sets[g as usize], groups.ranges[g as usize]);
                     let members = &self.members[start as usize..end as usize];
-                    let a = z_f.count_ones() as usize;
-                    for_each_bit(u64::from(sharing), |r| {
-                        let x_f = x_fs[r];
-                        let b = x_f.count_ones() as usize;
-                        let scales = &scratch.scales[r * per_row_scales + scales_at..][..n];
-                        let phi = &mut out[r * width + phi_at..][..w];
-                        let scale: f64 = members.iter().map(|&z| scales[z as usize]).sum();
-                        let v = leaf.value * scale;
-                        if a > 0 {
-                            let hot = v * self.weights.hot(a, b);
-                            for_each_bit(z_f, |i| phi[leaf.features[i] as usize] += hot);
-                        }
-                        if b > 0 {
-                            let cold = v * self.weights.cold(a, b);
-                            for_each_bit(x_f, |j| phi[leaf.features[j] as usize] -= cold);
-                        }
-                    });
+                    touched |= at_leaf;
+                    touched_next |= at_next;
+                    self.add_group(&sums, z_f, members, at_leaf, &b, &scratch.scales, &mut cold, &mut scratch.hot);
+                    self.add_group(&sums, z_f ^ last, members, at_next, &b_next, &scratch.scales, &mut cold_next, &mut scratch.hot_next);
+                }
+                add_leaf(leaf, touched, &x_fs, &cold, &mut scratch.hot, &mut out[phi_at..], width);
+                add_leaf(next, touched_next, &x_next, &cold_next, &mut scratch.hot_next, &mut out[phi_at..], width);
+                k += 2;
+            }
+        }
+    }
+
+    /// Adds the terms of a group of a leaf (fail set `z_f`, background rows `members`) to the
+    /// leaf's sums of the rows in `sharing` (`b`: how many path features each fails): the
+    /// group's weight into `cold`, and into `hot`, per path feature the group fails, eight
+    /// features a vector step.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn add_group(
+        &self,
+        at: &Sums,
+        z_f: u64,
+        members: &[u32],
+        sharing: u64,
+        b: &[usize; ROWS_TOGETHER],
+        scales: &[f64],
+        cold: &mut [f64; ROWS_TOGETHER],
+        hot: &mut [[f64; MAX_INTERVENTIONAL_PATH_FEATURES]],
+    ) {
+        let (hot_by_b, cold_by_b) = self.weights.by_b(z_f.count_ones() as usize);
+        let mut rows_left = sharing;
+        while rows_left != 0 {
+            let r = rows_left.trailing_zeros() as usize;
+            rows_left &= rows_left - 1;
+            let scales = &scales[r * at.per_row_scales + at.scales_at..][..at.n];
+            // A group holds at least one background row.
+            let mut scale = scales[members[0] as usize];
+            for &z in &members[1..] {
+                scale += scales[z as usize];
+            }
+            cold[r] += scale * cold_by_b[b[r]];
+            let weight = scale * hot_by_b[b[r]];
+            let sums = &mut hot[r];
+            for step in 0..at.steps {
+                let bits = z_f >> (step * SLOTS_A_STEP);
+                let sums = &mut sums[step * SLOTS_A_STEP..][..SLOTS_A_STEP];
+                for (j, sum) in sums.iter_mut().enumerate() {
+                    *sum += if bits >> j & 1 != 0 { weight } else { 0.0 };
                 }
             }
         }
     }
-}
 
-impl RescaledInterventional {
+    /// [`explain_pass`](Self::explain_pass) in the copy compiled for this CPU's vectors.
+    fn explain_rows(&self, block: &FeatureBlock, first: usize, labels: Option<&[f64]>, scratch: &mut Scratch, out: &mut [f64]) {
+        #[cfg(target_arch = "x86_64")]
+        match simd_level() {
+            // SAFETY: the CPU has the features (`simd_level` detected them).
+            SimdLevel::Avx512 => return unsafe { explain_rows_avx512(self, block, first, labels, scratch, out) },
+            // SAFETY: as above.
+            SimdLevel::Avx2 => return unsafe { explain_rows_avx2(self, block, first, labels, scratch, out) },
+            SimdLevel::Portable => {}
+        }
+        self.explain_pass::<false>(block, first, labels, scratch, out)
+    }
+
     /// Rows a pass takes: [`ROWS_TOGETHER`], or fewer where their scales would take more than
     /// [`SCALES_BYTES_PER_TASK`].
     fn rows_together(&self) -> usize {
@@ -302,18 +431,13 @@ impl RescaledInterventional {
     /// Every row's values; `labels` (one per row) for a loss.
     fn values(&self, block: &FeatureBlock, labels: Option<&[f64]>) -> Result<Attributions> {
         let together = self.rows_together();
-        let g = self.model.num_groups();
-        let width = g * (self.model.num_features() + 1);
+        let width = self.model.num_groups() * (self.model.num_features() + 1);
         shap_by_task_from(
             &self.model,
             &self.bias,
             block,
             rows_per_task(block.rows()),
-            || Scratch {
-                slots: vec![0; together * self.max_slots],
-                margins: vec![0.0; together * g],
-                scales: vec![0.0; together * g * self.background_rows],
-            },
+            || Scratch::new(self, together),
             |scratch, first, chunk| {
                 for (i, rows) in chunk.chunks_mut(width * together).enumerate() {
                     self.explain_rows(block, first + i * together, labels, scratch, rows);
@@ -322,7 +446,7 @@ impl RescaledInterventional {
         )
     }
 
-    /// One wide tree's part of [`explain_rows`](Self::explain_rows): the same sums over fail
+    /// One wide tree's part of [`explain_pass`](Self::explain_pass): the same sums over fail
     /// sets of `walk.words` words (`fails`, per slot).
     fn wide_tree_row(&self, walk: &FailWalk, leaves: &[LeafGroups], fails: &[u64], scales: &[f64], phi: &mut [f64]) {
         let words = walk.words;
@@ -348,6 +472,165 @@ impl RescaledInterventional {
             }
         }
     }
+}
+
+/// The rows (bit `r` for `sets[r]`) whose set does not meet `set`. `AVX2` promises the CPU has
+/// it: four sets a compare, whose lanes' signs make four bits (the compiler's own vector code
+/// for the portable loop moved the lanes through shuffles and was a fifth of the pass).
+#[inline(always)]
+fn disjoint_from<const AVX2: bool>(set: u64, sets: &[u64; ROWS_TOGETHER]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        use std::arch::x86_64::*;
+        // SAFETY: `AVX2` is true only in the copies compiled for AVX2 or AVX-512, which run
+        // where the CPU has AVX2; each load reads four of the array's sixteen.
+        return unsafe {
+            let set = _mm256_set1_epi64x(set as i64);
+            let zero = _mm256_setzero_si256();
+            let mut bits = 0u64;
+            for quad in 0..ROWS_TOGETHER / 4 {
+                let four = _mm256_loadu_si256(sets.as_ptr().add(quad * 4).cast());
+                let empty = _mm256_cmpeq_epi64(_mm256_and_si256(set, four), zero);
+                bits |= (_mm256_movemask_pd(_mm256_castsi256_pd(empty)) as u64) << (quad * 4);
+            }
+            bits
+        };
+    }
+    let mut bits = 0u64;
+    for (r, &x) in sets.iter().enumerate() {
+        bits |= u64::from(set & x == 0) << r;
+    }
+    bits
+}
+
+/// One tree's background rows grouped by their fail set at each leaf (in increasing set then
+/// row order, so every sum over them runs in the same order on every run), with the member
+/// lists the groups' ranges number; the second leaf of a first-split pair of a one-word walk
+/// keeps no groups (see `LeafGroups::with_next`).
+fn group_by_fail_set(tree: &Tree, walk: &FailWalk, background: &FeatureBlock) -> (Vec<LeafGroups>, Vec<u32>) {
+    let (words, rows, leaves) = (walk.words, background.rows(), walk.leaves.len());
+    let mut slots = vec![0u64; walk.slots * words];
+    // Per leaf, each background row's fail set there.
+    let mut sets = vec![0u64; leaves * rows * words];
+    for r in 0..rows {
+        if words == 1 {
+            walk.fail_sets(tree, background.row(r), &mut slots);
+        } else {
+            walk.fail_sets_wide(tree, background.row(r), &mut slots);
+        }
+        for (k, leaf) in walk.leaves.iter().enumerate() {
+            sets[(k * rows + r) * words..][..words].copy_from_slice(&slots[leaf.slot as usize * words..][..words]);
+        }
+    }
+    let (mut groups, mut members) = (Vec::<LeafGroups>::with_capacity(leaves), Vec::new());
+    let mut order: Vec<u32> = Vec::with_capacity(rows);
+    for k in 0..leaves {
+        if groups.last().is_some_and(|left| left.with_next) {
+            groups.push(LeafGroups { sets: Vec::new(), ranges: Vec::new(), wide_sets: Vec::new(), with_next: false });
+            continue;
+        }
+        let set_of = |r: u32| &sets[(k * rows + r as usize) * words..][..words];
+        order.clear();
+        order.extend(0..rows as u32);
+        // Stable: a set's rows stay in increasing order.
+        order.sort_by(|&a, &b| set_of(a).cmp(set_of(b)));
+        let mut leaf = LeafGroups {
+            sets: Vec::new(),
+            ranges: Vec::new(),
+            wide_sets: Vec::new(),
+            with_next: words == 1 && walk.leaves[k].first_split_pair && k + 1 < leaves,
+        };
+        for same in order.chunk_by(|&a, &b| set_of(a) == set_of(b)) {
+            let set = set_of(same[0]);
+            let first = members.len() as u32;
+            members.extend_from_slice(same);
+            leaf.sets.push(set[0]);
+            leaf.ranges.push((first, members.len() as u32));
+            if words > 1 {
+                leaf.wide_sets.extend_from_slice(set);
+            }
+        }
+        groups.push(leaf);
+    }
+    (groups, members)
+}
+
+/// Where a leaf's sums read a pass's scales, and how many vector steps its path features take.
+struct Sums {
+    steps: usize,
+    scales_at: usize,
+    per_row_scales: usize,
+    n: usize,
+}
+
+/// The rows (bit `r` for `sets[r]`) whose set `test` holds for.
+#[inline(always)]
+fn rows_where(sets: &[u64; ROWS_TOGETHER], test: impl Fn(u64) -> bool) -> u64 {
+    sets.iter().enumerate().fold(0, |rows, (r, &x)| rows | u64::from(test(x)) << r)
+}
+
+/// How many path features each of the pass's `rows` rows fails.
+#[inline(always)]
+fn fail_counts(sets: &[u64; ROWS_TOGETHER], rows: usize) -> [usize; ROWS_TOGETHER] {
+    let mut b = [0; ROWS_TOGETHER];
+    for r in 0..rows {
+        b[r] = sets[r].count_ones() as usize;
+    }
+    b
+}
+
+/// Each row in `touched` adds its sums for `leaf` to its values (`out` from the tree's group,
+/// `width` a row) and clears them: per path feature its `hot` sum, or, for those it fails
+/// (`x_fs`), minus its `cold` sum (no group it shares with fails them).
+#[inline(always)]
+fn add_leaf(
+    leaf: &LeafPath,
+    mut touched: u64,
+    x_fs: &[u64; ROWS_TOGETHER],
+    cold: &[f64; ROWS_TOGETHER],
+    hot: &mut [[f64; MAX_INTERVENTIONAL_PATH_FEATURES]],
+    out: &mut [f64],
+    width: usize,
+) {
+    while touched != 0 {
+        let r = touched.trailing_zeros() as usize;
+        touched &= touched - 1;
+        let phi = &mut out[r * width..];
+        let (x_f, cold, sums) = (x_fs[r], cold[r], &mut hot[r]);
+        for (i, (&feature, sum)) in leaf.features.iter().zip(sums.iter_mut()).enumerate() {
+            let term = if x_f >> i & 1 != 0 { -cold } else { *sum };
+            phi[feature as usize] += leaf.value * term;
+            *sum = 0.0;
+        }
+    }
+}
+
+/// [`RescaledInterventional::explain_pass`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,popcnt")]
+unsafe fn explain_rows_avx2(
+    e: &RescaledInterventional,
+    block: &FeatureBlock,
+    first: usize,
+    labels: Option<&[f64]>,
+    scratch: &mut Scratch,
+    out: &mut [f64],
+) {
+    e.explain_pass::<true>(block, first, labels, scratch, out)
+}
+
+/// [`RescaledInterventional::explain_pass`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,popcnt")]
+unsafe fn explain_rows_avx512(
+    e: &RescaledInterventional,
+    block: &FeatureBlock,
+    first: usize,
+    labels: Option<&[f64]>,
+    scratch: &mut Scratch,
+    out: &mut [f64],
+) {
+    e.explain_pass::<true>(block, first, labels, scratch, out)
 }
 
 impl Engine for RescaledInterventional {
@@ -395,6 +678,17 @@ mod tests {
     use crate::engine::interventional::InterventionalReference;
     use crate::test_fixtures::{block_rows as rows, fixtures, max_row_rel_error};
 
+    /// More rows than a pass takes, so a block goes through the leaves in several passes, a
+    /// last one partly filled: the fixture's rows from `from` on, again from `from` where
+    /// they run out.
+    fn more_rows_than_a_pass(block: &FeatureBlock, from: usize) -> FeatureBlock {
+        let cols = block.cols();
+        let rows = ROWS_TOGETHER + 5;
+        let values = (0..rows).flat_map(|r| block.row(from + r % (block.rows() - from)).to_vec()).collect::<Vec<_>>();
+        assert_eq!(values.len(), rows * cols);
+        FeatureBlock::new(rows, cols, values, crate::model::Precision::F64)
+    }
+
     #[test]
     fn identity_is_the_interventional_reference_on_every_fixture() {
         for f in &fixtures() {
@@ -410,13 +704,11 @@ mod tests {
 
     #[test]
     fn rows_explained_together_give_the_bits_of_each_row_alone() {
-        // More rows than ROWS_TOGETHER, so the block goes through the leaves in several passes,
-        // a last one partly filled; on one and two threads (other task boundaries).
+        // On one and two threads (other task boundaries).
         for f in &fixtures() {
             let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
             let background = rows(&f.block, 0, 12);
-            let explained = rows(&f.block, 12, f.block.rows().min(12 + ROWS_TOGETHER + 5));
-            assert!(explained.rows() > ROWS_TOGETHER, "{}: too few rows to fill a pass", f.name);
+            let explained = more_rows_than_a_pass(&f.block, 12);
             let engine = RescaledInterventional::new(prepared, &background, OutputTransform::Logistic, 1 << 30).unwrap();
             for threads in [1, 2] {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
@@ -430,6 +722,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_compiled_copy_gives_the_same_bits() {
+        // A regressor's margins can be far enough from 0 that the logistic is flat there and
+        // every value 0; most fixtures have some.
+        let mut with_values = 0;
+        let fixtures = fixtures();
+        for f in &fixtures {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let background = rows(&f.block, 0, 12);
+            let explained = more_rows_than_a_pass(&f.block, 12);
+            let engine = RescaledInterventional::new(prepared, &background, OutputTransform::Logistic, 1 << 30).unwrap();
+            let width = f.model.num_groups() * (f.model.num_features() + 1);
+            // Each copy over the block, pass by pass, as `values` runs them.
+            let run = |pass: &dyn Fn(usize, &mut Scratch, &mut [f64])| {
+                let mut out = vec![0.0; explained.rows() * width];
+                let mut scratch = Scratch::new(&engine, ROWS_TOGETHER);
+                for (i, rows) in out.chunks_mut(width * ROWS_TOGETHER).enumerate() {
+                    pass(i * ROWS_TOGETHER, &mut scratch, rows);
+                }
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let portable = run(&|first, s, out| engine.explain_pass::<false>(&explained, first, None, s, out));
+            with_values += usize::from(portable.iter().any(|&v| f64::from_bits(v) != 0.0));
+            #[cfg(target_arch = "x86_64")]
+            {
+                let level = simd_level();
+                if level != SimdLevel::Portable {
+                    // SAFETY: the CPU has AVX2 (and FMA).
+                    assert_eq!(
+                        portable,
+                        run(&|first, s, out| unsafe { explain_rows_avx2(&engine, &explained, first, None, s, out) }),
+                        "{}: AVX2",
+                        f.name
+                    );
+                }
+                if level == SimdLevel::Avx512 {
+                    // SAFETY: the CPU has AVX-512F (and FMA).
+                    assert_eq!(
+                        portable,
+                        run(&|first, s, out| unsafe { explain_rows_avx512(&engine, &explained, first, None, s, out) }),
+                        "{}: AVX-512",
+                        f.name
+                    );
+                }
+            }
+        }
+        assert!(with_values * 2 > fixtures.len(), "{with_values} of {} fixtures have values", fixtures.len());
     }
 
     #[test]
