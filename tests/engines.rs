@@ -143,6 +143,27 @@ fn results_do_not_depend_on_the_thread_count() {
     }
 }
 
+/// A call of one row (an online request) takes its own walk in `linear` (two flat passes over
+/// the splits); every fixture's rows (categorical splits, LightGBM's zero-as-missing, vector
+/// leaves, multiclass, CatBoost's trees) get the bits alone that they get in the block.
+#[test]
+fn linear_gives_a_row_alone_the_bits_it_has_in_a_block() {
+    for f in fixtures() {
+        let block = f.block();
+        let e = engine(&f, Algorithm::Linear);
+        let together = e.shap(&block).unwrap();
+        assert!(together.values.iter().any(|v| *v != 0.0), "{}: the model attributes something", f.name);
+        for r in (0..block.rows()).step_by(block.rows().div_ceil(7).max(1)) {
+            // The row as a front end gives it: its own one-row batch.
+            let alone = e.shap(&f.model.feature_block(&f.batch.slice(r, 1)).unwrap()).unwrap();
+            for g in 0..f.model.num_groups() {
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+                assert_eq!(bits(alone.row(0, g)), bits(together.row(r, g)), "{}: row {r}, output {g}", f.name);
+            }
+        }
+    }
+}
+
 /// The scikit-learn, CatBoost and Spark ML fixtures: every engine within 1e-6 of the largest
 /// |phi| of each row (of the references: shap for scikit-learn and Spark, CatBoost's own
 /// values, brute force where the fixture says so), SHAP and interaction values. The worst

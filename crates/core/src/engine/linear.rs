@@ -1,8 +1,8 @@
 //! `linear`: exact TreeSHAP in one top-down and one bottom-up pass over the nodes (the form of
 //! Linear TreeSHAP), with the Shapley weights integrated by the Gauss–Legendre rule of
 //! [`quadrature`](super::quadrature); sixteen rows at a time, one per SIMD lane (four for a
-//! call of two to four rows: see [`SMALL_LANES`]; a row alone, for its SHAP values, walks with
-//! its quadrature points in the lanes: see [`walk_row`]).
+//! call of two to four rows: see [`SMALL_LANES`]; a row alone, for its SHAP values, takes two
+//! flat passes over the splits in post-order instead: see [`row`]).
 //!
 //! Notation as in `quadrature`: on a leaf's path, feature j has merged cover fraction `z_j` and
 //! is hot (`o_j = 1`) when the row follows every split on it, cold (`o_j = 0`) otherwise. With
@@ -68,9 +68,11 @@
 //! model's, not the thread count's or the block's. Such a block's last 1-4 rows walk in a lane
 //! group of four ([`narrow_tail`]): 50 rows are three groups of sixteen and one of four.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
+
+mod row;
 
 use super::block::FeatureBlock;
 use super::decision::Decision;
@@ -107,7 +109,7 @@ pub(crate) const LANES: usize = 16;
 /// are paid once a group), so four lanes cost about 0.6 of sixteen (medium-8f, one thread:
 /// 1.22 against 2.05 ms a group) and two groups of four already cost more than one of sixteen.
 /// Every lane computes what it would in a wider group, so the bits are the same. (A call of one
-/// row takes a lane group of one and, for its SHAP values, [`walk_row`].)
+/// row takes a lane group of one and, for its SHAP values, [`row::walk_alone`].)
 pub(crate) const SMALL_LANES: usize = 4;
 
 /// Whether a call of `rows` rows walks in lane groups of [`SMALL_LANES`] (else [`LANES`]): the
@@ -117,7 +119,7 @@ const fn in_small_lane_groups(rows: usize) -> bool {
 }
 
 /// Whether a call of `rows` rows takes, for its SHAP values, a lane group of one and
-/// [`walk_row`] (interactions keep [`SMALL_LANES`]): the one rule the dispatch and its tests read.
+/// [`row::walk_alone`] (interactions keep [`SMALL_LANES`]): the one rule the dispatch and its tests read.
 const fn walks_alone(rows: usize) -> bool {
     rows == 1
 }
@@ -255,6 +257,8 @@ struct LinearTree {
     depth: usize,
     /// Most distinct features on a path.
     width: usize,
+    /// The splits laid out for a row alone ([`row::walk_alone`]), at the first call of one row.
+    row: OnceLock<row::RowTree>,
 }
 
 /// The point counts `lo..=hi` as a mask of [`leaf_groups`]' bits (bit `k − 1` for `k` points).
@@ -412,7 +416,7 @@ impl LinearTree {
             .iter()
             .flat_map(|s| t.iter().map(move |&t| if s.prev.is_some() { 1.0 / (s.z_prev + (1.0 - s.z_prev) * t) } else { 1.0 }))
             .collect();
-        LinearTree { source: index, splits, t, w, cold_ratio, inv_prev, depth, width: distinct }
+        LinearTree { source: index, splits, t, w, cold_ratio, inv_prev, depth, width: distinct, row: OnceLock::new() }
     }
 
     fn points(&self) -> usize {
@@ -553,6 +557,8 @@ struct Scratch<const N: usize> {
     /// Per split of the current tree: (lanes going left, lanes hot above on its feature).
     masks: Vec<(u32, u32)>,
     walk: WalkStack<N>,
+    /// The one-row walk's values ([`row::walk_alone`]).
+    row: row::RowScratch,
 }
 
 /// The explicit stack of the walk, one level per depth.
@@ -578,9 +584,6 @@ struct WalkStack<const N: usize> {
     path_len: Vec<usize>,
     path_ratios: Vec<Lanes<N>>,
     path_saved: Vec<Lanes<N>>,
-    /// The one-row walk ([`walk_row`]) only: per level, `LEVEL_SLOTS` runs of K values, one
-    /// per quadrature point, where the lane walk keeps K lane groups.
-    row_values: Vec<f64>,
 }
 
 /// Slots of K lanes per level of [`WalkStack::<N>::values`].
@@ -599,9 +602,6 @@ impl<const N: usize> WalkStack<N> {
         self.values.resize(levels * LEVEL_SLOTS * points, Lanes::<N>::default());
         self.terms.resize(points, Lanes::<N>::default());
         self.sink.resize(points, Lanes::<N>::default());
-        if N == 1 {
-            self.row_values.resize(levels * LEVEL_SLOTS * points, 0.0);
-        }
         if pairs {
             self.path_features.resize(width, 0);
             self.path_len.resize(levels, 0);
@@ -618,8 +618,6 @@ impl<const N: usize> WalkStack<N> {
         let pair_path = if pairs { width.saturating_mul(4 + points * lanes) } else { 0 };
         // The terms and the sink: K lanes each.
         let per_tree = 2 * points * lanes;
-        // The one-row walk's values: K a slot.
-        let per_level = per_level + if N == 1 { LEVEL_SLOTS * points * size_of::<f64>() } else { 0 };
         levels.saturating_mul(per_level + pair_level).saturating_add(pair_path).saturating_add(per_tree)
     }
 }
@@ -929,128 +927,6 @@ fn walk<const PAIRS: bool, const K: usize, const N: usize>(
     }
 }
 
-/// The walk of [`walk`] (SHAP values) for a lane group of one row (`N` = 1), with the K
-/// quadrature points where the lanes were: a split's values at its K points are one short
-/// array (the compiler pairs some of their operations into vector ones), where a lane group of
-/// four spends a vector operation per point on three empty lanes. Each point's value takes the
-/// same operations in the same order as its lane does in [`walk`] (the sums over the points,
-/// too, run in the order of the points), so a row has the same bits alone as in a lane group of
-/// sixteen. Measured (`benchmarks/serving.py`'s model, 100 trees of depth 8, 2 threads): 0.84-0.86
-/// of the four-lane group's time for one row; what is left is the walk's control flow, the
-/// split's directions and its coefficients, which a lane group shares and one row pays alone.
-#[inline(always)]
-fn walk_row<const K: usize, const N: usize>(lt: &LinearTree, masks: &[(u32, u32)], phi: &mut [Lanes<N>], s: &mut WalkStack<N>) {
-    // Not a `const` assertion: the copies for wider lane groups name this function in a branch
-    // their constants rule out, and a constant assertion fails there all the same.
-    debug_assert!(K > 0 && N == 1 && K == lt.points(), "walk_row: a copy per point count, for one row");
-    let points = |v: &[f64]| -> [f64; K] { std::array::from_fn(|k| v[k]) };
-    let (t, w) = (points(&lt.t), points(&lt.w));
-    let WalkStack { split: at_split, stage, coefficients, row_values: values, .. } = s;
-    let slot = |level: usize, slot: usize| (level * LEVEL_SLOTS + slot) * K;
-    let get = |values: &[f64], at: usize| points(&values[at..at + K]);
-    let put = |values: &mut [f64], at: usize, v: [f64; K]| values[at..at + K].copy_from_slice(&v);
-    // The root's A is the quadrature weights, so the terms come out integrated.
-    put(values, slot(0, A), w);
-    at_split[0] = 0;
-    stage[0] = 0;
-    let mut d = 0usize;
-    loop {
-        let p = at_split[d] as usize;
-        let split = &lt.splits[p];
-        if stage[d] == 0 {
-            let co = &mut coefficients[d];
-            let (left, hot) = masks[p];
-            co.set(split, left, hot);
-            if co.repeated {
-                let inv = points(&lt.inv_prev[p * K..(p + 1) * K]);
-                let (sel, beta) = (co.sel[0], co.beta[0]);
-                for side in 0..2 {
-                    let (a, c) = (co.a[side][0], co.c[side][0]);
-                    let (mut g, mut e) = ([0.0; K], [0.0; K]);
-                    for k in 0..K {
-                        let s = 1.0 + sel * (inv[k] - 1.0);
-                        g[k] = s * c.mul_add(t[k], a);
-                        e[k] = s * (-beta).mul_add(g[k], c);
-                    }
-                    put(values, slot(d, G[side]), g);
-                    put(values, slot(d, E[side]), e);
-                }
-            } else if let [Child::Leaf(vl), Child::Leaf(vr)] = split.children {
-                // Two leaves under a first split: as in `walk`, B = Z + t·E.
-                let e = co.c[0][0].mul_add(vl, co.c[1][0] * vr);
-                let z = co.a[0][0].mul_add(vl, co.a[1][0] * vr);
-                let a = get(values, slot(d, A));
-                let mut a_sum = 0.0;
-                for a in a {
-                    a_sum += a;
-                }
-                if d > 0 {
-                    put(values, slot(d - 1, B[stage[d - 1] as usize - 1]), std::array::from_fn(|k| e.mul_add(t[k], z)));
-                }
-                phi[split.feature as usize][0] += a_sum * e;
-                if d == 0 {
-                    return;
-                }
-                d -= 1;
-                continue;
-            }
-        }
-        let co = &coefficients[d];
-        let mut descended = false;
-        while stage[d] < 2 {
-            let side = stage[d] as usize;
-            stage[d] += 1;
-            match split.children[side] {
-                Child::Leaf(v) => put(values, slot(d, B[side]), [v; K]),
-                Child::Split(c) => {
-                    let a = get(values, slot(d, A));
-                    let g = if co.repeated {
-                        get(values, slot(d, G[side]))
-                    } else {
-                        let (a, c) = (co.a[side][0], co.c[side][0]);
-                        std::array::from_fn(|k| c.mul_add(t[k], a))
-                    };
-                    put(values, slot(d + 1, A), std::array::from_fn(|k| a[k] * g[k]));
-                    at_split[d + 1] = c;
-                    stage[d + 1] = 0;
-                    descended = true;
-                    break;
-                }
-            }
-        }
-        if descended {
-            d += 1;
-            continue;
-        }
-        // Both children's B are in: the split's terms (`inner`, before A) and its own B.
-        let (a, bl, br) = (get(values, slot(d, A)), get(values, slot(d, B[0])), get(values, slot(d, B[1])));
-        let (mut b, mut inner) = ([0.0; K], [0.0; K]);
-        if co.repeated {
-            let (gl, gr, el, er) = (get(values, slot(d, G[0])), get(values, slot(d, G[1])), get(values, slot(d, E[0])), get(values, slot(d, E[1])));
-            for k in 0..K {
-                b[k] = gl[k].mul_add(bl[k], gr[k] * br[k]);
-                inner[k] = el[k].mul_add(bl[k], er[k] * br[k]);
-            }
-        } else {
-            let ([al, ar], [cl, cr]) = ([co.a[0][0], co.a[1][0]], [co.c[0][0], co.c[1][0]]);
-            for k in 0..K {
-                inner[k] = cl.mul_add(bl[k], cr * br[k]);
-                b[k] = inner[k].mul_add(t[k], al.mul_add(bl[k], ar * br[k]));
-            }
-        }
-        let mut acc = 0.0;
-        for k in 0..K {
-            acc = a[k].mul_add(inner[k], acc);
-        }
-        phi[split.feature as usize][0] += acc;
-        if d == 0 {
-            return;
-        }
-        put(values, slot(d - 1, B[stage[d - 1] as usize - 1]), b);
-        d -= 1;
-    }
-}
-
 /// `acc += a · inner`, lane by lane. A function, not a closure: a closure in the walk is not
 /// always inlined (with sixteen lanes the general copy's was not), and out of line it has no FMA,
 /// so each `mul_add` became a call to the software `fma` (15x slower on depth-16 trees).
@@ -1156,7 +1032,10 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
         }
-        s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
+        // A row alone walks flat (`row::walk_alone`) for up to 8 points, without the stack.
+        if !(N == 1 && !PAIRS && lt.points() <= 8) {
+            s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
+        }
         // SHAP values walk a copy compiled for the tree's point count, up to 8 (paths of up to
         // 16 distinct features, XGBoost's max_depth 16): its loops unrolled and its offsets
         // constant, up to 14 % faster than the general copy (measured on a noisy machine; 7 and
@@ -1190,14 +1069,15 @@ unsafe fn walk_tree<const PAIRS: bool, const K: usize, const AVX2: bool, const N
     s: &mut Scratch<N>,
 ) {
     for lane_group in 0..groups {
-        // SAFETY: the caller's promise.
-        unsafe { directions::<AVX2, N>(tree, lt, &s.xs[lane_group * f..(lane_group + 1) * f], &mut s.masks) };
+        let xs = &s.xs[lane_group * f..(lane_group + 1) * f];
         let at = lane_group * g + tree.group;
         let phi = &mut s.phi[at * f..(at + 1) * f];
         if N == 1 && !PAIRS && K > 0 {
-            walk_row::<K, N>(lt, &s.masks, phi, &mut s.walk);
+            row::walk_alone::<K, N>(&row::RowWalk { tree, lt, xs }, phi, &mut s.row);
             continue;
         }
+        // SAFETY: the caller's promise.
+        unsafe { directions::<AVX2, N>(tree, lt, xs, &mut s.masks) };
         let pairs = if PAIRS { &mut s.pairs[at * f * f..(at + 1) * f * f] } else { &mut [][..] };
         walk::<PAIRS, K, N>(lt, &s.masks, phi, pairs, &mut s.walk);
     }
@@ -1707,16 +1587,16 @@ mod tests {
     fn every_compiled_copy_gives_the_same_bits() {
         compiled_copies_agree::<LANES>();
         compiled_copies_agree::<SMALL_LANES>();
-        // One row: `walk_row` for 1-8 points against the lane walk (interactions and the
+        // One row: `row::walk_alone` for 1-8 points against the lane walk (interactions and the
         // general copy) in a lane group of one.
         compiled_copies_agree::<1>();
     }
 
     #[test]
-    fn a_row_alone_walks_its_points_in_the_lanes_with_the_bits_of_a_large_block() {
+    fn a_row_alone_walks_flat_with_the_bits_of_a_large_block() {
         let (features, mut seed) = (20usize, 23u64);
         // Two chunks (so that two threads share one row's trees); parts of 1-8 points (a copy of
-        // `walk_row` per point count; `compiled_copies_agree::<1>` has 7 and 8) and of more (the
+        // `row::walk_alone` per point count; `compiled_copies_agree::<1>` has 7 and 8) and of more (the
         // lane walk's general copy, in a lane group of one); repeated features on the full trees.
         let mut trees: Vec<Tree> = (0..TREES_PER_CHUNK + 4).map(|_| tree(&mut seed, 6, 9)).collect();
         trees.extend([12, 16, features].map(|width| lopsided(width, &mut seed)));
