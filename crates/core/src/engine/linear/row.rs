@@ -263,10 +263,10 @@ fn walk_padded<const K: usize, const W: usize, const N: usize>(walk: &RowWalk<'_
     // The padding's points: t = 0 and w = 0 (their values stay finite and no sum reads them).
     let points = |v: &[f64]| -> [f64; W] { std::array::from_fn(|k| if k < K { v[k] } else { 0.0 }) };
     let (t, w) = (points(&lt.t), points(&lt.w));
-    // Grown, never shrunk: every value a walk reads it has written first (down before up), but
-    // for slot n's, which it reads and does not take.
-    // Slot n: where a leaf child's B and a first split's `prev` point (the walk reads them
-    // and picks the leaf's value or "hot" instead), so that no split's kind takes a branch.
+    // Grown, never shrunk: every value a walk takes it has written first (down before up). One
+    // slot more than splits, slot n: where a leaf child's B and a first split's `prev` point, so
+    // that they are read without a branch (a leaf's B is then picked from its value, and slot
+    // n's direction, set below, makes a first split hot).
     if s.directions.len() < n + 1 {
         s.coefficients.resize(n + 1, [0.0; 4]);
         s.directions.resize(n + 1, 0);
