@@ -67,8 +67,6 @@ struct RowSplit {
     /// Each child's split, or [`NONE`] for a leaf, whose value is in `leaf`.
     children: [u32; 2],
     leaf: [f64; 2],
-    /// [`FIRST`], [`LEAF`]`[side]`: the kind of split, for the walk's branch-free choices.
-    kind: u8,
     /// Cover fractions of the left and right edge, and the feature's merged fraction above.
     z: [f64; 2],
     z_prev: f64,
@@ -113,11 +111,7 @@ impl RowTree {
                         Child::Leaf(v) => leaf[side] = v,
                     }
                 }
-                let kind = if split.prev.is_none() { FIRST } else { 0 }
-                    | if children[0] == NONE { LEAF[0] } else { 0 }
-                    | if children[1] == NONE { LEAF[1] } else { 0 };
                 RowSplit {
-                    kind,
                     decision: split.decision,
                     feature: split.feature,
                     parent: NONE,
@@ -162,7 +156,7 @@ impl RowTree {
 }
 
 /// Per-split values of [`walk_alone`], reused across trees: [`padded`]`(K)` values a slot, for
-/// each split and one more (slot n, see the walk).
+/// each split and one more (slot n, see the walk); a direction for each split and slot n.
 #[derive(Default)]
 pub(super) struct RowScratch {
     /// Per split: A, B, the children's factors G and (repeated splits) terms E.
@@ -181,12 +175,10 @@ const G: [usize; 2] = [2, 3];
 const E: [usize; 2] = [4, 5];
 const LEFT: u8 = 1;
 const HOT: u8 = 2;
-/// [`RowSplit::kind`]: the path meets the split's feature here first; a child is a leaf.
-const FIRST: u8 = 1;
-const LEAF: [u8; 2] = [2, 4];
 
-/// `x` where `take`, else `y`, by their bits: no branch on the split's kind (which follows the
-/// tree's shape, and the CPU would mispredict it), and no arithmetic on the value not taken.
+/// `x` where `take`, else `y`, by their bits: no branch on whether a child is a leaf (which
+/// follows the tree's shape, and the CPU would mispredict it), and no arithmetic on the value
+/// not taken.
 #[inline(always)]
 fn pick<const W: usize>(take: bool, x: [f64; W], y: [f64; W]) -> [f64; W] {
     let m = (take as u64).wrapping_neg();
@@ -268,7 +260,7 @@ fn walk_padded<const K: usize, const W: usize, const N: usize>(walk: &RowWalk<'_
     // that they are read without a branch (a leaf's B is then picked from its value, and slot
     // n's direction, set below, makes a first split hot).
     if s.directions.len() < n + 1 {
-        s.coefficients.resize(n + 1, [0.0; 4]);
+        s.coefficients.resize(n, [0.0; 4]);
         s.directions.resize(n + 1, 0);
     }
     if s.values.len() < (n + 1) * SLOTS * W {
@@ -326,14 +318,13 @@ fn walk_padded<const K: usize, const W: usize, const N: usize>(walk: &RowWalk<'_
     }
 
     // Up: children first, each split's B for its parent and its terms, added to the row's sums
-    // in the walk's order (post-order). Both of the walk's forms are computed and the split's
-    // own is picked: a first split's (from its slopes) or a repeated split's (from its factors
-    // and terms); and two leaves under a first split take the slope times the sum of A, as in
-    // the walk (its B is the general form's, the same operations).
+    // in the walk's order (post-order), in the walk's form for the split: two leaves under a
+    // first split, a first split's (from its slopes), or a repeated split's (from its factors
+    // and terms).
     for (p, (split, &[al, ar, cl, cr])) in rt.splits.iter().zip(coefficients.iter()).enumerate() {
         let a: [f64; W] = unsafe { get(values, at::<W>(p, A)) };
-        let first = split.kind & FIRST != 0;
-        let leaf = [split.kind & LEAF[0] != 0, split.kind & LEAF[1] != 0];
+        let first = split.prev == NONE;
+        let leaf = split.children.map(|c| c == NONE);
         let (b, term) = if first & leaf[0] & leaf[1] {
             // Two leaves under a first split: as in the walk, B = Z + t·E, and the terms are
             // the slope E times the sum of A.
