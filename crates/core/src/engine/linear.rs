@@ -124,6 +124,13 @@ const fn walks_alone(rows: usize) -> bool {
     rows == 1
 }
 
+/// Whether a lane group of `N` rows walks a tree of `points` quadrature points flat
+/// ([`row::walk_alone`], which has a copy for 1 to 8 points) instead of in [`walk`]: a row
+/// alone, for its SHAP values. The one rule the walk's set-up and its dispatch read.
+const fn walks_flat<const PAIRS: bool, const N: usize>(points: usize) -> bool {
+    N == 1 && !PAIRS && matches!(points, 1..=8)
+}
+
 /// A block of `rows` shared by trees, in lane groups of `N`: how many rows go in whole lane
 /// groups of `N` and how many (at most [`SMALL_LANES`], else none) in a narrow group after
 /// them. A narrow group costs about 0.6 of a wide one (see [`SMALL_LANES`]), so 50 rows of a
@@ -1032,8 +1039,8 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
         }
-        // A row alone walks flat (`row::walk_alone`) for up to 8 points, without the stack.
-        if !(N == 1 && !PAIRS && lt.points() <= 8) {
+        // A row alone walks flat, without the stack.
+        if !walks_flat::<PAIRS, N>(lt.points()) {
             s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
         }
         // SHAP values walk a copy compiled for the tree's point count, up to 8 (paths of up to
@@ -1072,7 +1079,7 @@ unsafe fn walk_tree<const PAIRS: bool, const K: usize, const AVX2: bool, const N
         let xs = &s.xs[lane_group * f..(lane_group + 1) * f];
         let at = lane_group * g + tree.group;
         let phi = &mut s.phi[at * f..(at + 1) * f];
-        if N == 1 && !PAIRS && K > 0 {
+        if walks_flat::<PAIRS, N>(K) {
             row::walk_alone::<K, N>(&row::RowWalk { tree, lt, xs }, phi, &mut s.row);
             continue;
         }
