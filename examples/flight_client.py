@@ -53,9 +53,22 @@ def explain(client, model, table, output="shap", options=None, batch_rows=65536)
     with writer:
         writer.begin(table.schema)
         receiver.start()
-        for batch in table.to_batches(max_chunksize=batch_rows):
-            writer.write_batch(batch)
-        writer.done_writing()
+        try:
+            for batch in table.to_batches(max_chunksize=batch_rows):
+                writer.write_batch(batch)
+            writer.done_writing()
+        except Exception:
+            # The worker ended the call first (a refused batch, say): the reader has its error.
+            # Close our side, and let the reader finish before the writer is closed: gRPC
+            # aborts the process when one call is closed while another thread reads from it.
+            try:
+                writer.done_writing()
+            except Exception:
+                pass
+            receiver.join()
+            if "error" in result:
+                raise result["error"] from None
+            raise
         receiver.join()
     if "error" in result:
         raise result["error"]
