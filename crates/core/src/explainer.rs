@@ -157,6 +157,22 @@ impl Explainer {
         &self.engine
     }
 
+    /// Runs `job` with this explainer on its compute threads and returns at once, for async
+    /// servers: a request reaches the pool in one hand-off, and no thread of the caller's is
+    /// held waiting for it (the synchronous calls above, made from outside the pool, each park
+    /// their thread until the pool is done, so a server would need a blocking thread per batch
+    /// in flight). A panic in `job` ends `job` only (the panic hook reports it); the caller
+    /// learns of it by what `job` did not do, such as a channel's sender dropped unsent.
+    pub fn spawn(&self, job: impl FnOnce(&Explainer) + Send + 'static) {
+        let explainer = self.clone();
+        self.pool.spawn(move || {
+            // Unwinding out of a spawned job would abort the process (rayon's default).
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&explainer))).is_err() {
+                tracing::error!("a compute job panicked; its request fails, the process goes on");
+            }
+        });
+    }
+
     /// Compute threads in this explainer's pool.
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
@@ -354,6 +370,27 @@ mod tests {
                     assert!((a.value(r) - b.value(r)).abs() < 1e-12, "{name} row {r}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_spawned_job_answers_as_a_call_does_and_a_panicking_one_ends_alone() {
+        let model = fixture_model();
+        let rows = shuffled_rows(&model, 5);
+        let explainer = Explainer::builder(model).threads(2).build().unwrap();
+        let want = explainer.output_columns(&rows, OutputKind::Shap).unwrap();
+        let (sender, panicked) = std::sync::mpsc::channel::<()>();
+        explainer.spawn(move |_| {
+            let _unsent = sender;
+            panic!("a job that fails");
+        });
+        // Its sender was dropped unsent: what the worker reads as a failed request.
+        assert!(panicked.recv().is_err());
+        let (sender, answered) = std::sync::mpsc::channel();
+        explainer.spawn(move |e| sender.send(e.output_columns(&rows, OutputKind::Shap).unwrap()).unwrap());
+        let got = answered.recv().unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert_eq!(a.as_any().downcast_ref::<Float64Array>().unwrap().values(), b.as_any().downcast_ref::<Float64Array>().unwrap().values());
         }
     }
 

@@ -133,13 +133,28 @@ impl WorkerService {
             .map_err(|e| status_from_error(&e))
     }
 
-    /// The explainer for a call with the settings it runs with here, built (once per model
-    /// version and settings) on a blocking thread.
-    async fn explainer(&self, resolved: ResolvedCall, settings: ComputeSettings) -> std::result::Result<Explainer, Status> {
-        tokio::task::spawn_blocking(move || resolved.explainer(&settings))
-            .await
-            .map_err(|e| Status::internal(format!("engine set-up failed: {e}")))?
-            .map_err(|e| status_from_error(&e))
+    /// An exchange's explainer: its call resolved as [`resolve`](Self::resolve) does, then the
+    /// explainer with the settings it runs with here (built once per model version and
+    /// settings), in one trip to a blocking thread rather than one for each. `input`: the
+    /// schema the first message carried, if any, so that missing columns are refused before
+    /// an engine is built.
+    async fn exchange_explainer(
+        &self,
+        call: &PinnedCall,
+        settings: ComputeSettings,
+        input: Option<Schema>,
+    ) -> std::result::Result<Explainer, Status> {
+        let (registry, call, dir) = (self.registry.clone(), call.clone(), self.config.model_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            let resolved = call.resolve(&registry, dir.as_deref(), HERE)?;
+            if let Some(schema) = input {
+                FeatureColumns::resolve(&schema, &resolved.model.model)?;
+            }
+            resolved.explainer(&settings)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("engine set-up failed: {e}")))?
+        .map_err(|e| status_from_error(&e))
     }
 
     fn flight_info(&self, call: &PinnedCall, loaded: &LoadedModel) -> std::result::Result<FlightInfo, Status> {
@@ -226,16 +241,10 @@ impl WorkerService {
         })?;
         let call = call_from_descriptor(descriptor)?;
         let settings = call.settings_on(&self.config.settings, HERE).map_err(|e| status_from_error(&e))?;
-        let resolved = self.resolve(&call).await?;
-        let model = resolved.model.model.clone();
         // A schema in the first message lets us refuse missing columns before any data moves.
-        if !first.data_header.is_empty() {
-            if let Ok(schema) = Schema::try_from(&first) {
-                FeatureColumns::resolve(&schema, &model).map_err(|e| status_from_error(&e))?;
-            }
-        }
-        let explainer = self.explainer(resolved, settings).await?;
-        let schema = output_schema(&model, call.output);
+        let input_schema = if first.data_header.is_empty() { None } else { Schema::try_from(&first).ok() };
+        let explainer = self.exchange_explainer(&call, settings, input_schema).await?;
+        let schema = output_schema(explainer.model(), call.output);
         let (counters, admission, output) = (self.counters.clone(), self.config.admission.clone(), call.output);
 
         // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
@@ -275,17 +284,22 @@ impl WorkerService {
                 let rows = batch.num_rows();
                 let timing = counters.clone();
                 let computing = counters.computing();
-                // Off the async threads: the explainer waits for its compute pool.
-                let result = tokio::task::spawn_blocking(move || -> Result<RecordBatch> {
+                // On the compute pool, off the async threads; the reply comes back by a channel
+                // (a job that panicked drops its sender unsent).
+                let (reply, replied) = futures::channel::oneshot::channel();
+                explainer.spawn(move |explainer| {
                     let _computing = computing;
                     let start = Instant::now();
-                    let columns = explainer.output_columns(&batch, output)?;
+                    let columns = explainer.output_columns(&batch, output);
                     timing.compute_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("assembling the reply batch", e))
-                })
-                .await
-                .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
-                .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
+                    let batch = columns.and_then(|c| RecordBatch::try_new(schema, c).map_err(|e| Error::arrow("assembling the reply batch", e)));
+                    // The exchange may have ended meanwhile: nobody is left to tell.
+                    let _ = reply.send(batch);
+                });
+                let result = replied
+                    .await
+                    .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
+                    .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
                 if result.is_ok() {
                     admission.add_rows(rows as u64);
                 }
