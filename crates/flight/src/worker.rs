@@ -126,35 +126,41 @@ impl WorkerService {
     /// Resolves a call's model and background, checking their versions, off the async threads
     /// (the registry blocks on object-store I/O).
     async fn resolve(&self, call: &PinnedCall) -> std::result::Result<ResolvedCall, Status> {
-        let (registry, call, dir) = (self.registry.clone(), call.clone(), self.config.model_dir.clone());
-        tokio::task::spawn_blocking(move || call.resolve(&registry, dir.as_deref(), HERE))
-            .await
-            .map_err(|e| Status::internal(format!("model lookup failed: {e}")))?
-            .map_err(|e| status_from_error(&e))
+        self.resolve_then(call, "model lookup", Ok).await
     }
 
     /// An exchange's explainer: its call resolved as [`resolve`](Self::resolve) does, then the
     /// explainer with the settings it runs with here (built once per model version and
-    /// settings), in one trip to a blocking thread rather than one for each. `input`: the
-    /// schema the first message carried, if any, so that missing columns are refused before
-    /// an engine is built.
+    /// settings), in the same trip to a blocking thread. `input`: the schema the first message
+    /// carried, if any, so that missing columns are refused before an engine is built.
     async fn exchange_explainer(
         &self,
         call: &PinnedCall,
         settings: ComputeSettings,
         input: Option<Schema>,
     ) -> std::result::Result<Explainer, Status> {
-        let (registry, call, dir) = (self.registry.clone(), call.clone(), self.config.model_dir.clone());
-        tokio::task::spawn_blocking(move || {
-            let resolved = call.resolve(&registry, dir.as_deref(), HERE)?;
+        self.resolve_then(call, "engine set-up", move |resolved| {
             if let Some(schema) = input {
                 FeatureColumns::resolve(&schema, &resolved.model.model)?;
             }
             resolved.explainer(&settings)
         })
         .await
-        .map_err(|e| Status::internal(format!("engine set-up failed: {e}")))?
-        .map_err(|e| status_from_error(&e))
+    }
+
+    /// `then` of the call resolved, both on one blocking thread; `what` names the step in the
+    /// error when that thread fails.
+    async fn resolve_then<T: Send + 'static>(
+        &self,
+        call: &PinnedCall,
+        what: &str,
+        then: impl FnOnce(ResolvedCall) -> Result<T> + Send + 'static,
+    ) -> std::result::Result<T, Status> {
+        let (registry, call, dir) = (self.registry.clone(), call.clone(), self.config.model_dir.clone());
+        tokio::task::spawn_blocking(move || then(call.resolve(&registry, dir.as_deref(), HERE)?))
+            .await
+            .map_err(|e| Status::internal(format!("{what} failed: {e}")))?
+            .map_err(|e| status_from_error(&e))
     }
 
     fn flight_info(&self, call: &PinnedCall, loaded: &LoadedModel) -> std::result::Result<FlightInfo, Status> {
