@@ -101,6 +101,19 @@ def difference(ours_values: np.ndarray, theirs: np.ndarray, interactions: bool, 
     return float((np.abs(mine - theirs).max(axis=1) / scale).max())
 
 
+def first_touch_seconds_a_row(width: int, rows: int = 2000) -> float:
+    """Seconds a row to fill a freshly allocated float64 array of `rows` rows of `width`² values
+    (the output an interaction call hands back), one thread: the best of three."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        out = np.empty((rows, width * width))
+        out.fill(1.0)
+        best = min(best, time.perf_counter() - start)
+        del out
+    return best / rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", default=os.environ.get("SHAPFUSION_BENCH", ""))
@@ -190,12 +203,15 @@ def main() -> None:
         theirs = (b["rows"] / b["woodelf_rows_per_second"] - a["rows"] / a["woodelf_rows_per_second"]) / (b["rows"] - a["rows"])
         mine = 1 / b["ours_rows_per_second"]
         lines.append(f"| {label} | {theirs * 1e3:.3f} | {mine * 1e3:.3f} | {theirs / mine:,.1f}× |")
+    floor = first_touch_seconds_a_row(SPEC.features + 1)
     lines += [
         "",
         "Both tools hand back the dense (F+1)² matrix a row (128 KiB at 127 features; WOODELF builds a "
-        "DataFrame of every pair), and writing it is a floor under both: on this machine the kernel's zeroing "
-        "of the output's fresh pages alone was a third of shapfusion's time for these outputs (perf), the "
-        "rest the walks and the pair sums.",
+        "DataFrame of every pair), and writing it is a floor under both: in this run, filling a fresh "
+        f"NumPy array of that size took {floor * 1e3:.3f} ms a row on one thread (the kernel zeroing each new "
+        "page, then the writes), and in profiles of shapfusion's calls (perf, `examples/bench`) the kernel's "
+        "zeroing of the output's pages took from a tenth to half of the time from one run to the next on "
+        "this virtual machine; the rest is the walks and the pair sums.",
     ]
     if args.write:
         write_results_block("<!-- BANZHAF BEGIN -->", "<!-- BANZHAF END -->", "Banzhaf values and interventional interactions (against WOODELF)", lines)

@@ -238,9 +238,11 @@ impl FailWalk {
         fails[0] = 0;
         for s in &self.splits {
             let above = fails[s.slot as usize];
-            let bit = 1u64 << s.bit;
-            let (left, right) = if s.test.goes_left(tree, x[s.feature as usize]) { (0, bit) } else { (bit, 0) };
-            fails[s.left as usize] = above | left;
+            // The child the row does not take fails the split's feature: its bit shifted in
+            // from the row's direction, without a branch on it (a coin toss to the predictor,
+            // which LLVM made of an `if` and of a mask alike).
+            let right = u64::from(s.test.goes_left(tree, x[s.feature as usize])) << s.bit;
+            fails[s.left as usize] = above | (right ^ 1u64 << s.bit);
             fails[s.right as usize] = above | right;
         }
     }

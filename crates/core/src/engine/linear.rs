@@ -437,6 +437,25 @@ pub(crate) struct Linear {
     trees: Vec<LinearTree>,
     /// Shapley values (the quadrature rule) or Banzhaf values (the one point t = 1/2).
     index: Index,
+    /// Interactions only, at their first call: per chunk, the pair sums its walks can write
+    /// ([`pair_entries`]).
+    pair_entries: OnceLock<Vec<PairEntries>>,
+}
+
+/// The entries of a lane group's pair sums (`groups × F × F`, entry `group·F·F + j·F + i`) that
+/// the walks of one chunk of trees can write, in increasing order; or all of them, where the
+/// list would hold more than half (one sweep over all is then as cheap).
+///
+/// Why: a task adds each chunk's pair sums to its totals and clears them for the next chunk.
+/// With many features most pairs never meet on a path of a chunk's trees (127 features, trees
+/// of depth 6: a path pairs a split with at most five features above it), and sweeping all
+/// `F × F` sums twice a chunk was most of the time of interaction values (with writing them
+/// out). An entry no walk writes stays exactly +0.0, and adding +0.0 leaves a total unchanged
+/// (a total that starts at +0.0 is never −0.0), so skipping such entries keeps the bits.
+#[derive(Debug)]
+enum PairEntries {
+    All,
+    Some(Vec<u32>),
 }
 
 impl Linear {
@@ -457,7 +476,7 @@ impl Linear {
             .map(|(t, (tree, prep))| LinearTree::parts(tree, prep, t, index))
             .collect::<Result<Vec<_>>>()?;
         let trees = parts.into_iter().flatten().collect();
-        let linear = Linear { prepared, trees, index };
+        let linear = Linear { prepared, trees, index, pair_entries: OnceLock::new() };
         linear.check_scratch(false)?;
         Ok(linear)
     }
@@ -1127,6 +1146,28 @@ fn add_lanes<const N: usize>(total: &mut [Lanes<N>], part: &[Lanes<N>]) {
     }
 }
 
+/// Adds a chunk's pair sums (`part`, lane groups of `per_lane_group` after one another) to the
+/// totals and clears them: the entries `entries` names in each lane group, or all.
+fn add_and_clear<const N: usize>(entries: &PairEntries, per_lane_group: usize, total: &mut [Lanes<N>], part: &mut [Lanes<N>]) {
+    match entries {
+        PairEntries::All => {
+            add_lanes(total, part);
+            part.fill(Lanes::default());
+        }
+        PairEntries::Some(entries) => {
+            for (total, part) in total.chunks_exact_mut(per_lane_group).zip(part.chunks_exact_mut(per_lane_group)) {
+                for &e in entries {
+                    let (t, p) = (&mut total[e as usize], &mut part[e as usize]);
+                    for r in 0..N {
+                        t[r] += p[r];
+                    }
+                    *p = Lanes::default();
+                }
+            }
+        }
+    }
+}
+
 /// Resizes `v` to `len` zeroed entries.
 fn zeroed<const N: usize>(v: &mut Vec<Lanes<N>>, len: usize) {
     v.clear();
@@ -1180,12 +1221,13 @@ impl Linear {
     }
 
     /// One chunk of trees over the loaded lane groups: its sums, from zero, in `s.phi` (and
-    /// `s.pairs`).
+    /// `s.pairs`, which are zero already where they have the lane groups' length: whoever
+    /// reads a chunk's pair sums clears them or takes them away).
     fn run_chunk<const PAIRS: bool, const N: usize>(&self, chunk: usize, lane_groups: usize, s: &mut Scratch<N>) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         zeroed(&mut s.phi, lane_groups * groups * f);
-        if PAIRS {
+        if PAIRS && s.pairs.len() != lane_groups * groups * f * f {
             zeroed(&mut s.pairs, lane_groups * groups * f * f);
         }
         let trees = &self.trees[chunk * TREES_PER_CHUNK..((chunk + 1) * TREES_PER_CHUNK).min(self.trees.len())];
@@ -1206,13 +1248,68 @@ impl Linear {
     fn run_task<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch<N>) {
         let lane_groups = self.load_rows(block, first, rows, s);
         self.zero_totals::<PAIRS, N>(lane_groups, s);
+        // Interactions: one lane group's pair sums, and which of them each chunk writes.
+        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
+        let entries: &[PairEntries] = if PAIRS { self.pair_entries() } else { &[] };
         for chunk in 0..self.chunks() {
             self.run_chunk::<PAIRS, N>(chunk, lane_groups, s);
             add_lanes(&mut s.total_phi, &s.phi);
-            if PAIRS {
-                add_lanes(&mut s.total_pairs, &s.pairs);
+            if let Some(entries) = entries.get(chunk) {
+                add_and_clear(entries, groups * f * f, &mut s.total_pairs, &mut s.pairs);
             }
         }
+    }
+
+    /// Per chunk, the pair sums its walks can write (see [`PairEntries`]), found at the first
+    /// call from the trees' shapes: a split adds to the pairs of its feature with each other
+    /// feature on the path above it ([`add_pairs`]). O(splits × depth), once.
+    fn pair_entries(&self) -> &[PairEntries] {
+        self.pair_entries.get_or_init(|| {
+            let model = &self.prepared.model;
+            let (f, groups) = (model.num_features(), model.num_groups());
+            let per_lane_group = groups * f * f;
+            let mut written = vec![0u64; per_lane_group.div_ceil(64)];
+            // The walk's stack, as an explicit one: (split, features above it).
+            let (mut stack, mut path) = (Vec::<(u32, usize)>::new(), Vec::<u32>::new());
+            self.trees
+                .chunks(TREES_PER_CHUNK)
+                .map(|chunk| {
+                    written.fill(0);
+                    for lt in chunk.iter().filter(|lt| !lt.splits.is_empty()) {
+                        let base = model.trees()[lt.source].group * f * f;
+                        stack.push((0, 0));
+                        while let Some((i, above)) = stack.pop() {
+                            path.truncate(above);
+                            let split = &lt.splits[i as usize];
+                            for &other in path.iter().filter(|&&other| other != split.feature) {
+                                let entry = base + split.feature as usize * f + other as usize;
+                                written[entry / 64] |= 1 << (entry % 64);
+                            }
+                            path.push(split.feature);
+                            for child in split.children {
+                                if let Child::Split(c) = child {
+                                    stack.push((c, above + 1));
+                                }
+                            }
+                        }
+                    }
+                    let count: usize = written.iter().map(|w| w.count_ones() as usize).sum();
+                    // (Entries are numbered by `u32`: a lane group of more sums takes them all.)
+                    if count * 2 > per_lane_group || per_lane_group > u32::MAX as usize {
+                        return PairEntries::All;
+                    }
+                    let mut entries = Vec::with_capacity(count);
+                    for (w, &word) in written.iter().enumerate() {
+                        let mut bits = word;
+                        while bits != 0 {
+                            entries.push((w * 64 + bits.trailing_zeros() as usize) as u32);
+                            bits &= bits - 1;
+                        }
+                    }
+                    PairEntries::Some(entries)
+                })
+                .collect()
+        })
     }
 
     /// Rows `first..first + rows` of `block` with the chunks shared among the threads: each
@@ -1283,19 +1380,37 @@ impl Linear {
             Index::Shapley => 0.5,
             Index::Banzhaf => 1.0,
         };
-        for (r, out) in chunk.chunks_mut(groups * w * w).enumerate() {
+        let row_width = groups * w * w;
+        // A lane group's rows together, eight pairs of a matrix row at a time (a cache line of
+        // each row's output, from sums that stay in the core's first cache across the rows):
+        // its sums (F × F vectors of N lanes, 2 MiB at 127 features) are then read once, where
+        // filling one output row after another read them N times over from beyond the core's
+        // own caches. (Pair by pair across the rows instead, every store went to another row
+        // at the same offset within a page, all into one set of the first cache.)
+        const PAIRS_A_LINE: usize = 8;
+        for (lane_group, rows_here) in chunk.chunks_mut(row_width * N).enumerate() {
+            for g in 0..groups {
+                let at = lane_group * groups + g;
+                let pairs = &s.total_pairs[at * f * f..(at + 1) * f * f];
+                for i in 0..f {
+                    for first in (0..f).step_by(PAIRS_A_LINE) {
+                        let js = first..(first + PAIRS_A_LINE).min(f);
+                        for (lane, out) in rows_here.chunks_exact_mut(row_width).enumerate() {
+                            let line = &mut out[g * w * w + i * w..][..f];
+                            for j in js.clone().filter(|&j| j != i) {
+                                line[j] = pair_share * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (r, out) in chunk.chunks_mut(row_width).enumerate() {
             let lane = r % N;
             for g in 0..groups {
                 let at = (r / N) * groups + g;
-                let (phi, pairs) = (&s.total_phi[at * f..(at + 1) * f], &s.total_pairs[at * f * f..(at + 1) * f * f]);
-                let matrix = &mut out[g * w * w..(g + 1) * w * w];
-                for i in 0..f {
-                    for j in 0..f {
-                        if i != j {
-                            matrix[i * w + j] = pair_share * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
-                        }
-                    }
-                    shap[g * w + i] = phi[i][lane];
+                for (i, phi) in s.total_phi[at * f..(at + 1) * f].iter().enumerate() {
+                    shap[g * w + i] = phi[lane];
                 }
                 shap[g * w + f] = p.bias[g];
             }
@@ -1472,6 +1587,51 @@ mod tests {
         let (got, want) = (engine.interactions(&block).unwrap(), reference.interactions(&block).unwrap());
         let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(worst <= 1e-12, "interaction values off the reference by {worst:e}");
+    }
+
+    #[test]
+    fn interactions_add_only_the_pairs_a_chunk_writes_with_the_bits_of_adding_all() {
+        // Many features and shallow trees: a chunk's paths pair few of them, so its entries are
+        // listed; two chunks, the second short.
+        let (features, mut seed) = (60usize, 5u64);
+        let trees = (0..TREES_PER_CHUNK + 7).map(|_| tree(&mut seed, features as u32, 3)).collect();
+        let prepared = Arc::new(PreparedModel::new(Arc::new(numeric_model(features, trees, 0.5))).unwrap());
+        let engine = Linear::new(prepared.clone()).unwrap();
+        assert_eq!(engine.chunks(), 2);
+        let entries = engine.pair_entries();
+        let rows = 40;
+        let values = (0..rows * features).map(|i| if i % 11 == 0 { f64::NAN } else { ((i * 7919) % 1000) as f64 / 1000.0 }).collect();
+        let block = FeatureBlock::new(rows, features, values, Precision::F64);
+        // Every pair sum a chunk's walk writes is listed: the others stay +0.0 in every lane.
+        let mut s = Scratch::<LANES>::default();
+        let lane_groups = engine.load_rows(&block, 0, rows, &mut s);
+        for (chunk, entries) in entries.iter().enumerate() {
+            let PairEntries::Some(listed) = entries else { panic!("chunk {chunk}: all {features}² pairs, expected a list") };
+            assert!(listed.len() < features * features / 4, "chunk {chunk}: {} entries", listed.len());
+            s.pairs.clear();
+            engine.run_chunk::<true, LANES>(chunk, lane_groups, &mut s);
+            let mut written = 0;
+            for (k, lanes) in s.pairs.iter().enumerate() {
+                let is_listed = listed.binary_search(&((k % (features * features)) as u32)).is_ok();
+                let nonzero = lanes.0.iter().any(|v| v.to_bits() != 0);
+                assert!(is_listed || !nonzero, "chunk {chunk}: pair sum {k} is written but not listed");
+                written += usize::from(nonzero);
+            }
+            assert!(written > listed.len(), "chunk {chunk}: the listed pairs are written ({written} nonzero in {lane_groups} lane groups)");
+        }
+        // One thread adds the listed entries; two share the chunks and add all of theirs.
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| (engine.shares_trees(rows, true), engine.interactions(&block).unwrap()))
+        };
+        let ((one_shares, one), (two_shares, two)) = (run(1), run(2));
+        assert_eq!((one_shares, two_shares), (false, true));
+        assert_eq!(bits(&one.values), bits(&two.values), "interactions on 1 and 2 threads");
+        let want = super::super::treeshap::TreeShap::new(prepared).unwrap().interactions(&block).unwrap();
+        let scale = want.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let worst = one.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(scale > 1e-3 && worst <= 1e-12 * scale.max(1.0), "interactions off treeshap's by {worst:e} (largest {scale:e})");
     }
 
     #[test]

@@ -592,15 +592,32 @@ fn add_leaf(
     out: &mut [f64],
     width: usize,
 ) {
+    // The terms are picked by mask, eight path features a vector step, then added to the
+    // values one by one. Picking each feature's term as it was added compiled to a branch on
+    // the fail set's bit, which the predictor loses about half the time: that loop took a third
+    // of the pass (perf), and the pass takes 0.78 of its time this way (one thread, AVX-512,
+    // the SHAP COMPAT model).
+    let steps = leaf.features.len().div_ceil(SLOTS_A_STEP);
+    let mut terms = [0.0f64; MAX_INTERVENTIONAL_PATH_FEATURES];
     while touched != 0 {
         let r = touched.trailing_zeros() as usize;
         touched &= touched - 1;
         let phi = &mut out[r * width..];
-        let (x_f, cold, sums) = (x_fs[r], cold[r], &mut hot[r]);
-        for (i, (&feature, sum)) in leaf.features.iter().zip(sums.iter_mut()).enumerate() {
-            let term = if x_f >> i & 1 != 0 { -cold } else { *sum };
-            phi[feature as usize] += leaf.value * term;
-            *sum = 0.0;
+        let (x_f, minus_cold, sums) = (x_fs[r], -cold[r], &mut hot[r]);
+        for step in 0..steps {
+            let bits = x_f >> (step * SLOTS_A_STEP);
+            let sums = &mut sums[step * SLOTS_A_STEP..][..SLOTS_A_STEP];
+            let terms = &mut terms[step * SLOTS_A_STEP..][..SLOTS_A_STEP];
+            for (j, (term, sum)) in terms.iter_mut().zip(sums.iter_mut()).enumerate() {
+                // All ones where the row fails the feature: a select of bits, which LLVM
+                // keeps in vectors, where an `if` on the bit it compiled to a branch.
+                let fails = 0u64.wrapping_sub(bits >> j & 1);
+                *term = leaf.value * f64::from_bits(minus_cold.to_bits() & fails | sum.to_bits() & !fails);
+                *sum = 0.0;
+            }
+        }
+        for (&feature, &term) in leaf.features.iter().zip(&terms) {
+            phi[feature as usize] += term;
         }
     }
 }

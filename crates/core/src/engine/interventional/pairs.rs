@@ -457,12 +457,21 @@ impl PairTables {
                     }
                     let d = leaf.features.len();
                     let places = &self.positions.at[d];
-                    for r in 0..n {
-                        let xf = fails[r * stride + slot];
-                        let row = self.rows.row(table, d, xf);
-                        let at = &places[xf as usize * pairs.len()..(xf as usize + 1) * pairs.len()];
-                        for (&pair, &place) in pairs.iter().zip(at) {
-                            s.sums[pair as usize * rows + r] += row[place as usize];
+                    // Pair by pair, the block's rows after one another: each pair's sums are
+                    // contiguous (`sums[pair · block_rows + r]`), where row by row each add went
+                    // to another pair's sums, `block_rows` values apart (about 1.1x the interaction
+                    // rows/s on WOODELF's benchmark model). Each sum still gets one add per
+                    // leaf, so the order of its adds (leaf by leaf) and its bits are the same.
+                    let offsets = &self.rows.offsets[d];
+                    s.rows_of_leaf.clear();
+                    s.rows_of_leaf.extend((0..n).map(|r| {
+                        let xf = fails[r * stride + slot] as usize;
+                        (offsets[xf] as usize, xf * pairs.len())
+                    }));
+                    for (k, &pair) in pairs.iter().enumerate() {
+                        let sums = &mut s.sums[pair as usize * rows..][..n];
+                        for (sum, &(row, at)) in sums.iter_mut().zip(&s.rows_of_leaf) {
+                            *sum += table[row + places[at + k] as usize];
                         }
                     }
                 }
@@ -608,6 +617,9 @@ pub(super) struct PairScratch {
     row: Vec<f64>,
     /// A block's pair-major sums of tabulated leaves: `sums[pair · block_rows + r]`.
     sums: Vec<f64>,
+    /// Per row of a block, where a tabulated leaf's pair row for it starts in the table and
+    /// where its places start.
+    rows_of_leaf: Vec<(usize, usize)>,
 }
 
 impl PairScratch {
