@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Fuzzes the model readers with libFuzzer on the stable toolchain.
+# Fuzzes the model readers and the readers of rows with libFuzzer on the stable toolchain.
 #
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s each; every target)
 #   fuzz/run.sh build                                 (build the targets only: CI builds them
 #                                                      early, in the background, and fuzzes later)
 #
-# Targets: xgboost_json, xgboost_ubjson, lightgbm_text, catboost_json, shapfusion_json, spark_ml. Each starts from the committed models
+# Targets: xgboost_json, xgboost_ubjson, lightgbm_text, catboost_json, shapfusion_json, spark_ml (the
+# model readers) and input_rows (the readers of rows to explain). Each starts from the committed files
 # (tests/fixtures/**, the crafted corpus, and fuzz/regressions/<target>/) plus what earlier
 # runs found, kept in $FUZZ_WORK (default ~/.cache/shapfusion/fuzz). An input that crashes,
 # aborts, allocates more than 2 GiB or runs longer than 10 s is saved under
 # $FUZZ_WORK/artifacts/<target>/ and the script fails; copy it to fuzz/regressions/<target>/
-# once fixed: `cargo test --test crafted_models` replays every file there.
+# once fixed: `cargo test --test crafted_models` replays every model input there, and
+# `cargo test -p shapfusion-files` those of input_rows.
 set -euo pipefail
 cd "$(dirname "$0")"
 build_only=0
@@ -21,7 +23,7 @@ fi
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(xgboost_json xgboost_ubjson lightgbm_text catboost_json shapfusion_json spark_ml)
+[[ ${#targets[@]} -gt 0 ]] || targets=(xgboost_json xgboost_ubjson lightgbm_text catboost_json shapfusion_json spark_ml input_rows)
 work="${FUZZ_WORK:-$HOME/.cache/shapfusion/fuzz}"
 
 # What `cargo fuzz build --sanitizer none` passes: coverage counters, comparison tracing and
@@ -47,6 +49,7 @@ fuzz_one() {
     catboost_json) pattern='*/cb_*/model.json' ;;
     shapfusion_json) pattern='*/skl_*/model.json' ;;
     spark_ml) pattern='' ;;
+    input_rows) pattern='*.parquet' ;;
     *) echo "unknown target $target" >&2; exit 2 ;;
   esac
   corpus="$work/corpus/$target"

@@ -375,3 +375,13 @@ fn a_page_header_read_past_the_end_of_a_spark_ml_file_is_refused_there() {
     let e = spark_ml_regression(&std::fs::read(path).unwrap()).unwrap_err().to_string();
     assert!(e.starts_with("replay") && e.contains("read past the end of the Parquet file"), "{e}");
 }
+
+/// A footer whose unknown field is a map of 442 million booleans to booleans, which the Parquet
+/// crate skips without reading a byte (seconds, a fuzzer's timeout): the footer is walked first
+/// and the map refused, naming the file.
+#[test]
+fn a_map_of_millions_of_booleans_in_a_spark_ml_footer_is_refused() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/spark_ml/footer_map_of_booleans");
+    let e = spark_ml_regression(&std::fs::read(path).unwrap()).unwrap_err().to_string();
+    assert!(e.starts_with("replay") && e.contains("part-00000.parquet: footer: a map of 442277877 booleans in"), "{e}");
+}

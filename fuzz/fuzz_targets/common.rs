@@ -44,3 +44,24 @@ pub fn explain(model: Model) {
         }
     }
 }
+
+/// The Parquet and Arrow IPC crates assert some invariants of a file instead of returning
+/// errors; the readers turn those panics into errors (`catch_unwind` around the decoding, in
+/// shapfusion-files' `decoder_guard::catch_decoder_panic`).
+/// libFuzzer's panic hook aborts on every panic, before that boundary is reached, so a panic
+/// raised while the reader's guarded closure is on the stack is let through to it here, wherever
+/// it was raised (the Parquet crate's own asserts, or a crate it calls, such as `bytes` slicing a
+/// page by the file's level lengths); any other panic still aborts and is reported.
+#[allow(dead_code)]
+pub fn allow_decoder_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let fuzzer_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let stack = std::backtrace::Backtrace::force_capture().to_string();
+            if !stack.contains("catch_decoder_panic::{{closure}}") {
+                fuzzer_hook(info);
+            }
+        }));
+    });
+}

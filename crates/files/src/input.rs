@@ -10,13 +10,15 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Float64Array, RecordBatch, RecordBatchReader};
 use arrow::csv::reader::Format;
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
 use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_core::model::Model;
+
+use crate::decoder_guard::{self, catch_decoder_panic, corrupt, Refused};
 
 /// Input file formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +32,15 @@ pub enum InputFormat {
 }
 
 impl InputFormat {
+    /// The format's name, as errors give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputFormat::Parquet => "Parquet",
+            InputFormat::Csv => "CSV",
+            InputFormat::ArrowIpc => "Arrow IPC",
+        }
+    }
+
     /// Parquet or Arrow IPC by their magic bytes (`PAR1`, `ARROW1`), else CSV.
     fn of(head: &[u8]) -> InputFormat {
         if head.starts_with(b"PAR1") {
@@ -62,31 +73,35 @@ impl InputReader {
     /// time. For CSV, columns named in `numeric` are parsed as Float64.
     pub fn open(path: &Path, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
         let label = path.display().to_string();
-        match detect_input_format(path)? {
-            InputFormat::Parquet => parquet_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, Some(wanted), batch_rows),
-            InputFormat::Csv => csv_reader(File::open(path).map_err(|e| Error::io(path, e))?, label, numeric, batch_rows),
-            InputFormat::ArrowIpc => ipc_reader(BufReader::new(File::open(path).map_err(|e| Error::io(path, e))?), label, Some(wanted)),
-        }
+        let format = detect_input_format(path)?;
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        guarded(format, label, |label| match format {
+            InputFormat::Parquet => parquet_reader(file, label, Some(wanted), batch_rows),
+            InputFormat::Csv => csv_reader(file, label, numeric, batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, Some(wanted)),
+        })
     }
 
     /// Opens `path` with every column it has (the SHAP files `plot` reads back).
     pub fn open_all(path: &Path, batch_rows: usize) -> Result<InputReader> {
         let label = path.display().to_string();
+        let format = detect_input_format(path)?;
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        match detect_input_format(path)? {
+        guarded(format, label, |label| match format {
             InputFormat::Parquet => parquet_reader(file, label, None, batch_rows),
             InputFormat::Csv => csv_reader(file, label, &[], batch_rows),
             InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, None),
-        }
+        })
     }
 
     /// Reads Parquet or CSV `bytes` (named `label` in errors), as [`open`](Self::open) does.
     pub fn from_bytes(bytes: Bytes, label: &str, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
-        match InputFormat::of(&bytes) {
-            InputFormat::Parquet => parquet_reader(bytes, label.to_string(), Some(wanted), batch_rows),
-            InputFormat::Csv => csv_reader(Cursor::new(bytes), label.to_string(), numeric, batch_rows),
-            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label.to_string(), Some(wanted)),
-        }
+        let format = InputFormat::of(&bytes);
+        guarded(format, label.to_string(), |label| match format {
+            InputFormat::Parquet => parquet_reader(bytes, label, Some(wanted), batch_rows),
+            InputFormat::Csv => csv_reader(Cursor::new(bytes), label, numeric, batch_rows),
+            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label, Some(wanted)),
+        })
     }
 
     /// Schema of the batches.
@@ -107,10 +122,14 @@ impl Iterator for InputReader {
     }
 }
 
-/// A Parquet reader over `source` projected to the `wanted` columns it has (all: `None`).
+/// A Parquet reader over `source` projected to the `wanted` columns it has (all: `None`), with
+/// the guards of [`decoder_guard`]: rows come from anywhere.
 fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: Option<&[String]>, batch_rows: usize) -> Result<InputReader> {
     let ctx = || format!("reading {label}");
-    let builder = ParquetRecordBatchReaderBuilder::try_new(source).map_err(|e| Error::external(ErrorKind::BadData, ctx(), e))?;
+    let builder = decoder_guard::open(source).map_err(|e| match e {
+        Refused::Parquet(e) => Error::external(ErrorKind::BadData, ctx(), e),
+        Refused::Checked(detail) => Error::BadData(format!("{label}: {detail}")),
+    })?;
     let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
     // Read only what we need: each model feature plus the kept columns.
     let schema = builder.schema().clone();
@@ -120,6 +139,45 @@ fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: Op
     };
     let reader = builder.with_projection(mask).with_batch_size(batch_rows).build().map_err(|e| Error::external(ErrorKind::BadData, ctx(), e))?;
     Ok(InputReader { reader: Box::new(reader), total_rows: Some(total), label })
+}
+
+/// Opens a reader of `format` named `label` with `open`, and guards it and its batches: the
+/// Parquet and Arrow IPC crates assert some invariants of a file instead of reporting them, and
+/// rows come from anywhere, so such a panic is an error naming the file (and ends the batches).
+fn guarded(format: InputFormat, label: String, open: impl FnOnce(String) -> Result<InputReader>) -> Result<InputReader> {
+    let corrupt = || Error::BadData(format!("{label}: {}", corrupt(format.name())));
+    let mut input = catch_decoder_panic(|| open(label.clone())).unwrap_or_else(|| Err(corrupt()))?;
+    input.reader = Box::new(Guarded { schema: input.reader.schema(), reader: Some(input.reader), format });
+    Ok(input)
+}
+
+/// Batches of a reader, where a panic of its decoder on a corrupt file is an error and ends the
+/// batches (the decoder's state after a panic is not to be trusted).
+struct Guarded {
+    schema: SchemaRef,
+    reader: Option<Box<dyn RecordBatchReader + Send>>,
+    format: InputFormat,
+}
+
+impl Iterator for Guarded {
+    type Item = std::result::Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let reader = self.reader.as_mut()?;
+        match catch_decoder_panic(|| reader.next()) {
+            Some(batch) => batch,
+            None => {
+                self.reader = None;
+                Some(Err(ArrowError::ParseError(corrupt(self.format.name()))))
+            }
+        }
+    }
+}
+
+impl RecordBatchReader for Guarded {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
 }
 
 /// An Arrow IPC file reader over `source` projected to the `wanted` columns it has (all:
@@ -367,5 +425,114 @@ mod tests {
         assert!(batches[0].schema().field(1).data_type().is_numeric());
         let e = InputReader::from_bytes(Bytes::new(), "empty.csv", &names, &names, 10).err().unwrap().to_string();
         assert!(e.contains("empty.csv") && e.contains("empty CSV"), "{e}");
+    }
+
+    /// A fuzz regression of the readers of rows (`fuzz/regressions/input_rows/`).
+    fn regression(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/input_rows").join(name)
+    }
+
+    /// Every batch of `reader`, or its first error.
+    fn read_all(reader: Result<InputReader>) -> Result<Vec<RecordBatch>> {
+        reader?.collect()
+    }
+
+    /// Rows read from a file and from the same bytes (the two sources `explain` and the SQL
+    /// engine hand the Parquet reader), with every column the file has.
+    fn read_both(path: &Path) -> (Result<Vec<RecordBatch>>, Result<Vec<RecordBatch>>) {
+        let from_file = read_all(InputReader::open_all(path, 256));
+        let bytes = Bytes::from(std::fs::read(path).unwrap());
+        // Every column the footer names (`from_bytes` reads only the columns asked for), where
+        // the footer reads.
+        let names: Vec<String> = catch_decoder_panic(|| decoder_guard::open(bytes.clone()).map(|b| b.schema().clone()))
+            .and_then(|schema| schema.ok())
+            .map_or_else(Vec::new, |schema| schema.fields().iter().map(|f| f.name().clone()).collect());
+        let from_bytes = read_all(InputReader::from_bytes(bytes, &path.display().to_string(), &names, &[], 256));
+        (from_file, from_bytes)
+    }
+
+    /// A page header whose unknown field lists two billion 8-byte elements: the Parquet crate
+    /// skipped them one by one past the end of the file (seconds of CPU for 160 KiB, then "failed
+    /// to fill whole buffer"); both sources now fail the first read at the end, naming the file.
+    #[test]
+    fn a_page_header_read_past_the_end_of_an_input_file_is_refused_there() {
+        let path = regression("page_header_list_past_the_end.parquet");
+        let (from_file, from_bytes) = read_both(&path);
+        for e in [from_file.unwrap_err().to_string(), from_bytes.unwrap_err().to_string()] {
+            assert!(e.contains("page_header_list_past_the_end.parquet") && e.contains("read past the end of the Parquet file"), "{e}");
+        }
+    }
+
+    /// A file whose footer promises column chunks beyond its end (its data cut out): refused
+    /// before anything is allocated for the chunks, naming the file, the row group and column.
+    #[test]
+    fn column_chunks_outside_an_input_file_are_refused_before_reading() {
+        let dir = std::env::temp_dir().join(format!("shapfusion-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.parquet");
+        let batch = RecordBatch::try_from_iter([("a", Arc::new(Float64Array::from_iter_values((0..1000).map(f64::from))) as ArrayRef)]).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(File::create(&good).unwrap(), batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let (from_file, from_bytes) = read_both(&good);
+        assert_eq!(from_file.unwrap().iter().map(RecordBatch::num_rows).sum::<usize>(), 1000);
+        assert_eq!(from_bytes.unwrap().iter().map(RecordBatch::num_rows).sum::<usize>(), 1000);
+        // The magic, then the footer as written (its length and the magic): no data at all.
+        let bytes = std::fs::read(&good).unwrap();
+        let footer_len = u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap()) as usize;
+        let cut = dir.join("cut.parquet");
+        std::fs::write(&cut, [&bytes[..4], &bytes[bytes.len() - 8 - footer_len..]].concat()).unwrap();
+        let (from_file, from_bytes) = read_both(&cut);
+        let e = from_file.unwrap_err().to_string();
+        assert!(e.contains("cut.parquet") && e.contains("row group 0, column 0") && e.contains("lies outside the file"), "{e}");
+        assert!(from_bytes.unwrap_err().to_string().contains("lies outside the file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The page headers' walk (before the crate reads them) follows every page of a file with
+    /// many: dictionary and data pages, statistics, two row groups; and refuses none of them.
+    #[test]
+    fn a_file_of_many_pages_reads_whole() {
+        let dir = std::env::temp_dir().join(format!("shapfusion-pages-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pages.parquet");
+        let rows = 50_000;
+        let batch = RecordBatch::try_from_iter([
+            ("a", Arc::new(Float64Array::from_iter_values((0..rows).map(|i| f64::from(i % 97)))) as ArrayRef),
+            ("b", Arc::new(Float64Array::from_iter((0..rows).map(|i| (i % 5 != 0).then(|| f64::from(i) * 0.5)))) as ArrayRef),
+        ])
+        .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_data_page_size_limit(512)
+            .set_max_row_group_row_count(Some(30_000))
+            .set_statistics_enabled(parquet::file::properties::EnabledStatistics::Page)
+            .build();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let metadata = decoder_guard::open(File::open(&path).unwrap()).unwrap().metadata().clone();
+        assert_eq!(metadata.num_row_groups(), 2);
+        let (from_file, from_bytes) = read_both(&path);
+        for batches in [from_file.unwrap(), from_bytes.unwrap()] {
+            let read: Vec<f64> = batches
+                .iter()
+                .flat_map(|b| b.column(1).as_any().downcast_ref::<Float64Array>().unwrap().iter().flatten().collect::<Vec<_>>())
+                .collect();
+            assert_eq!(read.len(), (0..rows).filter(|i| i % 5 != 0).count());
+            assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), rows as usize);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every input the fuzzer found for the readers of rows is an error, never a panic.
+    #[test]
+    fn input_fuzz_regressions_are_errors() {
+        let mut replayed = 0;
+        for entry in std::fs::read_dir(regression("")).unwrap() {
+            let (from_file, from_bytes) = read_both(&entry.unwrap().path());
+            assert!(from_file.is_err() && from_bytes.is_err());
+            replayed += 1;
+        }
+        assert!(replayed >= 1);
     }
 }

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod atomic_file;
+mod decoder_guard;
 pub mod input;
 pub mod pipeline;
 pub mod spark;

@@ -91,7 +91,8 @@ mod reader {
 
     use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StructArray};
     use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use crate::decoder_guard;
     use serde_json::Value;
 
     use super::*;
@@ -218,70 +219,11 @@ mod reader {
 
     fn read_parquet(bytes: &bytes::Bytes, file: &str, name: &str) -> Result<Vec<RecordBatch>> {
         let bad = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail: format!("{file}: {detail}") };
-        let builder = ParquetRecordBatchReaderBuilder::try_new(EofIsAnError(bytes.clone())).map_err(|e| bad(e.to_string()))?;
-        check_column_chunks(builder.metadata(), bytes.len()).map_err(&bad)?;
+        let builder = decoder_guard::open(bytes.clone()).map_err(|e| bad(e.to_string()))?;
         let reader = builder.build().map_err(|e| bad(e.to_string()))?;
-        // The Parquet reader asserts some invariants of a file's metadata instead of returning an
-        // error; a model file must never abort the process, so a panic there becomes an error.
-        // (The fuzz target recognises a panic inside this closure by its name, `read_parquet`.)
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.collect::<std::result::Result<Vec<_>, _>>()))
-            .map_err(|_| bad("the Parquet reader failed on the file's metadata (a corrupt file)".into()))?
+        decoder_guard::catch_decoder_panic(|| reader.collect::<std::result::Result<Vec<_>, _>>())
+            .ok_or_else(|| bad(decoder_guard::corrupt("Parquet")))?
             .map_err(|e| bad(e.to_string()))
-    }
-
-    /// A Parquet file in memory whose readers fail at its end instead of reading nothing.
-    ///
-    /// Why: the Parquet crate skips an unknown field of a page header by copying its bytes to a
-    /// sink, and copying past the end of the input succeeds with nothing copied; so a crafted
-    /// header holding a list of two billion 8-byte elements was "skipped" element by element
-    /// at the end of the file (9 s of CPU for a 160 KiB model file, found by the fuzzer). A
-    /// page header never reads past the file, so failing there changes nothing for a good file.
-    struct EofIsAnError(bytes::Bytes);
-
-    impl parquet::file::reader::Length for EofIsAnError {
-        fn len(&self) -> u64 {
-            self.0.len() as u64
-        }
-    }
-
-    impl parquet::file::reader::ChunkReader for EofIsAnError {
-        type T = EofIsAnErrorRead;
-
-        fn get_read(&self, start: u64) -> parquet::errors::Result<EofIsAnErrorRead> {
-            Ok(EofIsAnErrorRead(self.0.get_read(start)?))
-        }
-
-        fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
-            self.0.get_bytes(start, length)
-        }
-    }
-
-    /// A reader of [`EofIsAnError`]: a read at the end of the file is an error.
-    struct EofIsAnErrorRead(bytes::buf::Reader<bytes::Bytes>);
-
-    impl std::io::Read for EofIsAnErrorRead {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            match self.0.read(buf)? {
-                0 if !buf.is_empty() => Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past the end of the Parquet file")),
-                n => Ok(n),
-            }
-        }
-    }
-
-    /// Checks what the Parquet reader asserts rather than reports: every column chunk's byte
-    /// range (dictionary or first data page, compressed size) lies within the file.
-    fn check_column_chunks(metadata: &parquet::file::metadata::ParquetMetaData, file_len: usize) -> std::result::Result<(), String> {
-        for (g, group) in metadata.row_groups().iter().enumerate() {
-            for (c, column) in group.columns().iter().enumerate() {
-                let start = column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset());
-                let len = column.compressed_size();
-                let fits = start >= 0 && len >= 0 && start.checked_add(len).is_some_and(|end| end as u64 <= file_len as u64);
-                if !fits {
-                    return Err(format!("row group {g}, column {c}: byte range {start}+{len} lies outside the file ({file_len} bytes)"));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// A column of a struct or batch by name, with a message naming the file when it is missing.

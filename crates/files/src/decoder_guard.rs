@@ -1,0 +1,364 @@
+//! What the Parquet and Arrow IPC decoders need around them to read a file nobody vouches for
+//! (a model's node data, rows to explain, a background set) without hanging or aborting the
+//! process.
+//!
+//! The crate trusts a file's metadata in four places, each found by fuzzing:
+//! - it skips an unknown field of a page header by copying its bytes to a sink, and copying at
+//!   the end of its input succeeds with nothing copied, so a header listing two billion 8-byte
+//!   elements was "skipped" one element at a time past the end of the file (9 s of CPU for a
+//!   160 KiB file): [`EofIsAnError`] makes a read at the end an error, which no good file meets;
+//! - it allocates a column chunk's stated size before reading it (a `Vec` of that capacity for a
+//!   file), so a chunk that claims terabytes aborts on allocation: [`check_column_chunks`];
+//! - it asserts some invariants of the pages instead of returning errors (the Arrow IPC crate
+//!   does too, of a file's schema): [`catch_decoder_panic`] turns such a panic into an error;
+//! - it skips a list of booleans in an unknown field of the footer or a page header without
+//!   reading anything (each boolean takes no byte to it), so a list that claims two billion
+//!   of them loops for seconds however short the file: [`check_thrift`] walks the footer and
+//!   every page header first, in time linear in their bytes, and refuses a list or map of
+//!   booleans longer than the bytes left (a writer that follows Thrift's compact protocol spends
+//!   a byte on each).
+
+use std::io::Read;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::reader::{ChunkReader, Length};
+
+/// Why [`open`] refused a file.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The Parquet crate's own error.
+    Parquet(ParquetError),
+    /// One of the checks here, and what it found.
+    Checked(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Parquet(e) => e.fmt(f),
+            Refused::Checked(detail) => f.write_str(detail),
+        }
+    }
+}
+
+/// A reader builder over `source` with every guard here in place: the footer walked before the
+/// crate parses it, the column chunks and page headers checked after, reads past the end errors.
+/// Decoding the pages still wants [`catch_decoder_panic`] around it.
+pub(crate) fn open<R: ChunkReader + 'static>(source: R) -> Result<ParquetRecordBatchReaderBuilder<EofIsAnError<R>>, Refused> {
+    check_thrift(&source, None).map_err(Refused::Checked)?;
+    let source = Arc::new(source);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(EofIsAnError(source.clone())).map_err(Refused::Parquet)?;
+    check_column_chunks(builder.metadata(), source.len()).map_err(Refused::Checked)?;
+    check_thrift(&*source, Some(builder.metadata())).map_err(Refused::Checked)?;
+    Ok(builder)
+}
+
+/// A Parquet source whose readers fail a read at the end of the file instead of reading nothing.
+pub(crate) struct EofIsAnError<R>(Arc<R>);
+
+impl<R: Length> Length for EofIsAnError<R> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+}
+
+impl<R: ChunkReader> ChunkReader for EofIsAnError<R> {
+    type T = EofIsAnErrorRead<R::T>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        Ok(EofIsAnErrorRead(self.0.get_read(start)?))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        self.0.get_bytes(start, length)
+    }
+}
+
+/// A reader of [`EofIsAnError`]: a read at the end of the file is an error.
+pub(crate) struct EofIsAnErrorRead<T>(T);
+
+impl<T: Read> Read for EofIsAnErrorRead<T> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.0.read(buf)? {
+            0 if !buf.is_empty() => Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past the end of the Parquet file")),
+            n => Ok(n),
+        }
+    }
+}
+
+/// Checks what the Parquet reader asserts or allocates rather than checks: every column chunk's
+/// byte range (dictionary or first data page, compressed size) lies within the file.
+fn check_column_chunks(metadata: &ParquetMetaData, file_len: u64) -> Result<(), String> {
+    for (g, group) in metadata.row_groups().iter().enumerate() {
+        for (c, column) in group.columns().iter().enumerate() {
+            let start = column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset());
+            let len = column.compressed_size();
+            let fits = start >= 0 && len >= 0 && start.checked_add(len).is_some_and(|end| end as u64 <= file_len);
+            if !fits {
+                return Err(format!("row group {g}, column {c}: byte range {start}+{len} lies outside the file ({file_len} bytes)"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `decode` (reading a file's metadata or pages), turning a panic of the decoder (the
+/// Parquet or Arrow IPC crate) on a corrupt file into `None`. The fuzz targets recognise a panic
+/// inside this function's closure by its name, `catch_decoder_panic`, and let it through to
+/// here rather than report it.
+// The closure is what the fuzz targets' hook looks for on the stack, so it stays.
+#[allow(clippy::redundant_closure)]
+pub(crate) fn catch_decoder_panic<T>(decode: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode())).ok()
+}
+
+/// What a caller says when [`catch_decoder_panic`] caught a panic of the `format` reader.
+pub(crate) fn corrupt(format: &str) -> String {
+    format!("the {format} reader failed on a corrupt file (its metadata contradicts its contents)")
+}
+
+/// Walks the Thrift structures the Parquet crate decodes before it reads any page: the footer
+/// (`FileMetaData`), and the header of every page of every column chunk in `metadata`, as the
+/// crate reads them one after the other; refuses what would make the crate loop without reading
+/// (see the module docs). What this walk cannot parse it leaves to the crate, which reports it.
+/// Call it after [`check_column_chunks`], and before `try_new` for the footer (`metadata: None`).
+fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) -> Result<(), String> {
+    let Some(metadata) = metadata else {
+        let len = source.len();
+        if len < 12 {
+            return Ok(());
+        }
+        let Ok(tail) = source.get_bytes(len - 8, 8) else { return Ok(()) };
+        let footer_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+        if &tail[4..] != b"PAR1" || footer_len + 8 > len {
+            return Ok(()); // not a plain footer: the crate says what it is
+        }
+        let Ok(footer) = source.get_bytes(len - 8 - footer_len, footer_len as usize) else { return Ok(()) };
+        return walk_struct(&footer).map(|_| ()).map_err(|e| format!("footer: {e}"));
+    };
+    for (g, group) in metadata.row_groups().iter().enumerate() {
+        for (c, column) in group.columns().iter().enumerate() {
+            let (mut at, mut left) =
+                (column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset()) as u64, column.compressed_size() as u64);
+            // A header is read through a window that grows while the header runs past it.
+            let mut window = PAGE_HEADER_WINDOW;
+            while left > 0 {
+                let Ok(bytes) = source.get_bytes(at, window.min(left) as usize) else { break };
+                match walk_struct(&bytes) {
+                    Ok(Walked::Whole { len, compressed_page_size: Some(data) }) if data >= 0 => {
+                        let page = len as u64 + data as u64;
+                        if page > left {
+                            break; // the crate refuses the page's size
+                        }
+                        (at, left, window) = (at + page, left - page, PAGE_HEADER_WINDOW);
+                    }
+                    Ok(Walked::Truncated) if window < left => window = window.saturating_mul(4),
+                    Ok(_) => break,
+                    Err(e) => return Err(format!("row group {g}, column {c}, page header at byte {at}: {e}")),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bytes first read of a page header (it grows fourfold while a header is longer: a page's
+/// statistics can hold long values).
+const PAGE_HEADER_WINDOW: u64 = 4 << 10;
+
+/// Deepest nesting [`walk_struct`] follows: the crate skips at most 64 levels of an unknown
+/// field, below the few of the structures it knows.
+const MAX_THRIFT_DEPTH: usize = 128;
+
+/// What [`walk_struct`] found.
+#[derive(Debug, PartialEq)]
+enum Walked {
+    /// A whole struct of `len` bytes; its top-level field 3 when it is an i32 (a page header's
+    /// `compressed_page_size`).
+    Whole { len: usize, compressed_page_size: Option<i32> },
+    /// The bytes end inside the struct.
+    Truncated,
+    /// Something the crate will refuse on its own (a type code no Thrift type has).
+    Unparsed,
+}
+
+/// What a value of a list, set or map still to walk repeats: its types (one for a list, key and
+/// value for a map) and how many values are left.
+enum Frame {
+    Struct { last_id: i16 },
+    Repeat { types: [u8; 2], arity: usize, left: u64 },
+}
+
+/// Walks one Thrift compact-protocol struct from the start of `buf`, with an explicit stack,
+/// as the crate parses or skips it (a boolean in a list or map takes no byte, as the crate
+/// reads it); refuses a collection of booleans longer than the bytes left. Every step reads a
+/// byte or ends a value, and the collections of booleans are bounded by the bytes, so the walk
+/// is linear in `buf`.
+fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
+    let mut pos = 0usize;
+    let mut stack = vec![Frame::Struct { last_id: 0 }];
+    let mut compressed_page_size = None;
+    macro_rules! byte {
+        () => {{
+            let Some(&b) = buf.get(pos) else { return Ok(Walked::Truncated) };
+            pos += 1;
+            b
+        }};
+    }
+    macro_rules! varint {
+        () => {{
+            let mut value = 0u64;
+            let mut shift = 0;
+            loop {
+                let b = byte!();
+                if shift < 64 {
+                    value |= u64::from(b & 0x7f) << shift;
+                }
+                shift += 7;
+                if b & 0x80 == 0 {
+                    break value;
+                }
+                if shift > 70 {
+                    return Ok(Walked::Unparsed);
+                }
+            }
+        }};
+    }
+    loop {
+        let depth = stack.len();
+        if depth > MAX_THRIFT_DEPTH {
+            return Err(format!("Thrift structures nested deeper than {MAX_THRIFT_DEPTH}"));
+        }
+        // The type of the next value, or the end of the innermost struct or collection.
+        let ty = match stack.last_mut() {
+            None => return Ok(Walked::Whole { len: pos, compressed_page_size }),
+            Some(Frame::Struct { last_id }) => {
+                let header = byte!();
+                if header & 0x0f == 0 {
+                    stack.pop();
+                    continue;
+                }
+                let delta = i16::from(header >> 4);
+                let id = if delta != 0 {
+                    last_id.saturating_add(delta)
+                } else {
+                    let zigzag = varint!();
+                    ((zigzag >> 1) as i16) ^ -((zigzag & 1) as i16)
+                };
+                *last_id = id;
+                let ty = header & 0x0f;
+                if depth == 1 && id == 3 && ty == 5 {
+                    let zigzag = varint!();
+                    compressed_page_size = Some(((zigzag >> 1) as i32) ^ -((zigzag & 1) as i32));
+                    continue;
+                }
+                ty
+            }
+            Some(Frame::Repeat { left: 0, .. }) => {
+                stack.pop();
+                continue;
+            }
+            Some(Frame::Repeat { types, arity, left }) => {
+                *left -= 1;
+                types[(*left % *arity as u64) as usize]
+            }
+        };
+        match ty {
+            1 | 2 => {}    // a boolean: in a struct its value is its type; in a list, nothing to the crate
+            3 => pos += 1, // checked when the next byte is read
+            4..=6 => {
+                varint!();
+            }
+            7 => pos += 8,
+            13 => pos += 16,
+            8 => {
+                let len = varint!();
+                pos = pos.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
+            }
+            9 | 10 => {
+                let header = byte!();
+                if header == 0 {
+                    continue; // an empty list, as some writers mark one
+                }
+                let element = header & 0x0f;
+                let count = match header >> 4 {
+                    15 => varint!(),
+                    n => u64::from(n),
+                };
+                let remaining = (buf.len() - pos) as u64;
+                if matches!(element, 1 | 2) && count > remaining {
+                    return Err(format!("a list of {count} booleans in {remaining} bytes"));
+                }
+                stack.push(Frame::Repeat { types: [element, element], arity: 1, left: count });
+            }
+            11 => {
+                let count = varint!();
+                if count > 0 {
+                    let kv = byte!();
+                    let (key, value) = (kv >> 4, kv & 0x0f);
+                    let remaining = (buf.len() - pos) as u64;
+                    if matches!(key, 1 | 2) && matches!(value, 1 | 2) && count > remaining {
+                        return Err(format!("a map of {count} booleans in {remaining} bytes"));
+                    }
+                    stack.push(Frame::Repeat { types: [value, key], arity: 2, left: count.saturating_mul(2) });
+                }
+            }
+            12 => stack.push(Frame::Struct { last_id: 0 }),
+            _ => return Ok(Walked::Unparsed),
+        }
+        if pos > buf.len() {
+            return Ok(Walked::Truncated);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A compact-protocol field header: the id's delta from the last field and the type.
+    fn field(delta: u8, ty: u8) -> u8 {
+        (delta << 4) | ty
+    }
+
+    #[test]
+    fn a_page_header_walks_whole_with_its_compressed_size() {
+        // type = 0 (i32 1), uncompressed 100 (i32 2), compressed 42 (i32 3, zigzag 84), an unknown
+        // binary field 9 of 3 bytes, a struct field 10 holding a bool and a list of two i64s, stop.
+        let mut header = vec![field(1, 5), 0, field(1, 5), 200, 1, field(1, 5), 84, field(6, 8), 3, b'a', b'b', b'c'];
+        header.extend([field(1, 12), field(1, 1), field(1, 9), 0x26, 2, 4, 0, 0]);
+        let len = header.len();
+        header.extend([0xff; 5]); // the page's data: not walked
+        assert_eq!(walk_struct(&header), Ok(Walked::Whole { len, compressed_page_size: Some(42) }));
+        assert_eq!(walk_struct(&header[..len - 1]), Ok(Walked::Truncated));
+        assert_eq!(walk_struct(&header[..4]), Ok(Walked::Truncated));
+    }
+
+    #[test]
+    fn booleans_that_take_no_bytes_are_bounded_by_the_bytes_left() {
+        // An unknown field 5: a list of booleans whose count (a varint) is 2^31 − 1.
+        let list = [field(5, 9), 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0];
+        let e = walk_struct(&list).unwrap_err();
+        assert!(e.contains("a list of 2147483647 booleans in 1 bytes"), "{e}");
+        // Three booleans where three bytes follow: the crate's reading (no byte each) goes on.
+        assert_eq!(walk_struct(&[field(5, 9), 0x31, 0, 0, 0]), Ok(Walked::Whole { len: 3, compressed_page_size: None }));
+        // A map of booleans to booleans, 2^20 entries in a few bytes.
+        let map = [field(2, 11), 0x80, 0x80, 0x40, 0x11, 0];
+        assert!(walk_struct(&map).unwrap_err().contains("a map of 1048576 booleans"));
+        // A map of booleans to i32s reads a byte an entry: walked, to the end of its bytes.
+        assert_eq!(walk_struct(&[field(2, 11), 0x80, 0x80, 0x40, 0x15, 0]), Ok(Walked::Truncated));
+    }
+
+    #[test]
+    fn nesting_is_bounded_without_recursion() {
+        // A struct field inside a struct field, thousands deep: refused at the bound, no stack.
+        let deep = vec![field(1, 12); 100_000];
+        assert!(walk_struct(&deep).unwrap_err().contains("nested deeper than 128"));
+        // A type code no Thrift type has is the crate's to report.
+        assert_eq!(walk_struct(&[field(1, 14)]), Ok(Walked::Unparsed));
+    }
+}
