@@ -248,7 +248,37 @@ pub fn finish_interaction_row(out: &mut [f64], shap: &[f64], f: usize, groups: u
     let w = f + 1;
     for g in 0..groups {
         let base = g * w * w;
-        for i in 0..f {
+        // Each matrix row's off-diagonal sum in column order, as a left fold (its order sets the
+        // bits), for SUMS_AT_ONCE rows side by side: one sum is a chain of dependent adds, as
+        // slow as the adder's latency, and several chains fill its pipeline (the sums were a
+        // tenth of an interaction call at 127 features, one row's sum after the other).
+        let whole = f - f % SUMS_AT_ONCE;
+        for first in (0..whole).step_by(SUMS_AT_ONCE) {
+            let block = &out[base + first * w..][..SUMS_AT_ONCE * w];
+            let mut sums = [EMPTY_SUM; SUMS_AT_ONCE];
+            // Columns before the block's diagonal, across it, and after it: only across it does
+            // a row skip an entry, by adding −0.0 there, which changes no sum (x + −0.0 = x for
+            // every x, zeros' signs included), so no column needs a branch.
+            let add = |sums: &mut [f64; SUMS_AT_ONCE], columns: std::ops::Range<usize>| {
+                for k in columns {
+                    for (t, sum) in sums.iter_mut().enumerate() {
+                        *sum += block[t * w + k];
+                    }
+                }
+            };
+            add(&mut sums, 0..first);
+            for k in first..first + SUMS_AT_ONCE {
+                for (t, sum) in sums.iter_mut().enumerate() {
+                    *sum += if k == first + t { -0.0 } else { block[t * w + k] };
+                }
+            }
+            add(&mut sums, first + SUMS_AT_ONCE..f);
+            for (t, sum) in sums.iter().enumerate() {
+                out[base + (first + t) * (w + 1)] = shap[g * w + first + t] - sum;
+            }
+        }
+        // The last rows (fewer than SUMS_AT_ONCE) one after the other.
+        for i in whole..f {
             let row = base + i * w;
             let off_diagonal: f64 = (0..f).filter(|&k| k != i).map(|k| out[row + k]).sum();
             out[row + i] = shap[g * w + i] - off_diagonal;
@@ -256,6 +286,14 @@ pub fn finish_interaction_row(out: &mut [f64], shap: &[f64], f: usize, groups: u
         out[base + f * w + f] = shap[g * w + f];
     }
 }
+
+/// Sums computed side by side where each is a left fold of its own (see
+/// [`finish_interaction_row`]): enough to cover an add's latency several times over.
+const SUMS_AT_ONCE: usize = 8;
+
+/// What `Iterator::sum` of `f64`s starts from (−0.0, so that a sum of zeros keeps its sign): a
+/// fold written out starts there too and gives the bits of `sum`.
+const EMPTY_SUM: f64 = -0.0;
 
 /// Banzhaf values do not add up to the prediction ([`Index::Banzhaf`]): each
 /// row's bias becomes its margin minus the sum of its values (per group), so that a row still
@@ -287,14 +325,113 @@ fn rest_into(model: &Model, block: &FeatureBlock, out: &mut [f64], per_group: us
     if width == 0 {
         return;
     }
-    out.par_chunks_mut(width).enumerate().for_each_init(
-        || vec![0.0; groups],
-        |margin, (r, row)| {
-            model.predict_row(block.row(r), margin);
-            for (g, m) in margin.iter().enumerate() {
+    // SUMS_AT_ONCE rows' sums side by side, each in its own order (see finish_interaction_row).
+    out.par_chunks_mut(width * SUMS_AT_ONCE).enumerate().for_each_init(
+        || vec![0.0; groups * SUMS_AT_ONCE],
+        |margins, (c, rows)| {
+            let (first, n) = (c * SUMS_AT_ONCE, rows.len() / width);
+            for (t, margin) in margins.chunks_exact_mut(groups).take(n).enumerate() {
+                model.predict_row(block.row(first + t), margin);
+            }
+            for g in 0..groups {
                 let (values, bias) = at(g);
-                row[bias] = m - row[values].iter().sum::<f64>();
+                let mut sums = [EMPTY_SUM; SUMS_AT_ONCE];
+                if n == SUMS_AT_ONCE {
+                    // A whole pass's sums in registers (the loop over them unrolled).
+                    for value in values {
+                        for (t, sum) in sums.iter_mut().enumerate() {
+                            *sum += rows[t * width + value];
+                        }
+                    }
+                } else {
+                    for value in values {
+                        for (t, sum) in sums.iter_mut().enumerate().take(n) {
+                            *sum += rows[t * width + value];
+                        }
+                    }
+                }
+                for (t, sum) in sums.iter().enumerate().take(n) {
+                    rows[t * width + bias] = margins[t * groups + g] - sum;
+                }
             }
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value of every kind a sum can meet: ±0, a wide range of magnitudes, both signs (so the
+    /// order of adding them changes the rounding).
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed;
+        (0..n)
+            .map(|i| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                match i % 7 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    _ => ((x >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 10f64.powi((x % 13) as i32 - 6),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_written_out_folds_start_where_sum_does() {
+        assert_eq!(std::iter::empty::<f64>().sum::<f64>().to_bits(), EMPTY_SUM.to_bits());
+        assert_eq!([-0.0f64, -0.0].iter().sum::<f64>().to_bits(), (EMPTY_SUM + -0.0 + -0.0).to_bits());
+    }
+
+    /// The side-by-side sums give each diagonal entry the bits of its own sum in column order
+    /// (what the function computed one row after the other), for every width around the number
+    /// of sums at once and two groups.
+    #[test]
+    fn a_diagonal_has_the_bits_of_its_row_summed_in_order() {
+        // Random values, and all −0.0 (where a sum that skipped its diagonal by adding +0.0,
+        // or started from it, would turn a diagonal's sign).
+        let cases = [1, 2, 7, 8, 9, 17, 127].into_iter().map(|f| (f, false)).chain([(9, true), (16, true)]);
+        for (f, negative_zeros) in cases {
+            let (w, groups) = (f + 1, 2);
+            let mut out = if negative_zeros { vec![-0.0; groups * w * w] } else { values(groups * w * w, f as u64) };
+            let shap = if negative_zeros { vec![-0.0; groups * w] } else { values(groups * w, 7 + f as u64) };
+            let mut expected = out.clone();
+            for g in 0..groups {
+                let base = g * w * w;
+                for i in 0..f {
+                    let off_diagonal: f64 = (0..f).filter(|&k| k != i).map(|k| expected[base + i * w + k]).sum();
+                    expected[base + i * w + i] = shap[g * w + i] - off_diagonal;
+                }
+                expected[base + f * w + f] = shap[g * w + f];
+            }
+            finish_interaction_row(&mut out, &shap, f, groups);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(&expected), "{f} features, all -0.0: {negative_zeros}");
+        }
+    }
+
+    /// A Banzhaf interaction matrix's bias entry is the row's margin less the sum of the rest of
+    /// its matrix in order, with the bits of that sum however many rows share a pass (11 rows:
+    /// one pass of SUMS_AT_ONCE and the rest).
+    #[test]
+    fn a_banzhaf_bias_has_the_bits_of_the_margin_less_the_matrix_summed_in_order() {
+        use crate::test_support::{full_tree, numeric_model, uniform};
+        let (f, rows) = (9, 11);
+        let mut seed = 3;
+        let trees = (0..4).map(|_| full_tree(&mut seed, 3, |_, u| (u * f as f64) as u32)).collect();
+        let model = numeric_model(f, trees, 0.25);
+        let block = model.feature_block_from_values(rows, (0..rows * f).map(|_| uniform(&mut seed)).collect()).unwrap();
+        let w = f + 1;
+        let mut interactions = Interactions { rows, groups: 1, features: f, values: values(rows * w * w, 5) };
+        let mut expected = interactions.values.clone();
+        for (r, matrix) in expected.chunks_mut(w * w).enumerate() {
+            let mut margin = [0.0];
+            model.predict_row(block.row(r), &mut margin);
+            matrix[w * w - 1] = margin[0] - matrix[..w * w - w].iter().sum::<f64>();
+        }
+        interaction_bias_is_the_rest(Index::Banzhaf, &model, &block, &mut interactions);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&interactions.values), bits(&expected));
+    }
 }
