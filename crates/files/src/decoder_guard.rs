@@ -121,11 +121,12 @@ pub(crate) fn corrupt(format: &str) -> String {
     format!("the {format} reader failed on a corrupt file (its metadata contradicts its contents)")
 }
 
-/// Walks the Thrift structures the Parquet crate decodes before it reads any page: the footer
-/// (`FileMetaData`), and the header of every page of every column chunk in `metadata`, as the
-/// crate reads them one after the other; refuses what would make the crate loop without reading
-/// (see the module docs). What this walk cannot parse it leaves to the crate, which reports it.
-/// Call it after [`check_column_chunks`], and before `try_new` for the footer (`metadata: None`).
+/// Walks, ahead of the Parquet crate, the Thrift structures it decodes: the footer
+/// (`FileMetaData`, with `metadata: None`, before `try_new`), or the header of every page of
+/// every column chunk in `metadata` (after [`check_column_chunks`]), one page after the other as
+/// the crate reads them; refuses what would make the crate loop without reading (see the module
+/// docs). Every column's pages are walked, read or not: a file is refused whole or not at all.
+/// What this walk cannot parse it leaves to the crate, which reports it.
 fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) -> Result<(), String> {
     let Some(metadata) = metadata else {
         let len = source.len();

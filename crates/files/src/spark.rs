@@ -91,11 +91,10 @@ mod reader {
 
     use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StructArray};
     use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
-
-    use crate::decoder_guard;
     use serde_json::Value;
 
     use super::*;
+    use crate::decoder_guard;
     use shapfusion_core::model::{
         as_index, check_count, push_category_set, FeatureKind, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES,
         MAX_GROUPS,
