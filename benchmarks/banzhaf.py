@@ -15,13 +15,16 @@ path-dependent and over the background, and SHAP interaction values over the bac
 measures:
 
 * shapfusion: `crates/files/examples/bench.rs --index` (the release harness), median
-  rows/s over three repeats, set-up (for the background: its one aggregation) left out and
-  reported beside;
+  rows/s over `--repeats` calls (5) in one process, set-up (for the background: its one
+  aggregation) left out and reported beside;
 * WOODELF 0.4.8 (`WoodelfExplainer(booster[, data=bg]).banzhaf_values(X)`,
   `.banzhaf_interaction_values(X)` or, over the background, `.shap_interaction_values(X)`), in a
   fresh process with NumPy's BLAS and OpenMP threads set
   to `--threads` (it has no thread setting of its own), one call timed with its set-up, as a
-  user calls it;
+  user calls it: the median of `--peer-repeats` such processes (3). Both take a median of several
+  because on a virtual machine that hands freed memory back to its host (Linux's free page
+  reporting), a call's first touch of its output's pages costs from a tenth to half of its time,
+  depending on what ran just before;
 * the largest difference between the two, relative to the largest |value| of the row (WOODELF
   keeps the model's float32 thresholds; both are checked against brute force elsewhere:
   `tests/engines.rs`, `crates/core/src/engine/linear.rs`).
@@ -77,8 +80,8 @@ def woodelf_child(method: str, model_path: str, rows_npy: str, bg_npy: str, out_
     print(json.dumps({"seconds": seconds}))
 
 
-def ours(bench: str, model: Path, rows_pq: Path, kind: str, bg_pq: Path | None, threads: int, out: Path, index: str) -> dict:
-    cmd = [bench, str(model), str(rows_pq), "auto", str(threads), "3", kind, str(out), "--index", index]
+def ours(bench: str, model: Path, rows_pq: Path, kind: str, bg_pq: Path | None, threads: int, out: Path, index: str, repeats: int) -> dict:
+    cmd = [bench, str(model), str(rows_pq), "auto", str(threads), str(repeats), kind, str(out), "--index", index]
     if bg_pq is not None:
         cmd += ["--background", str(bg_pq)]
     stdout, _, rss = run_measured(cmd)
@@ -101,17 +104,30 @@ def difference(ours_values: np.ndarray, theirs: np.ndarray, interactions: bool, 
     return float((np.abs(mine - theirs).max(axis=1) / scale).max())
 
 
-def first_touch_seconds_a_row(width: int, rows: int = 2000) -> float:
+def first_touch_seconds_a_row(width: int, rows: int = 2000, pause: float = 0.0) -> float:
     """Seconds a row to fill a freshly allocated float64 array of `rows` rows of `width`² values
-    (the output an interaction call hands back), one thread: the best of three."""
-    best = float("inf")
+    (the output an interaction call hands back), one thread, each array freed `pause` seconds
+    before the next is made: the median of three."""
+    times = []
     for _ in range(3):
         start = time.perf_counter()
         out = np.empty((rows, width * width))
         out.fill(1.0)
-        best = min(best, time.perf_counter() - start)
+        times.append(time.perf_counter() - start)
         del out
-    return best / rows
+        time.sleep(pause)
+    return float(np.median(times)) / rows
+
+
+def free_page_reporting() -> int | None:
+    """The order of the free blocks this (virtual) machine reports to its host, or None where it
+    reports none (`page_reporting_order` of Linux's page_reporting module, with a balloon device)."""
+    order = Path("/sys/module/page_reporting/parameters/page_reporting_order")
+    balloon = Path("/sys/bus/virtio/drivers/virtio_balloon")
+    try:
+        return int(order.read_text()) if balloon.exists() and any(balloon.glob("virtio*")) else None
+    except (OSError, ValueError):
+        return None
 
 
 def main() -> None:
@@ -121,6 +137,11 @@ def main() -> None:
     ap.add_argument("--interaction-rows", default="500,4000", help="rows for the interaction outputs, comma separated: each size is measured")
     ap.add_argument("--background", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5, help="shapfusion's calls per output, in one process (the median counts)")
+    ap.add_argument("--peer-repeats", type=int, default=3, help="WOODELF's processes per output, one call each (the median counts)")
+    ap.add_argument("--settle", type=float, default=3.0,
+                    help="seconds to wait before each measured process, so that each starts with the memory the one before freed "
+                         "already handed back to the host (see free_page_reporting)")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--peer", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -147,15 +168,20 @@ def main() -> None:
     runs = [(o, n) for o in OUTPUTS for n in (sizes if o[1] == "interactions" else [args.rows])]
     for (label, kind, with_bg, method, index), n in runs:
         rows = files[f"interaction_rows_{n}" if kind == "interactions" else "rows"]
+        time.sleep(args.settle)
         mine = ours(args.bench, model_path, rows.with_suffix(".parquet"), kind, files["bg"].with_suffix(".parquet") if with_bg else None,
-                    args.threads, work / "ours.f64", index)
+                    args.threads, work / "ours.f64", index, args.repeats)
         peer_out = work / "woodelf.npy"
         cmd = [sys.executable, str(Path(__file__)), "--peer", method, str(model_path), str(rows.with_suffix(".npy")),
                str(files["bg"].with_suffix(".npy")) if with_bg else "-", str(peer_out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **threads_env})
-        if proc.returncode != 0:
-            raise SystemExit(f"WOODELF failed on {label}: {proc.stderr.strip().splitlines()[-1]}")
-        theirs_seconds = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+        peer_seconds = []
+        for _ in range(max(args.peer_repeats, 1)):
+            time.sleep(args.settle)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **threads_env})
+            if proc.returncode != 0:
+                raise SystemExit(f"WOODELF failed on {label}: {proc.stderr.strip().splitlines()[-1]}")
+            peer_seconds.append(json.loads(proc.stdout.strip().splitlines()[-1])["seconds"])
+        theirs_seconds = float(np.median(peer_seconds))
         err = difference(np.fromfile(work / "ours.f64", dtype="<f8"), np.load(peer_out), kind == "interactions", index == "shapley")
         row = {"output": label, "rows": n, "background": args.background if with_bg else None, "threads": args.threads,
                "ours_rows_per_second": mine["rows_per_second"], "ours_setup_seconds": mine["setup_seconds"],
@@ -167,7 +193,8 @@ def main() -> None:
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     lines = [
         f"Command: `.venv/bin/python benchmarks/banzhaf.py --bench target/release/examples/bench --rows {args.rows} "
-        f"--interaction-rows {args.interaction_rows} --background {args.background} --threads {args.threads} --write`, "
+        f"--interaction-rows {args.interaction_rows} --background {args.background} --threads {args.threads} "
+        f"--repeats {args.repeats} --peer-repeats {args.peer_repeats} --settle {args.settle:g} --write`, "
         f"{machine}, {date.today().isoformat()}. Model: XGBoost, 100 trees of depth 6 on 127 features "
         f"(WOODELF's README task, scaled down to fit this machine: {note}).",
         "",
@@ -181,6 +208,8 @@ def main() -> None:
                      f"{rate(r['woodelf_rows_per_second'])} | {r['ratio']:,.1f}× | {whole:,.1f}× | {r['difference']:.1e} |")
     lines += [
         "",
+        f"shapfusion's rows/s are the median of {args.repeats} calls in one process, WOODELF's the median of "
+        f"{args.peer_repeats} processes of one call each, each process started {args.settle:g} s after the one before ended. "
         "shapfusion's rows/s leave out its set-up (its column; for a background, the one pass that "
         "aggregates it, and for interactions the tables of pairs); WOODELF's include its own, as one "
         "call of its API does it (`vs WOODELF incl. set-up` counts ours too). Max difference: "
@@ -204,6 +233,10 @@ def main() -> None:
         mine = 1 / b["ours_rows_per_second"]
         lines.append(f"| {label} | {theirs * 1e3:.3f} | {mine * 1e3:.3f} | {theirs / mine:,.1f}× |")
     floor = first_touch_seconds_a_row(SPEC.features + 1)
+    fastest_interactions_ms = 1e3 / max((r["ours_rows_per_second"] for r in results if "interactions" in r["output"]), default=float("inf"))
+    reporting = free_page_reporting()
+    # Long enough for freed memory to be reported to the host (Linux waits 2 s before it reports).
+    floor_reported = first_touch_seconds_a_row(SPEC.features + 1, pause=3.0) if reporting is not None else None
     lines += [
         "",
         "Both tools hand back the dense (F+1)² matrix a row (128 KiB at 127 features; WOODELF builds a "
@@ -211,7 +244,13 @@ def main() -> None:
         f"NumPy array of that size took {floor * 1e3:.3f} ms a row on one thread (the kernel zeroing each new "
         "page, then the writes), and in profiles of shapfusion's calls (perf, `examples/bench`) the kernel's "
         "zeroing of the output's pages took from a tenth to half of the time from one run to the next on "
-        "this virtual machine; the rest is the walks and the pair sums.",
+        "this virtual machine; the rest is the walks and the pair sums."
+        + (f" This machine reports free memory to its host (Linux's free page reporting, blocks of 2^{reporting} "
+           "pages): memory a process frees goes back to the host two seconds later, and a first touch of it then "
+           f"waits on the host. Filling the same fresh array with 3 s between arrays took {floor_reported * 1e3:.3f} ms "
+           f"a row (against {floor * 1e3:.3f} ms one right after the other), where shapfusion's interaction outputs "
+           f"above took {fastest_interactions_ms:.3f} ms a row and more in all: a call's time depends on what ran before it."
+           if floor_reported is not None else ""),
     ]
     if args.write:
         write_results_block("<!-- BANZHAF BEGIN -->", "<!-- BANZHAF END -->", "Banzhaf values and interventional interactions (against WOODELF)", lines)

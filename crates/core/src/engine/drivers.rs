@@ -289,7 +289,7 @@ pub fn finish_interaction_row(out: &mut [f64], shap: &[f64], f: usize, groups: u
 
 /// Sums computed side by side where each is a left fold of its own (see
 /// [`finish_interaction_row`]): enough to cover an add's latency several times over.
-const SUMS_AT_ONCE: usize = 8;
+pub(crate) const SUMS_AT_ONCE: usize = 8;
 
 /// What `Iterator::sum` of `f64`s starts from (−0.0, so that a sum of zeros keeps its sign): a
 /// fold written out starts there too and gives the bits of `sum`.
@@ -308,54 +308,99 @@ pub(crate) fn bias_is_the_rest(index: Index, model: &Model, block: &FeatureBlock
 
 /// [`bias_is_the_rest`] for interaction matrices: the bias entry (the last of the diagonal)
 /// becomes the margin minus the sum of the rest of the matrix, which is the sum of the values.
+/// (Engines that fill matrices by tasks call [`interaction_bias_of_rows`] on each task's rows
+/// instead, while they are in cache.)
 pub(crate) fn interaction_bias_is_the_rest(index: Index, model: &Model, block: &FeatureBlock, interactions: &mut Interactions) {
     if index == Index::Shapley {
         return;
     }
     let w = model.num_features() + 1;
-    // A group's matrix but its last row (the bias's row; its last column is zero but the bias).
-    rest_into(model, block, &mut interactions.values, w * w, |g| (g * w * w..(g + 1) * w * w - w, (g + 1) * w * w - 1));
+    rest_into(model, block, &mut interactions.values, w * w, interaction_values_and_bias(w));
+}
+
+/// [`interaction_bias_is_the_rest`] for rows `first..` of `block`, whose whole matrices are
+/// `rows`, on this thread: an engine calls it on rows it has just finished, while their matrices
+/// are still in its caches. Done after the whole call instead, the pass read every matrix back
+/// from memory (128 KiB a row at 127 features). The same bits either way: each row's sum is its
+/// own left fold.
+pub(crate) fn interaction_bias_of_rows(index: Index, model: &Model, block: &FeatureBlock, first: usize, rows: &mut [f64]) {
+    if index == Index::Shapley {
+        return;
+    }
+    let w = model.num_features() + 1;
+    if model.num_groups() == 0 {
+        return;
+    }
+    let at = interaction_values_and_bias(w);
+    let mut margins = vec![0.0; model.num_groups() * SUMS_AT_ONCE];
+    for (pass, rows) in rows.chunks_mut(model.num_groups() * w * w * SUMS_AT_ONCE).enumerate() {
+        rest_of_rows(model, block, first + pass * SUMS_AT_ONCE, rows, w * w, &at, &mut margins);
+    }
+}
+
+/// Where group `g`'s values and bias entry are in a row of `w × w` interaction matrices: the
+/// group's matrix but its last row (the bias's row; its last column is zero but the bias), and
+/// the bias.
+fn interaction_values_and_bias(w: usize) -> impl Fn(usize) -> (std::ops::Range<usize>, usize) + Sync {
+    move |g| (g * w * w..(g + 1) * w * w - w, (g + 1) * w * w - 1)
 }
 
 /// Rows of `out` hold `per_group` values a group; `at(g)` gives group `g`'s values and its bias
 /// entry there, which becomes the row's margin minus their sum.
 fn rest_into(model: &Model, block: &FeatureBlock, out: &mut [f64], per_group: usize, at: impl Fn(usize) -> (std::ops::Range<usize>, usize) + Sync) {
-    let groups = model.num_groups();
-    let width = groups * per_group;
+    let width = model.num_groups() * per_group;
     if width == 0 {
         return;
     }
-    // SUMS_AT_ONCE rows' sums side by side, each in its own order (see finish_interaction_row).
     out.par_chunks_mut(width * SUMS_AT_ONCE).enumerate().for_each_init(
-        || vec![0.0; groups * SUMS_AT_ONCE],
-        |margins, (c, rows)| {
-            let (first, n) = (c * SUMS_AT_ONCE, rows.len() / width);
-            for (t, margin) in margins.chunks_exact_mut(groups).take(n).enumerate() {
-                model.predict_row(block.row(first + t), margin);
-            }
-            for g in 0..groups {
-                let (values, bias) = at(g);
-                let mut sums = [EMPTY_SUM; SUMS_AT_ONCE];
-                if n == SUMS_AT_ONCE {
-                    // A whole pass's sums in registers (the loop over them unrolled).
-                    for value in values {
-                        for (t, sum) in sums.iter_mut().enumerate() {
-                            *sum += rows[t * width + value];
-                        }
-                    }
-                } else {
-                    for value in values {
-                        for (t, sum) in sums.iter_mut().enumerate().take(n) {
-                            *sum += rows[t * width + value];
-                        }
-                    }
-                }
-                for (t, sum) in sums.iter().enumerate().take(n) {
-                    rows[t * width + bias] = margins[t * groups + g] - sum;
-                }
-            }
-        },
+        || vec![0.0; model.num_groups() * SUMS_AT_ONCE],
+        |margins, (c, rows)| rest_of_rows(model, block, c * SUMS_AT_ONCE, rows, per_group, &at, margins),
     );
+}
+
+/// [`rest_into`] for at most [`SUMS_AT_ONCE`] rows, `first..` of `block`, held in `rows`; their
+/// sums side by side, each in its own order (see [`finish_interaction_row`]). `margins` holds
+/// `SUMS_AT_ONCE` rows' margins.
+fn rest_of_rows(
+    model: &Model,
+    block: &FeatureBlock,
+    first: usize,
+    rows: &mut [f64],
+    per_group: usize,
+    at: &impl Fn(usize) -> (std::ops::Range<usize>, usize),
+    margins: &mut [f64],
+) {
+    let groups = model.num_groups();
+    let width = groups * per_group;
+    let n = rows.len() / width;
+    debug_assert!(n <= SUMS_AT_ONCE && rows.len() == n * width);
+    if n == 0 {
+        return;
+    }
+    for (t, margin) in margins.chunks_exact_mut(groups).take(n).enumerate() {
+        model.predict_row(block.row(first + t), margin);
+    }
+    for g in 0..groups {
+        let (values, bias) = at(g);
+        let mut sums = [EMPTY_SUM; SUMS_AT_ONCE];
+        if n == SUMS_AT_ONCE {
+            // A whole pass's sums in registers (the loop over them unrolled).
+            for value in values {
+                for (t, sum) in sums.iter_mut().enumerate() {
+                    *sum += rows[t * width + value];
+                }
+            }
+        } else {
+            for value in values {
+                for (t, sum) in sums.iter_mut().enumerate().take(n) {
+                    *sum += rows[t * width + value];
+                }
+            }
+        }
+        for (t, sum) in sums.iter().enumerate().take(n) {
+            rows[t * width + bias] = margins[t * groups + g] - sum;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -433,5 +478,39 @@ mod tests {
         interaction_bias_is_the_rest(Index::Banzhaf, &model, &block, &mut interactions);
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&interactions.values), bits(&expected));
+    }
+
+    /// The bias set on a task's rows as they are finished ([`interaction_bias_of_rows`]) has the
+    /// bits of the pass over the whole output, wherever the tasks start and however many rows
+    /// they hold (a pass of SUMS_AT_ONCE rows, fewer, several), for two groups; Shapley matrices
+    /// are left as they are.
+    #[test]
+    fn a_task_s_banzhaf_biases_have_the_bits_of_the_pass_over_the_whole_output() {
+        use crate::test_support::{full_tree, numeric_parts, uniform};
+        let (f, rows, groups) = (9, 29, 2);
+        let mut seed = 5;
+        let mut trees: Vec<crate::model::Tree> = (0..6).map(|_| full_tree(&mut seed, 3, |_, u| (u * f as f64) as u32)).collect();
+        for (t, tree) in trees.iter_mut().enumerate() {
+            tree.group = t % groups;
+        }
+        let parts = crate::model::ModelParts { num_groups: groups, base_margin: vec![0.25, -0.5], ..numeric_parts(f, trees, 0.0) };
+        let model = Model::new(parts, "a two-group test model").unwrap();
+        let block = model.feature_block_from_values(rows, (0..rows * f).map(|_| uniform(&mut seed)).collect()).unwrap();
+        let width = groups * (f + 1) * (f + 1);
+        let start = values(rows * width, 9);
+        let mut whole = Interactions { rows, groups, features: f, values: start.clone() };
+        interaction_bias_is_the_rest(Index::Banzhaf, &model, &block, &mut whole);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for task_rows in [1, 3, SUMS_AT_ONCE, SUMS_AT_ONCE + 1, 2 * SUMS_AT_ONCE + 5, rows] {
+            let mut by_tasks = start.clone();
+            for (task, chunk) in by_tasks.chunks_mut(task_rows * width).enumerate() {
+                interaction_bias_of_rows(Index::Banzhaf, &model, &block, task * task_rows, chunk);
+            }
+            assert_eq!(bits(&by_tasks), bits(&whole.values), "tasks of {task_rows} rows");
+        }
+        assert_ne!(bits(&whole.values), bits(&start), "the biases were set");
+        let mut shapley = start.clone();
+        interaction_bias_of_rows(Index::Shapley, &model, &block, 0, &mut shapley);
+        assert_eq!(bits(&shapley), bits(&start));
     }
 }

@@ -48,8 +48,8 @@ use rayon::prelude::*;
 use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{
-    bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_is_the_rest, interactions_by_task, rows_per_task, rows_per_task_up_to,
-    shap_by_task_from, ROWS_PER_TASK,
+    bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_is_the_rest, interaction_bias_of_rows, interactions_by_task,
+    rows_per_task, rows_per_task_up_to, shap_by_task_from, ROWS_PER_TASK, SUMS_AT_ONCE,
 };
 use super::engine_trait::Engine;
 use super::options::Index;
@@ -658,6 +658,14 @@ impl Interventional {
             return self.wide_tree_row(agg, fails, phi);
         }
         agg.walk.fail_sets(tree, x, fails);
+        // Every tabulated leaf's row asked for first: each is a load from another place in the
+        // tree's tables, and the loop below adds each into the row's values before it needs the
+        // next, so they would otherwise wait on one another.
+        for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
+            if let LeafData::Table { rows, paired } = data {
+                pairs::prefetch(self.packed.row(rows, leaf.features.len(), *paired, fails[leaf.slot as usize]));
+            }
+        }
         for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
             let xf = fails[leaf.slot as usize];
             let d = leaf.features.len();
@@ -816,7 +824,7 @@ impl Engine for Interventional {
         let w = f + 1;
         let (shap_width, width) = (groups * w, groups * w * w);
         let (stride, block_rows) = (self.max_slots, pairs.block_rows());
-        let mut interactions = interactions_by_task(
+        interactions_by_task(
             &self.model,
             block,
             rows_per_task_up_to(block.rows(), block_rows.max(ROWS_PER_TASK)),
@@ -846,17 +854,21 @@ impl Engine for Interventional {
                         pairs.finish_block(g, scratch, n, (group_matrices, width, w));
                     }
                 }
-                for (phi, out) in shap.chunks_mut(shap_width).zip(chunk.chunks_mut(width)) {
-                    for (g, b) in self.bias.iter().enumerate() {
-                        phi[g * w + f] = *b;
+                // Finished a few rows at a time, each few's Banzhaf biases while their matrices
+                // are still in cache.
+                let rows_at_once = shap_width * SUMS_AT_ONCE;
+                for (pass, (phis, outs)) in shap.chunks_mut(rows_at_once).zip(chunk.chunks_mut(width * SUMS_AT_ONCE)).enumerate() {
+                    for (phi, out) in phis.chunks_mut(shap_width).zip(outs.chunks_mut(width)) {
+                        for (g, b) in self.bias.iter().enumerate() {
+                            phi[g * w + f] = *b;
+                        }
+                        out.chunks_mut(w * w).for_each(|matrix| pairs::mirror_upper(matrix, w));
+                        finish_interaction_row(out, phi, f, groups);
                     }
-                    out.chunks_mut(w * w).for_each(|matrix| pairs::mirror_upper(matrix, w));
-                    finish_interaction_row(out, phi, f, groups);
+                    interaction_bias_of_rows(self.index, &self.model, block, first + pass * SUMS_AT_ONCE, outs);
                 }
             },
-        )?;
-        interaction_bias_is_the_rest(self.index, &self.model, block, &mut interactions);
-        Ok(interactions)
+        )
     }
 
     fn memory_bytes(&self) -> Option<usize> {
@@ -1359,6 +1371,7 @@ pub(crate) mod tests {
 
     #[test]
     fn interaction_tables_and_patterns_equal_the_reference_on_every_fixture() {
+        let mut paired = 0;
         for f in &fixtures() {
             let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
             let (background, explained) = (rows(&f.block, 0, 12), rows(&f.block, 30, 36));
@@ -1380,7 +1393,10 @@ pub(crate) mod tests {
             }
             // Each row takes its trees in the same order whatever the blocks: the same bits.
             assert!(outputs[0].iter().zip(&outputs[2]).all(|(a, b)| a.to_bits() == b.to_bits()), "{}: blocks change the bits", f.name);
+            paired += Interventional::new(prepared, &background, bound).unwrap().pair_tables().unwrap().paired_leaves();
         }
+        // The fixtures' first-split pairs of leaves took the summed tables (checked above).
+        assert!(paired > 0, "no leaves were paired");
     }
 
     #[test]

@@ -77,7 +77,7 @@ mod row;
 use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{
-    bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_is_the_rest, interactions_by_task, rows_per_task_up_to, shap_by_task,
+    bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_of_rows, interactions_by_task, rows_per_task_up_to, shap_by_task,
     ROWS_PER_TASK,
 };
 use super::engine_trait::Engine;
@@ -438,7 +438,7 @@ pub(crate) struct Linear {
     /// Shapley values (the quadrature rule) or Banzhaf values (the one point t = 1/2).
     index: Index,
     /// Interactions only, at their first call: per chunk, the pair sums its walks can write
-    /// ([`pair_entries`]).
+    /// ([`Linear::pair_entries`]).
     pair_entries: OnceLock<Vec<PairEntries>>,
 }
 
@@ -1368,9 +1368,11 @@ impl Linear {
         }
     }
 
-    /// Fills the interaction matrices of a task's rows from the totals into `chunk`; `shap`
-    /// holds one row's SHAP values while its diagonal is filled.
-    fn write_interactions<const N: usize>(&self, s: &Scratch<N>, shap: &mut [f64], chunk: &mut [f64]) {
+    /// Fills the interaction matrices of a task's rows (rows `first..` of `block`) from the
+    /// totals into `chunk`, a lane group's rows at a time, each group's finished (diagonals, and
+    /// Banzhaf biases) while its matrices are still in cache; `shap` holds one row's SHAP values
+    /// while its diagonal is filled.
+    fn write_interactions<const N: usize>(&self, s: &Scratch<N>, shap: &mut [f64], chunk: &mut [f64], (block, first): (&FeatureBlock, usize)) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let w = f + 1;
@@ -1404,17 +1406,17 @@ impl Linear {
                     }
                 }
             }
-        }
-        for (r, out) in chunk.chunks_mut(row_width).enumerate() {
-            let lane = r % N;
-            for g in 0..groups {
-                let at = (r / N) * groups + g;
-                for (i, phi) in s.total_phi[at * f..(at + 1) * f].iter().enumerate() {
-                    shap[g * w + i] = phi[lane];
+            for (lane, out) in rows_here.chunks_mut(row_width).enumerate() {
+                for g in 0..groups {
+                    let at = lane_group * groups + g;
+                    for (i, phi) in s.total_phi[at * f..(at + 1) * f].iter().enumerate() {
+                        shap[g * w + i] = phi[lane];
+                    }
+                    shap[g * w + f] = p.bias[g];
                 }
-                shap[g * w + f] = p.bias[g];
+                finish_interaction_row(out, shap, f, groups);
             }
-            finish_interaction_row(out, shap, f, groups);
+            interaction_bias_of_rows(self.index, &p.model, block, first + lane_group * N, rows_here);
         }
     }
 }
@@ -1445,10 +1447,11 @@ impl Engine for Linear {
     /// the ratio `(o−z)/f` of every other feature above it; both orders are summed (and halved
     /// for Shapley values, as shap lays them out; Banzhaf values keep the index whole).
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        let mut interactions =
-            if in_small_lane_groups(block.rows()) { self.interactions_in::<SMALL_LANES>(block) } else { self.interactions_in::<LANES>(block) }?;
-        interaction_bias_is_the_rest(self.index, &self.prepared.model, block, &mut interactions);
-        Ok(interactions)
+        if in_small_lane_groups(block.rows()) {
+            self.interactions_in::<SMALL_LANES>(block)
+        } else {
+            self.interactions_in::<LANES>(block)
+        }
     }
 }
 
@@ -1493,9 +1496,9 @@ impl Linear {
             let shared = self.run_shared::<true, N>(block);
             return interactions_by_task(&p.model, block, block.rows(), shap_row, |shap, _, chunk| {
                 let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
-                self.write_interactions(&shared.wide, shap, head);
+                self.write_interactions(&shared.wide, shap, head, (block, 0));
                 if let Some(tail) = &shared.tail {
-                    self.write_interactions(tail, shap, rest);
+                    self.write_interactions(tail, shap, rest, (block, shared.wide_rows));
                 }
             });
         }
@@ -1507,7 +1510,7 @@ impl Linear {
             || (Scratch::<N>::default(), shap_row()),
             |(s, shap), first, chunk| {
                 self.run_task::<true, N>(block, first, chunk.len() / width, s);
-                self.write_interactions(s, shap, chunk);
+                self.write_interactions(s, shap, chunk, (block, first));
             },
         )
     }

@@ -29,6 +29,14 @@
 //! background's size. Other leaves (tables over the memory bound, wider paths) build the same
 //! row from their background patterns each time, `O(patterns · a²)` per leaf and row.
 //!
+//! A leaf and its sibling under a split that is the path's first on its feature (a first-split
+//! pair, both leaves) share their features, and the explained row fails that feature at exactly
+//! one of them, so the left leaf's fail set gives the right's. Such a pair's two tables are summed
+//! into one, by the left leaf's fail set, in pair order (`2^d · d(d−1)/2` values, about the two
+//! packed tables' size for `d ≤ 8`): a row then adds each pair of the two leaves once, where it
+//! added the two leaves' shares one after the other (where most of a tree's leaves are in such
+//! pairs, a row's adds nearly halve), and needs no place lookup.
+//!
 //! A model's tables are tens of megabytes, more than a cache holds, so rows are explained in
 //! blocks, leaf-major ([`PairTables::tree_rows`]): a leaf's table is read for every row of the
 //! block while it is in cache, into pair-major sums (each of the group's feature pairs a run of
@@ -120,7 +128,7 @@ fn accumulate(row: &mut [f64], k: usize, ranks: &[usize], h: f64, (hot, cold, ac
 
 /// Asks the cache for the start of `row` (a hint; nothing where the target has none).
 #[inline]
-fn prefetch(row: &[f64]) {
+pub(super) fn prefetch(row: &[f64]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -215,6 +223,12 @@ enum PairLeaf {
     /// A packed pair row per explained fail set, scaled by `value / N`, and the group's pair
     /// number of each of the leaf's pairs (bits `i < j`, `i` outer; see [`Positions`]).
     Table { rows: Vec<f64>, pairs: Vec<u32> },
+    /// This leaf's and its first-split sibling's pair values summed, in pair order (the leaf's
+    /// pairs, as for `Table`), by this leaf's fail set: `values[x_f · P + p]`, `P = d(d−1)/2`;
+    /// the sibling holds [`PairLeaf::InSibling`].
+    Paired { values: Vec<f64>, pairs: Vec<u32> },
+    /// In the previous leaf's [`PairLeaf::Paired`] values.
+    InSibling,
     /// Distinct background fail sets with their counts, and `value / N`.
     Patterns { scale: f64, patterns: Vec<(u64, f64)> },
     /// The values' [`LeafData::WidePatterns`] (a tree of several-word fail sets).
@@ -312,20 +326,30 @@ impl PairTables {
                 if agg.walk.words > 1 {
                     return Vec::new();
                 }
-                agg.walk
-                    .leaves
-                    .iter()
-                    .map(|leaf| {
-                        let d = leaf.features.len();
-                        let bytes = if d <= engine.table_bits { rows.len(d) * size_of::<f64>() } else { usize::MAX };
-                        if bytes <= budget {
-                            budget -= bytes;
-                            Holding::Table
-                        } else {
-                            Holding::Patterns
-                        }
-                    })
-                    .collect()
+                let leaves = &agg.walk.leaves;
+                let mut held = Vec::with_capacity(leaves.len());
+                while held.len() < leaves.len() {
+                    let (l, leaf) = (held.len(), &leaves[held.len()]);
+                    let d = leaf.features.len();
+                    let paired = is_first_split_pair(leaves, l);
+                    let bytes = match (d <= engine.table_bits, paired) {
+                        (false, _) => usize::MAX,
+                        // The two packed tables while they are built, then their sum.
+                        (true, true) => (2 * rows.len(d)).max(paired_len(d)) * size_of::<f64>(),
+                        (true, false) => rows.len(d) * size_of::<f64>(),
+                    };
+                    let holding = if bytes <= budget {
+                        budget -= bytes;
+                        Holding::Table
+                    } else {
+                        Holding::Patterns
+                    };
+                    held.push(holding);
+                    if paired {
+                        held.push(holding);
+                    }
+                }
+                held
             })
             .collect();
         let n = background.rows() as f64;
@@ -378,6 +402,9 @@ impl PairTables {
                 agg.walk.leaves.iter().zip(leaves).filter(|(_, p)| matches!(p, PairLeaf::Table { .. })).map(|(l, _)| l.features.len())
             }),
         );
+        for (agg, leaves) in engine.trees.iter().zip(trees.iter_mut()) {
+            merge_first_split_pairs(&agg.walk.leaves, leaves, &rows, &positions);
+        }
         let widest_group = groups.iter().map(|g| g.pairs.len()).max().unwrap_or(0).max(1);
         let block_rows = (PAIR_BLOCK_BYTES / (widest_group * size_of::<f64>()))
             .min(PAIR_BLOCK_BYTES / (engine.max_slots * size_of::<u64>()))
@@ -402,6 +429,12 @@ impl PairTables {
         PairTables { block_rows: rows.max(1), ..self }
     }
 
+    /// Leaves whose pairs are summed with their sibling's ([`PairLeaf::Paired`]).
+    #[cfg(test)]
+    pub(super) fn paired_leaves(&self) -> usize {
+        self.trees.iter().flatten().filter(|p| matches!(p, PairLeaf::Paired { .. })).count()
+    }
+
     /// Bytes the tables and patterns hold.
     pub(super) fn memory_bytes(&self) -> usize {
         let leaves: usize = self
@@ -409,9 +442,11 @@ impl PairTables {
             .iter()
             .flatten()
             .map(|p| match p {
-                PairLeaf::Table { rows, pairs } => rows.len() * size_of::<f64>() + pairs.len() * size_of::<u32>(),
+                PairLeaf::Table { rows: values, pairs } | PairLeaf::Paired { values, pairs } => {
+                    values.len() * size_of::<f64>() + pairs.len() * size_of::<u32>()
+                }
                 PairLeaf::Patterns { patterns, .. } => patterns.len() * size_of::<(u64, f64)>(),
-                PairLeaf::Wide => 0,
+                PairLeaf::Wide | PairLeaf::InSibling => 0,
             })
             .sum();
         let groups: usize = self.groups.iter().map(|g| g.pairs.len() * size_of::<(u32, u32)>() + g.trees.len() * size_of::<usize>()).sum();
@@ -445,10 +480,18 @@ impl PairTables {
             let slot = leaf.slot as usize;
             // The next tabulated leaf's rows for the block, asked for while this one adds: its
             // table is read once per block, so its rows are rarely in cache.
-            if let (Some(next), Some(PairLeaf::Table { rows: table, .. })) = (leaves.get(l + 1), held.get(l + 1)) {
-                for r in 0..n {
-                    prefetch(self.rows.row(table, next.features.len(), fails[r * stride + next.slot as usize]));
+            match (leaves.get(l + 1), held.get(l + 1)) {
+                (Some(next), Some(PairLeaf::Table { rows: table, .. })) => {
+                    for r in 0..n {
+                        prefetch(self.rows.row(table, next.features.len(), fails[r * stride + next.slot as usize]));
+                    }
                 }
+                (Some(next), Some(PairLeaf::Paired { values, pairs })) => {
+                    for r in 0..n {
+                        prefetch(&values[fails[r * stride + next.slot as usize] as usize * pairs.len()..]);
+                    }
+                }
+                _ => {}
             }
             match pairs {
                 PairLeaf::Table { rows: table, pairs } => {
@@ -475,6 +518,23 @@ impl PairTables {
                         }
                     }
                 }
+                PairLeaf::Paired { values, pairs } => {
+                    if pairs.is_empty() {
+                        continue;
+                    }
+                    // As for a table, pair by pair over the block's rows; a row's values for the
+                    // two leaves are side by side in pair order.
+                    let p = pairs.len();
+                    s.starts.clear();
+                    s.starts.extend((0..n).map(|r| fails[r * stride + slot] as usize * p));
+                    for (k, &pair) in pairs.iter().enumerate() {
+                        let sums = &mut s.sums[pair as usize * rows..][..n];
+                        for (sum, &start) in sums.iter_mut().zip(&s.starts) {
+                            *sum += values[start + k];
+                        }
+                    }
+                }
+                PairLeaf::InSibling => {}
                 PairLeaf::Patterns { scale, patterns } => {
                     for r in 0..n {
                         let xf = std::slice::from_ref(&fails[r * stride + slot]);
@@ -571,6 +631,44 @@ fn number_pairs(engine: &Interventional, trees: &mut [Vec<PairLeaf>]) -> Vec<Gro
     groups
 }
 
+/// Whether leaves `l` and `l + 1` are a first-split pair (see [`LeafPath::first_split_pair`]).
+fn is_first_split_pair(leaves: &[LeafPath], l: usize) -> bool {
+    leaves[l].first_split_pair && leaves.get(l + 1).is_some_and(|next| next.features == leaves[l].features)
+}
+
+/// Values of a [`PairLeaf::Paired`] leaf of `d` path features.
+fn paired_len(d: usize) -> usize {
+    (1usize << d) * (d * d.saturating_sub(1) / 2)
+}
+
+/// Sums each first-split pair of tabulated leaves into the left leaf's [`PairLeaf::Paired`]
+/// values (the right becomes [`PairLeaf::InSibling`]). The pair's last feature is the path's
+/// last (`d − 1`, new at that split), and the explained row fails it at the left leaf exactly
+/// when it goes right: the right leaf's fail set is the left's with that bit flipped.
+fn merge_first_split_pairs(paths: &[LeafPath], leaves: &mut [PairLeaf], rows: &PairRows, positions: &Positions) {
+    for l in 0..leaves.len().saturating_sub(1) {
+        if !is_first_split_pair(paths, l) {
+            continue;
+        }
+        let (PairLeaf::Table { rows: left, pairs }, PairLeaf::Table { rows: right, .. }) = (&leaves[l], &leaves[l + 1]) else {
+            continue;
+        };
+        let d = paths[l].features.len();
+        let p = d * d.saturating_sub(1) / 2;
+        let places = &positions.at[d];
+        let top = 1u64 << (d - 1);
+        let mut values = Vec::with_capacity(paired_len(d));
+        for xf in 0..1u64 << d {
+            let (at_left, at_right) = (xf as usize * p, (xf ^ top) as usize * p);
+            let (row_left, row_right) = (rows.row(left, d, xf), rows.row(right, d, xf ^ top));
+            values.extend((0..p).map(|k| row_left[places[at_left + k] as usize] + row_right[places[at_right + k] as usize]));
+        }
+        let pairs = pairs.clone();
+        leaves[l] = PairLeaf::Paired { values, pairs };
+        leaves[l + 1] = PairLeaf::InSibling;
+    }
+}
+
 /// One leaf's packed pair rows for every explained fail set, from its background `patterns`
 /// (in increasing order, so the sums run the same way every time), scaled by `value / N`.
 fn pair_table(d: usize, patterns: &[(u64, f64)], scale: f64, rows: &PairRows, weights: &PairWeights) -> Vec<f64> {
@@ -620,6 +718,8 @@ pub(super) struct PairScratch {
     /// Per row of a block, where a tabulated leaf's pair row for it starts in the table and
     /// where its places start.
     rows_of_leaf: Vec<(usize, usize)>,
+    /// Per row of a block, where a paired leaf's values for it start.
+    starts: Vec<usize>,
 }
 
 impl PairScratch {
