@@ -235,8 +235,9 @@ def main() -> None:
     floor = first_touch_seconds_a_row(SPEC.features + 1)
     fastest_interactions_ms = 1e3 / max((r["ours_rows_per_second"] for r in results if "interactions" in r["output"]), default=float("inf"))
     reporting = free_page_reporting()
-    # Long enough for freed memory to be reported to the host (Linux waits 2 s before it reports).
-    floor_reported = first_touch_seconds_a_row(SPEC.features + 1, pause=3.0) if reporting is not None else None
+    # The settle time between measured processes: long enough for freed memory to be reported
+    # to the host (Linux waits 2 s before it reports).
+    floor_reported = first_touch_seconds_a_row(SPEC.features + 1, pause=args.settle) if reporting is not None else None
     lines += [
         "",
         "Both tools hand back the dense (F+1)² matrix a row (128 KiB at 127 features; WOODELF builds a "
@@ -247,7 +248,7 @@ def main() -> None:
         "this virtual machine; the rest is the walks and the pair sums."
         + (f" This machine reports free memory to its host (Linux's free page reporting, blocks of 2^{reporting} "
            "pages): memory a process frees goes back to the host two seconds later, and a first touch of it then "
-           f"waits on the host. Filling the same fresh array with 3 s between arrays took {floor_reported * 1e3:.3f} ms "
+           f"waits on the host. Filling the same fresh array with {args.settle:g} s between arrays took {floor_reported * 1e3:.3f} ms "
            f"a row (against {floor * 1e3:.3f} ms one right after the other), where shapfusion's interaction outputs "
            f"above took {fastest_interactions_ms:.3f} ms a row and more in all: a call's time depends on what ran before it."
            if floor_reported is not None else ""),

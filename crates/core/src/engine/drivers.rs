@@ -324,13 +324,10 @@ pub(crate) fn interaction_bias_is_the_rest(index: Index, model: &Model, block: &
 /// from memory (128 KiB a row at 127 features). The same bits either way: each row's sum is its
 /// own left fold.
 pub(crate) fn interaction_bias_of_rows(index: Index, model: &Model, block: &FeatureBlock, first: usize, rows: &mut [f64]) {
-    if index == Index::Shapley {
+    if index == Index::Shapley || model.num_groups() == 0 {
         return;
     }
     let w = model.num_features() + 1;
-    if model.num_groups() == 0 {
-        return;
-    }
     let at = interaction_values_and_bias(w);
     let mut margins = vec![0.0; model.num_groups() * SUMS_AT_ONCE];
     for (pass, rows) in rows.chunks_mut(model.num_groups() * w * w * SUMS_AT_ONCE).enumerate() {

@@ -653,8 +653,7 @@ fn merge_first_split_pairs(paths: &[LeafPath], leaves: &mut [PairLeaf], rows: &P
         let (PairLeaf::Table { rows: left, pairs }, PairLeaf::Table { rows: right, .. }) = (&leaves[l], &leaves[l + 1]) else {
             continue;
         };
-        let d = paths[l].features.len();
-        let p = d * d.saturating_sub(1) / 2;
+        let (d, p) = (paths[l].features.len(), pairs.len());
         let places = &positions.at[d];
         let top = 1u64 << (d - 1);
         let mut values = Vec::with_capacity(paired_len(d));
