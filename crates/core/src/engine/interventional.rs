@@ -49,7 +49,7 @@ use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{
     bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_is_the_rest, interaction_bias_of_rows, interactions_by_task,
-    rows_per_task, rows_per_task_up_to, shap_by_task_from, ROWS_PER_TASK, SUMS_AT_ONCE,
+    rows_per_task, rows_per_task_up_to, shap_by_task_from, FirstTouch, ROWS_PER_TASK, SUMS_AT_ONCE,
 };
 use super::engine_trait::Engine;
 use super::options::Index;
@@ -57,6 +57,7 @@ use super::options::Index;
 use super::options::DEFAULT_INTERVENTIONAL_MEMORY_BYTES;
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
+use super::simd::prefetch;
 use crate::error::{Error, Result};
 use crate::model::{Model, Tree};
 use pairs::{PairScratch, PairTables, SharedPairs};
@@ -663,7 +664,7 @@ impl Interventional {
         // next, so they would otherwise wait on one another.
         for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
             if let LeafData::Table { rows, paired } = data {
-                pairs::prefetch(self.packed.row(rows, leaf.features.len(), *paired, fails[leaf.slot as usize]));
+                prefetch(self.packed.row(rows, leaf.features.len(), *paired, fails[leaf.slot as usize]));
             }
         }
         for (leaf, data) in agg.walk.leaves.iter().zip(&agg.data) {
@@ -828,6 +829,7 @@ impl Engine for Interventional {
             &self.model,
             block,
             rows_per_task_up_to(block.rows(), block_rows.max(ROWS_PER_TASK)),
+            FirstTouch::Adds,
             || (vec![0u64; block_rows * stride], Vec::new(), PairScratch::default()),
             |(fails, shap, scratch), first, chunk| {
                 let rows = chunk.len() / width;
@@ -1060,6 +1062,7 @@ impl Engine for InterventionalReference {
             &self.model,
             block,
             rows_per_task(block.rows()),
+            FirstTouch::Adds,
             || (),
             |_, first, chunk| {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {

@@ -78,13 +78,14 @@ use super::block::FeatureBlock;
 use super::decision::Decision;
 use super::drivers::{
     bias_is_the_rest, check_block, finish_interaction_row, interaction_bias_of_rows, interactions_by_task, rows_per_task_up_to, shap_by_task,
-    ROWS_PER_TASK,
+    FirstTouch, ROWS_PER_TASK,
 };
 use super::engine_trait::Engine;
 use super::options::Index;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree, UNREACHABLE};
 use super::quadrature::{gauss_legendre, MAX_POINTS};
+use super::simd::prefetch;
 #[cfg(target_arch = "x86_64")]
 use super::simd::{simd_level, SimdLevel};
 use crate::error::{Error, Result};
@@ -1168,6 +1169,14 @@ fn add_and_clear<const N: usize>(entries: &PairEntries, per_lane_group: usize, t
     }
 }
 
+/// Asks the cache for every line of `lanes`.
+#[inline(always)]
+fn prefetch_lanes<const N: usize>(lanes: &Lanes<N>) {
+    for line in lanes.0.chunks(8) {
+        prefetch(line);
+    }
+}
+
 /// Resizes `v` to `len` zeroed entries.
 fn zeroed<const N: usize>(v: &mut Vec<Lanes<N>>, len: usize) {
     v.clear();
@@ -1371,7 +1380,8 @@ impl Linear {
     /// Fills the interaction matrices of a task's rows (rows `first..` of `block`) from the
     /// totals into `chunk`, a lane group's rows at a time, each group's finished (diagonals, and
     /// Banzhaf biases) while its matrices are still in cache; `shap` holds one row's SHAP values
-    /// while its diagonal is filled.
+    /// while its diagonal is filled. Every page of `chunk` gets a store (the pairs off the
+    /// diagonal, matrix row by matrix row) before anything reads it ([`FirstTouch::Stores`]).
     fn write_interactions<const N: usize>(&self, s: &Scratch<N>, shap: &mut [f64], chunk: &mut [f64], (block, first): (&FeatureBlock, usize)) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
@@ -1397,10 +1407,31 @@ impl Linear {
                 for i in 0..f {
                     for first in (0..f).step_by(PAIRS_A_LINE) {
                         let js = first..(first + PAIRS_A_LINE).min(f);
+                        // The next matrix row's lines, asked for a row ahead: the sums read
+                        // across (`f` apart, too far for the CPU's own prefetcher to follow) and
+                        // every row's output line (fresh pages, zeroed beyond the core's caches).
+                        if i + 1 < f {
+                            for j in js.clone() {
+                                prefetch_lanes(&pairs[j * f + i + 1]);
+                            }
+                            for out in rows_here.chunks_exact(row_width) {
+                                prefetch(&out[g * w * w + (i + 1) * w + first]);
+                            }
+                        }
+                        // The line's entries for every lane at once (each sum read once, not
+                        // once a lane), then each row's line from them, with no test for the
+                        // diagonal: its entry is a sum that is never added to (a split's own
+                        // feature has no pair term), which `finish_interaction_row` replaces.
+                        let mut line = [Lanes::<N>::default(); PAIRS_A_LINE];
+                        for (entry, j) in line.iter_mut().zip(js.clone()) {
+                            let (ij, ji) = (&pairs[i * f + j], &pairs[j * f + i]);
+                            for r in 0..N {
+                                entry[r] = pair_share * (ij[r] + ji[r]);
+                            }
+                        }
                         for (lane, out) in rows_here.chunks_exact_mut(row_width).enumerate() {
-                            let line = &mut out[g * w * w + i * w..][..f];
-                            for j in js.clone().filter(|&j| j != i) {
-                                line[j] = pair_share * (pairs[i * f + j][lane] + pairs[j * f + i][lane]);
+                            for (o, entry) in out[g * w * w + i * w + first..][..js.len()].iter_mut().zip(&line) {
+                                *o = entry[lane];
                             }
                         }
                     }
@@ -1494,7 +1525,7 @@ impl Linear {
         let shap_row = || vec![0.0; p.model.num_groups() * w];
         if self.split_by_trees::<N>(block.rows().div_ceil(N), true) {
             let shared = self.run_shared::<true, N>(block);
-            return interactions_by_task(&p.model, block, block.rows(), shap_row, |shap, _, chunk| {
+            return interactions_by_task(&p.model, block, block.rows(), FirstTouch::Stores, shap_row, |shap, _, chunk| {
                 let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
                 self.write_interactions(&shared.wide, shap, head, (block, 0));
                 if let Some(tail) = &shared.tail {
@@ -1507,6 +1538,7 @@ impl Linear {
             &p.model,
             block,
             per_task,
+            FirstTouch::Stores,
             || (Scratch::<N>::default(), shap_row()),
             |(s, shap), first, chunk| {
                 self.run_task::<true, N>(block, first, chunk.len() / width, s);

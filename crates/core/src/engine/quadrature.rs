@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use super::block::FeatureBlock;
-use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_tree};
+use super::drivers::{finish_interaction_row, interactions_by_task, rows_per_task, shap_by_tree, FirstTouch};
 use super::engine_trait::Engine;
 use super::output::{Attributions, Interactions};
 use super::prepared::{PreparedModel, PreparedTree};
@@ -609,7 +609,7 @@ impl Engine for Quadrature {
         let width = g * w * w;
         // Tree-major within a task, as for SHAP values: the tree's tables stay in cache while
         // it meets every row of the task (row by row, the whole model streams from memory).
-        interactions_by_task(&p.model, block, rows_per_task(block.rows()), Vec::new, |shap: &mut Vec<f64>, first, chunk| {
+        interactions_by_task(&p.model, block, rows_per_task(block.rows()), FirstTouch::Adds, Vec::new, |shap: &mut Vec<f64>, first, chunk| {
             let rows = chunk.len() / width;
             shap.clear();
             shap.resize(rows * g * w, 0.0);

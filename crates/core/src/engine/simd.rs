@@ -34,3 +34,18 @@ pub(crate) fn simd_level() -> SimdLevel {
         SimdLevel::Portable
     })
 }
+
+/// Asks the cache for the line that holds the start of `at` (a hint; nothing where the target
+/// has none).
+#[inline(always)]
+pub(crate) fn prefetch<T: ?Sized>(at: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is part of every x86_64 target, and a prefetch is a hint that reads
+        // nothing into the program and cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((at as *const T).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}

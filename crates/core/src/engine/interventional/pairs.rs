@@ -49,6 +49,7 @@ use rayon::prelude::*;
 use super::{count_fail_sets, for_each_bit, for_each_bit_wide, low_bits, Holding, Interventional, LeafData, LeafPath};
 use crate::engine::block::FeatureBlock;
 use crate::engine::options::Index;
+use crate::engine::simd::prefetch;
 use crate::error::{Error, Result};
 
 /// The three pair weights of one leaf's game by `a = |F|` and `b = |X_f|`, signed and placed
@@ -124,20 +125,6 @@ fn accumulate(row: &mut [f64], k: usize, ranks: &[usize], h: f64, (hot, cold, ac
             row[pair_at(k, p, q)] += hot;
         }
     }
-}
-
-/// Asks the cache for the start of `row` (a hint; nothing where the target has none).
-#[inline]
-pub(super) fn prefetch(row: &[f64]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: SSE is part of every x86_64 target, and a prefetch is a hint that reads
-        // nothing into the program and cannot fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = row;
 }
 
 /// Adds `v` to the pair of features `i` and `j` in the upper half of a `w`-wide matrix (the lower
