@@ -179,6 +179,9 @@ fn task_rows<const N: usize>(rows: usize, features: usize, groups: usize, pairs:
     rows_per_task_up_to(rows, most).next_multiple_of(N)
 }
 
+/// Values of a 64-byte cache line, the alignment of [`Lanes`].
+const VALUES_A_LINE: usize = 64 / size_of::<f64>();
+
 /// One value per row of a lane group, aligned to a cache line: a vector load or store then never
 /// straddles two lines.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -1172,7 +1175,7 @@ fn add_and_clear<const N: usize>(entries: &PairEntries, per_lane_group: usize, t
 /// Asks the cache for every line of `lanes`.
 #[inline(always)]
 fn prefetch_lanes<const N: usize>(lanes: &Lanes<N>) {
-    for line in lanes.0.chunks(8) {
+    for line in lanes.0.chunks(VALUES_A_LINE) {
         prefetch(line);
     }
 }
@@ -1399,14 +1402,13 @@ impl Linear {
         // filling one output row after another read them N times over from beyond the core's
         // own caches. (Pair by pair across the rows instead, every store went to another row
         // at the same offset within a page, all into one set of the first cache.)
-        const PAIRS_A_LINE: usize = 8;
         for (lane_group, rows_here) in chunk.chunks_mut(row_width * N).enumerate() {
             for g in 0..groups {
                 let at = lane_group * groups + g;
                 let pairs = &s.total_pairs[at * f * f..(at + 1) * f * f];
                 for i in 0..f {
-                    for first in (0..f).step_by(PAIRS_A_LINE) {
-                        let js = first..(first + PAIRS_A_LINE).min(f);
+                    for first in (0..f).step_by(VALUES_A_LINE) {
+                        let js = first..(first + VALUES_A_LINE).min(f);
                         // The next matrix row's lines, asked for a row ahead: the sums read
                         // across (`f` apart, too far for the CPU's own prefetcher to follow) and
                         // every row's output line (fresh pages, zeroed beyond the core's caches).
@@ -1422,7 +1424,7 @@ impl Linear {
                         // once a lane), then each row's line from them, with no test for the
                         // diagonal: its entry is a sum that is never added to (a split's own
                         // feature has no pair term), which `finish_interaction_row` replaces.
-                        let mut line = [Lanes::<N>::default(); PAIRS_A_LINE];
+                        let mut line = [Lanes::<N>::default(); VALUES_A_LINE];
                         for (entry, j) in line.iter_mut().zip(js.clone()) {
                             let (ij, ji) = (&pairs[i * f + j], &pairs[j * f + i]);
                             for r in 0..N {
