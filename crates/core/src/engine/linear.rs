@@ -65,8 +65,9 @@
 //! block too small to keep every thread busy with its rows (50 rows of a 1000-tree model are 4
 //! lane groups, 2 on each of two threads) then shares its chunks among the threads instead
 //! ([`Linear::split_by_trees`]), with the same bits: the chunks and their order are the
-//! model's, not the thread count's or the block's. Such a block's last 1-4 rows walk in a lane
-//! group of four ([`narrow_tail`]): 50 rows are three groups of sixteen and one of four.
+//! model's, not the thread count's or the block's. A task's last 1-4 rows walk in a lane group
+//! of four ([`narrow_tail`]), each tree right after the task's wide groups: 50 rows are three
+//! groups of sixteen and one of four, on one thread or shared among several.
 
 use std::sync::{Arc, OnceLock};
 
@@ -132,11 +133,11 @@ const fn walks_flat<const PAIRS: bool, const N: usize>(points: usize) -> bool {
     N == 1 && !PAIRS && matches!(points, 1..=8)
 }
 
-/// A block of `rows` shared by trees, in lane groups of `N`: how many rows go in whole lane
-/// groups of `N` and how many (at most [`SMALL_LANES`], else none) in a narrow group after
-/// them. A narrow group costs about 0.6 of a wide one (see [`SMALL_LANES`]), so 50 rows of a
-/// deep model walk three groups of sixteen and one of four rather than four of sixteen; every
-/// lane computes what it would in a wide group, so the bits are the same.
+/// A task of `rows` (or a small block shared by trees) in lane groups of `N`: how many rows go
+/// in whole lane groups of `N` and how many (at most [`SMALL_LANES`], else none) in a narrow
+/// group walked after them. A narrow group costs about 0.6 of a wide one (see [`SMALL_LANES`]),
+/// so 50 rows of a deep model walk three groups of sixteen and one of four rather than four of
+/// sixteen; every lane computes what it would in a wide group, so the bits are the same.
 const fn narrow_tail<const N: usize>(rows: usize) -> (usize, usize) {
     let tail = rows % N;
     if N > SMALL_LANES && rows > N && tail <= SMALL_LANES {
@@ -676,12 +677,27 @@ impl Linear {
     }
 }
 
-/// The totals of a small block shared by trees ([`Linear::run_shared`]): its first
-/// `wide_rows` rows in lane groups of `N`, the rest in one narrow lane group.
-struct SharedBlock<const N: usize> {
+/// A task's rows and their sums: the first `wide_rows` in lane groups of `N` and, where
+/// [`narrow_tail`] gives the rows one, the last `tail_rows` (1 to [`SMALL_LANES`]) in one narrow
+/// lane group, which walks each tree right after the wide groups.
+#[derive(Default)]
+struct TaskScratch<const N: usize> {
     wide_rows: usize,
+    tail_rows: usize,
     wide: Scratch<N>,
-    tail: Option<Scratch<SMALL_LANES>>,
+    tail: Scratch<SMALL_LANES>,
+}
+
+impl<const N: usize> TaskScratch<N> {
+    /// Lane groups of `N` rows.
+    fn wide_groups(&self) -> usize {
+        self.wide_rows.div_ceil(N)
+    }
+
+    /// The narrow group's scratch, where the rows have one.
+    fn tail_mut(&mut self) -> Option<&mut Scratch<SMALL_LANES>> {
+        (self.tail_rows > 0).then_some(&mut self.tail)
+    }
 }
 
 /// Phase one for a lane group: every split's lanes going left, and lanes where the splits above
@@ -1055,22 +1071,43 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
     trees: &[LinearTree],
     groups: usize,
     s: &mut Scratch<N>,
+    mut tail: Option<&mut Scratch<SMALL_LANES>>,
 ) {
-    let (f, g) = (p.model.num_features(), p.model.num_groups());
     for lt in trees {
-        let tree = &p.model.trees()[lt.source];
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
         }
-        // A row alone walks flat, without the stack.
-        if !walks_flat::<PAIRS, N>(lt.points()) {
-            s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
+        // SAFETY (both): the caller's promise.
+        unsafe { walk_points::<PAIRS, AVX2, N>(p, lt, groups, s) };
+        // The narrow group right after the wide ones, while the tree's splits are still in the
+        // core's caches: a deep tree's (a megabyte) are not when a second pass comes back to
+        // them (1000 trees of depth 16: a narrow group in a pass of its own cost as much as a
+        // wide one, 36 against 45 ms on two threads).
+        if let Some(tail) = tail.as_deref_mut() {
+            unsafe { walk_points::<PAIRS, AVX2, SMALL_LANES>(p, lt, 1, tail) };
         }
-        // SHAP values walk a copy compiled for the tree's point count, up to 8 (paths of up to
-        // 16 distinct features, XGBoost's max_depth 16): its loops unrolled and its offsets
-        // constant, up to 14 % faster than the general copy (measured on a noisy machine; 7 and
-        // 8 points together with `narrow_tail`: +6 % on 1000 trees of depth 16, 2 threads), with
-        // the same arithmetic and so the same bits.
+    }
+}
+
+/// Every lane group through one compiled tree, in the copy of the walk for its point count.
+///
+/// # Safety
+/// `AVX2` only where the CPU has AVX2.
+#[inline(always)]
+unsafe fn walk_points<const PAIRS: bool, const AVX2: bool, const N: usize>(p: &PreparedModel, lt: &LinearTree, groups: usize, s: &mut Scratch<N>) {
+    let (f, g) = (p.model.num_features(), p.model.num_groups());
+    let tree = &p.model.trees()[lt.source];
+    // A row alone walks flat, without the stack.
+    if !walks_flat::<PAIRS, N>(lt.points()) {
+        s.walk.reserve(lt.depth + 1, lt.points(), lt.width, PAIRS);
+    }
+    // SHAP values walk a copy compiled for the tree's point count, up to 8 (paths of up to
+    // 16 distinct features, XGBoost's max_depth 16): its loops unrolled and its offsets
+    // constant, up to 14 % faster than the general copy (measured on a noisy machine; 7 and
+    // 8 points together with `narrow_tail`: +6 % on 1000 trees of depth 16, 2 threads), with
+    // the same arithmetic and so the same bits.
+    // SAFETY (every arm): the caller's promise.
+    unsafe {
         match (PAIRS, lt.points()) {
             (false, 1) => walk_tree::<PAIRS, 1, AVX2, N>(tree, lt, groups, f, g, s),
             (false, 2) => walk_tree::<PAIRS, 2, AVX2, N>(tree, lt, groups, f, g, s),
@@ -1115,30 +1152,49 @@ unsafe fn walk_tree<const PAIRS: bool, const K: usize, const AVX2: bool, const N
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn explain_task_avx512<const PAIRS: bool, const N: usize>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch<N>) {
+unsafe fn explain_task_avx512<const PAIRS: bool, const N: usize>(
+    p: &PreparedModel,
+    trees: &[LinearTree],
+    groups: usize,
+    s: &mut Scratch<N>,
+    tail: Option<&mut Scratch<SMALL_LANES>>,
+) {
     // SAFETY: AVX-512F implies AVX2.
-    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s) }
+    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s, tail) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn explain_task_avx2<const PAIRS: bool, const N: usize>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch<N>) {
+unsafe fn explain_task_avx2<const PAIRS: bool, const N: usize>(
+    p: &PreparedModel,
+    trees: &[LinearTree],
+    groups: usize,
+    s: &mut Scratch<N>,
+    tail: Option<&mut Scratch<SMALL_LANES>>,
+) {
     // SAFETY: this copy runs only where the CPU has AVX2.
-    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s) }
+    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s, tail) }
 }
 
-/// Which compiled copy of the walk this CPU runs (decided once).
-fn dispatch<const PAIRS: bool, const N: usize>(p: &PreparedModel, trees: &[LinearTree], groups: usize, s: &mut Scratch<N>) {
+/// Which compiled copy of the walk this CPU runs (decided once): `groups` lane groups of `s`
+/// and, each tree after them, the one of `tail`.
+fn dispatch<const PAIRS: bool, const N: usize>(
+    p: &PreparedModel,
+    trees: &[LinearTree],
+    groups: usize,
+    s: &mut Scratch<N>,
+    tail: Option<&mut Scratch<SMALL_LANES>>,
+) {
     #[cfg(target_arch = "x86_64")]
     match simd_level() {
         // SAFETY: the CPU has the features (`simd_level` detected them).
-        SimdLevel::Avx512 => return unsafe { explain_task_avx512::<PAIRS, N>(p, trees, groups, s) },
+        SimdLevel::Avx512 => return unsafe { explain_task_avx512::<PAIRS, N>(p, trees, groups, s, tail) },
         // SAFETY: as above.
-        SimdLevel::Avx2 => return unsafe { explain_task_avx2::<PAIRS, N>(p, trees, groups, s) },
+        SimdLevel::Avx2 => return unsafe { explain_task_avx2::<PAIRS, N>(p, trees, groups, s, tail) },
         SimdLevel::Portable => {}
     }
     // SAFETY: the portable copy needs no CPU feature.
-    unsafe { explain_task::<PAIRS, false, N>(p, trees, groups, s) }
+    unsafe { explain_task::<PAIRS, false, N>(p, trees, groups, s, tail) }
 }
 
 /// Adds `part` to `total`, lane by lane.
@@ -1147,6 +1203,15 @@ fn add_lanes<const N: usize>(total: &mut [Lanes<N>], part: &[Lanes<N>]) {
         for r in 0..N {
             t[r] += p[r];
         }
+    }
+}
+
+/// Adds the sums of a chunk in `s` to its totals: `phi`, and the pairs `entries` lists (none
+/// for SHAP values), which it clears for the next chunk.
+fn add_chunk<const N: usize>(entries: Option<&PairEntries>, per_lane_group: usize, s: &mut Scratch<N>) {
+    add_lanes(&mut s.total_phi, &s.phi);
+    if let Some(entries) = entries {
+        add_and_clear(entries, per_lane_group, &mut s.total_pairs, &mut s.pairs);
     }
 }
 
@@ -1217,6 +1282,14 @@ impl Linear {
         }
     }
 
+    /// Loads `rows` rows of `block` from `first` into `ts`: whole lane groups of `N`, and the
+    /// narrow group [`narrow_tail`] gives them, if any.
+    fn load_task<const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize, ts: &mut TaskScratch<N>) {
+        (ts.wide_rows, ts.tail_rows) = narrow_tail::<N>(rows);
+        self.load_rows(block, first, ts.wide_rows, &mut ts.wide);
+        self.load_rows(block, first + ts.wide_rows, ts.tail_rows, &mut ts.tail);
+    }
+
     /// Loads `rows` rows of `block` from `first` into `s.xs` as lane groups; returns how many.
     fn load_rows<const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch<N>) -> usize {
         let f = self.prepared.model.num_features();
@@ -1232,21 +1305,31 @@ impl Linear {
         lane_groups
     }
 
-    /// One chunk of trees over the loaded lane groups: its sums, from zero, in `s.phi` (and
-    /// `s.pairs`, which are zero already where they have the lane groups' length: whoever
-    /// reads a chunk's pair sums clears them or takes them away).
-    fn run_chunk<const PAIRS: bool, const N: usize>(&self, chunk: usize, lane_groups: usize, s: &mut Scratch<N>) {
-        let p = &*self.prepared;
-        let (f, groups) = (p.model.num_features(), p.model.num_groups());
+    /// Sets the sums of `lane_groups` in `s` to zero for a chunk: `s.phi`, and `s.pairs` where
+    /// they do not have the lane groups' length (else they are zero already: whoever reads a
+    /// chunk's pair sums clears them or takes them away).
+    fn zero_chunk<const PAIRS: bool, const N: usize>(&self, lane_groups: usize, s: &mut Scratch<N>) {
+        let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         zeroed(&mut s.phi, lane_groups * groups * f);
         if PAIRS && s.pairs.len() != lane_groups * groups * f * f {
             zeroed(&mut s.pairs, lane_groups * groups * f * f);
         }
-        let trees = &self.trees[chunk * TREES_PER_CHUNK..((chunk + 1) * TREES_PER_CHUNK).min(self.trees.len())];
-        dispatch::<PAIRS, N>(p, trees, lane_groups, s);
     }
 
-    /// Zeroes the totals for `lane_groups`.
+    /// One chunk of trees over the loaded lane groups of `ts`, each tree by the wide groups and
+    /// then the narrow one: their sums, from zero, in `phi` (and `pairs`) of each.
+    fn run_chunk<const PAIRS: bool, const N: usize>(&self, chunk: usize, ts: &mut TaskScratch<N>) {
+        let wide_groups = ts.wide_groups();
+        self.zero_chunk::<PAIRS, N>(wide_groups, &mut ts.wide);
+        if ts.tail_rows > 0 {
+            self.zero_chunk::<PAIRS, SMALL_LANES>(1, &mut ts.tail);
+        }
+        let trees = &self.trees[chunk * TREES_PER_CHUNK..((chunk + 1) * TREES_PER_CHUNK).min(self.trees.len())];
+        let tail = (ts.tail_rows > 0).then_some(&mut ts.tail);
+        dispatch::<PAIRS, N>(&self.prepared, trees, wide_groups, &mut ts.wide, tail);
+    }
+
+    /// Zeroes the totals for `lane_groups` of `s`.
     fn zero_totals<const PAIRS: bool, const N: usize>(&self, lane_groups: usize, s: &mut Scratch<N>) {
         let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         zeroed(&mut s.total_phi, lane_groups * groups * f);
@@ -1255,19 +1338,27 @@ impl Linear {
         }
     }
 
+    /// Zeroes the totals of the loaded rows of `ts`.
+    fn zero_task_totals<const PAIRS: bool, const N: usize>(&self, ts: &mut TaskScratch<N>) {
+        self.zero_totals::<PAIRS, N>(ts.wide_groups(), &mut ts.wide);
+        if ts.tail_rows > 0 {
+            self.zero_totals::<PAIRS, SMALL_LANES>(1, &mut ts.tail);
+        }
+    }
+
     /// A task's rows (`rows` from `first`) through every chunk, in order, on this thread; the
-    /// totals in `s.total_phi` (and `s.total_pairs`).
-    fn run_task<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize, s: &mut Scratch<N>) {
-        let lane_groups = self.load_rows(block, first, rows, s);
-        self.zero_totals::<PAIRS, N>(lane_groups, s);
+    /// totals in `total_phi` (and `total_pairs`) of `ts.wide` and `ts.tail`.
+    fn run_task<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize, ts: &mut TaskScratch<N>) {
+        self.load_task(block, first, rows, ts);
+        self.zero_task_totals::<PAIRS, N>(ts);
         // Interactions: one lane group's pair sums, and which of them each chunk writes.
         let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         let entries: &[PairEntries] = if PAIRS { self.pair_entries() } else { &[] };
         for chunk in 0..self.chunks() {
-            self.run_chunk::<PAIRS, N>(chunk, lane_groups, s);
-            add_lanes(&mut s.total_phi, &s.phi);
-            if let Some(entries) = entries.get(chunk) {
-                add_and_clear(entries, groups * f * f, &mut s.total_pairs, &mut s.pairs);
+            self.run_chunk::<PAIRS, N>(chunk, ts);
+            add_chunk(entries.get(chunk), groups * f * f, &mut ts.wide);
+            if let Some(tail) = ts.tail_mut() {
+                add_chunk(entries.get(chunk), groups * f * f, tail);
             }
         }
     }
@@ -1324,49 +1415,51 @@ impl Linear {
         })
     }
 
-    /// Rows `first..first + rows` of `block` with the chunks shared among the threads: each
-    /// chunk's sums on their own, then added in model order, as [`run_task`](Self::run_task)
-    /// adds them. The totals in the returned scratch.
-    fn run_split<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock, first: usize, rows: usize) -> Scratch<N> {
-        let lane_groups = rows.div_ceil(N);
+    /// Every row of a small `block` with the chunks shared among the threads: each chunk's sums
+    /// on their own, then added in model order, as [`run_task`](Self::run_task) adds them. The
+    /// totals in the returned scratch.
+    fn run_shared<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock) -> TaskScratch<N> {
         // Each worker loads the rows once, for all the chunks it takes.
         let loaded = || {
-            let mut s = Scratch::<N>::default();
-            self.load_rows(block, first, rows, &mut s);
-            s
+            let mut ts = TaskScratch::<N>::default();
+            self.load_task(block, 0, block.rows(), &mut ts);
+            ts
         };
-        let sums: Vec<(Vec<Lanes<N>>, Vec<Lanes<N>>)> = (0..self.chunks())
+        type Sums<const M: usize> = (Vec<Lanes<M>>, Vec<Lanes<M>>);
+        let sums: Vec<(Sums<N>, Sums<SMALL_LANES>)> = (0..self.chunks())
             .into_par_iter()
-            .map_init(loaded, |s, chunk| {
-                self.run_chunk::<PAIRS, N>(chunk, lane_groups, s);
-                (std::mem::take(&mut s.phi), std::mem::take(&mut s.pairs))
+            .map_init(loaded, |ts, chunk| {
+                self.run_chunk::<PAIRS, N>(chunk, ts);
+                (
+                    (std::mem::take(&mut ts.wide.phi), std::mem::take(&mut ts.wide.pairs)),
+                    (std::mem::take(&mut ts.tail.phi), std::mem::take(&mut ts.tail.pairs)),
+                )
             })
             .collect();
-        let mut total = Scratch::<N>::default();
-        self.zero_totals::<PAIRS, N>(lane_groups, &mut total);
-        for (phi, pairs) in &sums {
-            add_lanes(&mut total.total_phi, phi);
+        let mut total = TaskScratch::<N>::default();
+        (total.wide_rows, total.tail_rows) = narrow_tail::<N>(block.rows());
+        self.zero_task_totals::<PAIRS, N>(&mut total);
+        for ((phi, pairs), (tail_phi, tail_pairs)) in &sums {
+            add_lanes(&mut total.wide.total_phi, phi);
+            add_lanes(&mut total.tail.total_phi, tail_phi);
             if PAIRS {
-                add_lanes(&mut total.total_pairs, pairs);
+                add_lanes(&mut total.wide.total_pairs, pairs);
+                add_lanes(&mut total.tail.total_pairs, tail_pairs);
             }
         }
         total
     }
 
-    /// Every row of a small `block` with the chunks shared among the threads: its whole lane
-    /// groups of `N`, then its tail, if [`narrow_tail`] gives it one, in a narrow lane group.
-    fn run_shared<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock) -> SharedBlock<N> {
-        let (wide_rows, tail) = narrow_tail::<N>(block.rows());
-        SharedBlock {
-            wide_rows,
-            wide: self.run_split::<PAIRS, N>(block, 0, wide_rows),
-            tail: (tail > 0).then(|| self.run_split::<PAIRS, SMALL_LANES>(block, wide_rows, tail)),
-        }
+    /// Copies the SHAP values of a task's rows from the totals of `ts` into `chunk` (rows of
+    /// `width`), leaving the bias.
+    fn write_shap<const N: usize>(&self, ts: &TaskScratch<N>, chunk: &mut [f64]) {
+        let (wide, tail) = chunk.split_at_mut(ts.wide_rows * self.prepared.shap_width());
+        self.write_shap_of(&ts.wide, wide);
+        self.write_shap_of(&ts.tail, tail);
     }
 
-    /// Copies the SHAP values of a task's rows from the totals into `chunk` (rows of `width`),
-    /// leaving the bias.
-    fn write_shap<const N: usize>(&self, s: &Scratch<N>, chunk: &mut [f64]) {
+    /// [`write_shap`](Self::write_shap) for the lane groups of `s`.
+    fn write_shap_of<const N: usize>(&self, s: &Scratch<N>, chunk: &mut [f64]) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let (w, width) = (f + 1, p.shap_width());
@@ -1385,7 +1478,15 @@ impl Linear {
     /// Banzhaf biases) while its matrices are still in cache; `shap` holds one row's SHAP values
     /// while its diagonal is filled. Every page of `chunk` gets a store (the pairs off the
     /// diagonal, matrix row by matrix row) before anything reads it ([`FirstTouch::Stores`]).
-    fn write_interactions<const N: usize>(&self, s: &Scratch<N>, shap: &mut [f64], chunk: &mut [f64], (block, first): (&FeatureBlock, usize)) {
+    fn write_interactions<const N: usize>(&self, ts: &TaskScratch<N>, shap: &mut [f64], chunk: &mut [f64], (block, first): (&FeatureBlock, usize)) {
+        let w = self.prepared.model.num_features() + 1;
+        let (wide, tail) = chunk.split_at_mut(ts.wide_rows * self.prepared.model.num_groups() * w * w);
+        self.write_interactions_of(&ts.wide, shap, wide, (block, first));
+        self.write_interactions_of(&ts.tail, shap, tail, (block, first + ts.wide_rows));
+    }
+
+    /// [`write_interactions`](Self::write_interactions) for the lane groups of `s`.
+    fn write_interactions_of<const N: usize>(&self, s: &Scratch<N>, shap: &mut [f64], chunk: &mut [f64], (block, first): (&FeatureBlock, usize)) {
         let p = &*self.prepared;
         let (f, groups) = (p.model.num_features(), p.model.num_groups());
         let w = f + 1;
@@ -1496,24 +1597,12 @@ impl Linear {
         let width = p.shap_width();
         if self.split_by_trees::<N>(block.rows().div_ceil(N), false) {
             let shared = self.run_shared::<false, N>(block);
-            return shap_by_task(
-                p,
-                block,
-                block.rows(),
-                || (),
-                |_, _, chunk| {
-                    let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
-                    self.write_shap(&shared.wide, head);
-                    if let Some(tail) = &shared.tail {
-                        self.write_shap(tail, rest);
-                    }
-                },
-            );
+            return shap_by_task(p, block, block.rows(), || (), |_, _, chunk| self.write_shap(&shared, chunk));
         }
         let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), false);
-        shap_by_task(p, block, per_task, Scratch::<N>::default, |s, first, chunk| {
-            self.run_task::<false, N>(block, first, chunk.len() / width, s);
-            self.write_shap(s, chunk);
+        shap_by_task(p, block, per_task, TaskScratch::<N>::default, |ts, first, chunk| {
+            self.run_task::<false, N>(block, first, chunk.len() / width, ts);
+            self.write_shap(ts, chunk);
         })
     }
 
@@ -1528,11 +1617,7 @@ impl Linear {
         if self.split_by_trees::<N>(block.rows().div_ceil(N), true) {
             let shared = self.run_shared::<true, N>(block);
             return interactions_by_task(&p.model, block, block.rows(), FirstTouch::Stores, shap_row, |shap, _, chunk| {
-                let (head, rest) = chunk.split_at_mut(shared.wide_rows * width);
-                self.write_interactions(&shared.wide, shap, head, (block, 0));
-                if let Some(tail) = &shared.tail {
-                    self.write_interactions(tail, shap, rest, (block, shared.wide_rows));
-                }
+                self.write_interactions(&shared, shap, chunk, (block, 0))
             });
         }
         let per_task = task_rows::<N>(block.rows(), p.model.num_features(), p.model.num_groups(), true);
@@ -1541,10 +1626,10 @@ impl Linear {
             block,
             per_task,
             FirstTouch::Stores,
-            || (Scratch::<N>::default(), shap_row()),
-            |(s, shap), first, chunk| {
-                self.run_task::<true, N>(block, first, chunk.len() / width, s);
-                self.write_interactions(s, shap, chunk, (block, first));
+            || (TaskScratch::<N>::default(), shap_row()),
+            |(ts, shap), first, chunk| {
+                self.run_task::<true, N>(block, first, chunk.len() / width, ts);
+                self.write_interactions(ts, shap, chunk, (block, first));
             },
         )
     }
@@ -1640,15 +1725,17 @@ mod tests {
         let values = (0..rows * features).map(|i| if i % 11 == 0 { f64::NAN } else { ((i * 7919) % 1000) as f64 / 1000.0 }).collect();
         let block = FeatureBlock::new(rows, features, values, Precision::F64);
         // Every pair sum a chunk's walk writes is listed: the others stay +0.0 in every lane.
-        let mut s = Scratch::<LANES>::default();
-        let lane_groups = engine.load_rows(&block, 0, rows, &mut s);
+        let mut ts = TaskScratch::<LANES>::default();
+        engine.load_task(&block, 0, rows, &mut ts);
+        let lane_groups = ts.wide_groups();
+        assert_eq!((ts.wide_rows, ts.tail_rows), (rows, 0));
         for (chunk, entries) in entries.iter().enumerate() {
             let PairEntries::Some(listed) = entries else { panic!("chunk {chunk}: all {features}² pairs, expected a list") };
             assert!(listed.len() < features * features / 4, "chunk {chunk}: {} entries", listed.len());
-            s.pairs.clear();
-            engine.run_chunk::<true, LANES>(chunk, lane_groups, &mut s);
+            ts.wide.pairs.clear();
+            engine.run_chunk::<true, LANES>(chunk, &mut ts);
             let mut written = 0;
-            for (k, lanes) in s.pairs.iter().enumerate() {
+            for (k, lanes) in ts.wide.pairs.iter().enumerate() {
                 let is_listed = listed.binary_search(&((k % (features * features)) as u32)).is_ok();
                 let nonzero = lanes.0.iter().any(|v| v.to_bits() != 0);
                 assert!(is_listed || !nonzero, "chunk {chunk}: pair sum {k} is written but not listed");
@@ -1756,35 +1843,48 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_block_walks_its_tail_in_a_narrow_lane_group_with_the_same_bits() {
+    fn a_small_block_walks_its_tail_in_a_narrow_lane_group_with_the_same_bits() {
         let (features, mut seed) = (7usize, 19u64);
         // Two chunks, so that two threads share a small block's trees.
         let trees: Vec<Tree> = (0..TREES_PER_CHUNK + 9).map(|_| tree(&mut seed, features as u32, 7)).collect();
         let prepared = Arc::new(PreparedModel::new(Arc::new(numeric_model(features, trees, -0.5))).unwrap());
         let engine = Linear::new(prepared).unwrap();
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
         let rows = 20 * LANES;
         let values: Vec<f64> = (0..rows * features).map(|i| if i % 13 == 0 { f64::NAN } else { ((i * 104729) % 1000) as f64 / 1000.0 }).collect();
         let all = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        pool.install(|| {
+        let (shap, interactions) = pool.install(|| {
             assert!(!engine.shares_trees(rows, false), "the large block is shared by rows");
-            let (shap, interactions) = (engine.shap(&all).unwrap(), engine.interactions(&all).unwrap());
-            assert!(shap.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
-            for n in [LANES + 1, 2 * LANES + SMALL_LANES, 3 * LANES + 2, 3 * LANES + SMALL_LANES + 1] {
-                assert!(engine.shares_trees(n, false) && engine.shares_trees(n, true), "{n} rows are shared by trees");
-                let tail = n % LANES;
-                assert_eq!(narrow_tail::<LANES>(n), if tail <= SMALL_LANES { (n - tail, tail) } else { (n, 0) }, "{n} rows");
-                // Rows from the middle of the large block, so that they sat in other lanes there.
-                let first = 2 * LANES + 5;
-                let small = FeatureBlock::new(n, features, values[first * features..(first + n) * features].to_vec(), Precision::F64);
-                let (got, got_pairs) = (engine.shap(&small).unwrap(), engine.interactions(&small).unwrap());
-                for r in 0..n {
-                    assert_eq!(bits(got.row(r, 0)), bits(shap.row(first + r, 0)), "{n} rows: SHAP values of row {r}");
-                    assert_eq!(bits(got_pairs.matrix(r, 0)), bits(interactions.matrix(first + r, 0)), "{n} rows: interactions of row {r}");
-                }
-            }
+            (engine.shap(&all).unwrap(), engine.interactions(&all).unwrap())
         });
+        assert!(shap.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
+        // Shared by trees on two threads, one task on one thread: either way in the same pass.
+        for threads in [2, 1] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| small_blocks_agree(&engine, &values, (&shap, &interactions)));
+        }
+    }
+
+    /// Small blocks of rows from the middle of a large block (`values`; `shap` and
+    /// `interactions` are its values), in the current pool: the same bits, their tails in a
+    /// narrow lane group, as where they sat in wide ones.
+    fn small_blocks_agree(engine: &Linear, values: &[f64], (shap, interactions): (&Attributions, &Interactions)) {
+        let features = engine.prepared.model.num_features();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let shared = rayon::current_num_threads() > 1;
+        for n in [LANES + 1, 2 * LANES + SMALL_LANES, 3 * LANES + 2, 3 * LANES + SMALL_LANES + 1] {
+            assert_eq!(engine.shares_trees(n, false) && engine.shares_trees(n, true), shared, "{n} rows shared by trees");
+            let tail = n % LANES;
+            assert_eq!(narrow_tail::<LANES>(n), if tail <= SMALL_LANES { (n - tail, tail) } else { (n, 0) }, "{n} rows");
+            // Rows from the middle of the large block, so that they sat in other lanes there.
+            let first = 2 * LANES + 5;
+            let small = FeatureBlock::new(n, features, values[first * features..(first + n) * features].to_vec(), Precision::F64);
+            let (got, got_pairs) = (engine.shap(&small).unwrap(), engine.interactions(&small).unwrap());
+            for r in 0..n {
+                assert_eq!(bits(got.row(r, 0)), bits(shap.row(first + r, 0)), "{n} rows: SHAP values of row {r}");
+                assert_eq!(bits(got_pairs.matrix(r, 0)), bits(interactions.matrix(first + r, 0)), "{n} rows: interactions of row {r}");
+            }
+        }
     }
 
     #[test]
@@ -1860,12 +1960,12 @@ mod tests {
             (bits(&s.phi), bits(&s.pairs))
         };
         // SAFETY (every portable copy here): it needs no CPU feature.
-        let baseline = run(&|s| unsafe { explain_task::<true, false, N>(&prepared, &engine.trees, groups, s) });
+        let baseline = run(&|s| unsafe { explain_task::<true, false, N>(&prepared, &engine.trees, groups, s, None) });
         assert!(baseline.0.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "the model attributes something");
         assert!(baseline.1.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "and has interactions");
         assert_eq!(
             baseline.0,
-            run(&|s| unsafe { explain_task::<false, false, N>(&prepared, &engine.trees, groups, s) }).0,
+            run(&|s| unsafe { explain_task::<false, false, N>(&prepared, &engine.trees, groups, s, None) }).0,
             "SHAP values without pairs"
         );
         // SHAP values walk a copy per point count; the general copy gives the same bits.
@@ -1886,19 +1986,19 @@ mod tests {
             let fma = std::arch::is_x86_feature_detected!("fma");
             if fma && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2 and FMA.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true, N>(&prepared, &engine.trees, groups, s) }), "AVX2");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true, N>(&prepared, &engine.trees, groups, s, None) }), "AVX2");
                 assert_eq!(
                     baseline.0,
-                    run(&|s| unsafe { explain_task_avx2::<false, N>(&prepared, &engine.trees, groups, s) }).0,
+                    run(&|s| unsafe { explain_task_avx2::<false, N>(&prepared, &engine.trees, groups, s, None) }).0,
                     "AVX2, SHAP values"
                 );
             }
             if fma && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F and FMA.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true, N>(&prepared, &engine.trees, groups, s) }), "AVX-512");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true, N>(&prepared, &engine.trees, groups, s, None) }), "AVX-512");
                 assert_eq!(
                     baseline.0,
-                    run(&|s| unsafe { explain_task_avx512::<false, N>(&prepared, &engine.trees, groups, s) }).0,
+                    run(&|s| unsafe { explain_task_avx512::<false, N>(&prepared, &engine.trees, groups, s, None) }).0,
                     "AVX-512, SHAP values"
                 );
             }
