@@ -694,9 +694,9 @@ impl<const N: usize> TaskScratch<N> {
         self.wide_rows.div_ceil(N)
     }
 
-    /// The narrow group's scratch, where the rows have one.
-    fn tail_mut(&mut self) -> Option<&mut Scratch<SMALL_LANES>> {
-        (self.tail_rows > 0).then_some(&mut self.tail)
+    /// The wide groups' scratch and, where the rows have one, the narrow group's.
+    fn scratches_mut(&mut self) -> (&mut Scratch<N>, Option<&mut Scratch<SMALL_LANES>>) {
+        (&mut self.wide, (self.tail_rows > 0).then_some(&mut self.tail))
     }
 }
 
@@ -1320,14 +1320,13 @@ impl Linear {
     /// then the narrow one: their sums, from zero, in `phi` (and `pairs`) of each.
     fn run_chunk<const PAIRS: bool, const N: usize>(&self, chunk: usize, ts: &mut TaskScratch<N>) {
         let wide_groups = ts.wide_groups();
-        self.zero_chunk::<PAIRS, N>(wide_groups, &mut ts.wide);
-        if ts.tail_rows > 0 {
-            self.zero_chunk::<PAIRS, SMALL_LANES>(1, &mut ts.tail);
+        let (wide, mut tail) = ts.scratches_mut();
+        self.zero_chunk::<PAIRS, N>(wide_groups, wide);
+        if let Some(tail) = tail.as_deref_mut() {
+            self.zero_chunk::<PAIRS, SMALL_LANES>(1, tail);
         }
         let trees = &self.trees[chunk * TREES_PER_CHUNK..((chunk + 1) * TREES_PER_CHUNK).min(self.trees.len())];
-        // (Not `tail_mut`, which would borrow all of `ts` beside `ts.wide`.)
-        let tail = (ts.tail_rows > 0).then_some(&mut ts.tail);
-        dispatch::<PAIRS, N>(&self.prepared, trees, wide_groups, &mut ts.wide, tail);
+        dispatch::<PAIRS, N>(&self.prepared, trees, wide_groups, wide, tail);
     }
 
     /// Zeroes the totals for `lane_groups` of `s`.
@@ -1341,9 +1340,11 @@ impl Linear {
 
     /// Zeroes the totals of the loaded rows of `ts`.
     fn zero_task_totals<const PAIRS: bool, const N: usize>(&self, ts: &mut TaskScratch<N>) {
-        self.zero_totals::<PAIRS, N>(ts.wide_groups(), &mut ts.wide);
-        if ts.tail_rows > 0 {
-            self.zero_totals::<PAIRS, SMALL_LANES>(1, &mut ts.tail);
+        let wide_groups = ts.wide_groups();
+        let (wide, tail) = ts.scratches_mut();
+        self.zero_totals::<PAIRS, N>(wide_groups, wide);
+        if let Some(tail) = tail {
+            self.zero_totals::<PAIRS, SMALL_LANES>(1, tail);
         }
     }
 
@@ -1357,8 +1358,9 @@ impl Linear {
         let entries: &[PairEntries] = if PAIRS { self.pair_entries() } else { &[] };
         for chunk in 0..self.chunks() {
             self.run_chunk::<PAIRS, N>(chunk, ts);
-            add_chunk(entries.get(chunk), groups * f * f, &mut ts.wide);
-            if let Some(tail) = ts.tail_mut() {
+            let (wide, tail) = ts.scratches_mut();
+            add_chunk(entries.get(chunk), groups * f * f, wide);
+            if let Some(tail) = tail {
                 add_chunk(entries.get(chunk), groups * f * f, tail);
             }
         }
@@ -1874,7 +1876,7 @@ mod tests {
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
         let shared = rayon::current_num_threads() > 1;
         for n in [LANES + 1, 2 * LANES + SMALL_LANES, 3 * LANES + 2, 3 * LANES + SMALL_LANES + 1] {
-            assert_eq!(engine.shares_trees(n, false) && engine.shares_trees(n, true), shared, "{n} rows shared by trees");
+            assert_eq!((engine.shares_trees(n, false), engine.shares_trees(n, true)), (shared, shared), "{n} rows shared by trees");
             let tail = n % LANES;
             assert_eq!(narrow_tail::<LANES>(n), if tail <= SMALL_LANES { (n - tail, tail) } else { (n, 0) }, "{n} rows");
             // Rows from the middle of the large block, so that they sat in other lanes there.
