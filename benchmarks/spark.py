@@ -36,7 +36,9 @@ the SPARK WIDE section (the wide case).
 import argparse
 import os
 import platform
+import statistics
 import sys
+import time
 from datetime import date
 from pathlib import Path
 
@@ -116,6 +118,58 @@ def passthrough_job(df, names):
     return df.mapInArrow(passthrough, struct_schema)
 
 
+#: The process groups a wide-case job's CPU time is split into (Linux: from /proc).
+CPU_GROUPS = ("jvm", "workers", "driver", "idle")
+
+
+def cpu_by_group():
+    """CPU seconds used so far by Spark's JVM, the Python workers (``pyspark.daemon`` and its
+    forks, finished ones included through their parent's ``cutime``) and this driver process,
+    and the machine's idle core-seconds; None off Linux."""
+    if not os.path.exists("/proc/stat"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    used = dict.fromkeys(CPU_GROUPS, 0.0)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().decode(errors="replace")
+        except OSError:  # the process ended while the table was read
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        own = (int(fields[11]) + int(fields[12])) / tick
+        if int(pid) == os.getpid():
+            used["driver"] += own
+        elif "java" in command:
+            used["jvm"] += own
+        elif "pyspark" in command:
+            # A worker's forks end with their task: the daemon's children's time counts them.
+            used["workers"] += own + (int(fields[13]) + int(fields[14])) / tick
+    with open("/proc/stat") as f:
+        ticks = f.readline().split()[1:]
+    used["idle"] = (int(ticks[3]) + int(ticks[4])) / tick
+    return used
+
+
+def timed_with_cpu(call, repeats):
+    """A warm-up, then `repeats` runs: the median wall time, and the median CPU seconds a run of
+    each group in `CPU_GROUPS` (None off Linux)."""
+    time.sleep(1.0)
+    call()
+    walls, cpus = [], []
+    for _ in range(repeats):
+        before, start = cpu_by_group(), time.perf_counter()
+        call()
+        walls.append(time.perf_counter() - start)
+        after = cpu_by_group()
+        if before is not None and after is not None:
+            cpus.append({g: after[g] - before[g] for g in CPU_GROUPS})
+    cpu = {g: statistics.median(c[g] for c in cpus) for g in CPU_GROUPS} if cpus else None
+    return statistics.median(walls), cpu
+
+
 def machine_line(args):
     """The machine, Spark setting and package versions a wide-rows table was measured with, and the
     date: the line RESULTS.md prints above the table."""
@@ -152,14 +206,17 @@ def wide_case(spark, args):
     tiny.count()
     table = pa.Table.from_pandas(frame, preserve_index=False)
     explainer = shapfusion.Explainer(booster, threads=2)
-    seconds = {
-        "c": timed(lambda: noop(sfs.explain(df, booster, keep=["id"])), args.repeats),
-        "d": timed(lambda: explainer.shap_values(table), args.repeats),
-        "e": timed(lambda: noop(passthrough_job(df, names)), args.repeats),
-        "c_tiny": timed(lambda: noop(sfs.explain(tiny, booster, keep=["id"])), args.repeats),
-        "e_tiny": timed(lambda: noop(passthrough_job(tiny, names)), args.repeats),
+    jobs = {
+        "c": lambda: noop(sfs.explain(df, booster, keep=["id"])),
+        "d": lambda: explainer.shap_values(table),
+        "e": lambda: noop(passthrough_job(df, names)),
+        "c_tiny": lambda: noop(sfs.explain(tiny, booster, keep=["id"])),
+        "e_tiny": lambda: noop(passthrough_job(tiny, names)),
     }
-    print(seconds, flush=True)
+    measured = {k: timed_with_cpu(job, args.repeats) for k, job in jobs.items()}
+    seconds = {k: wall for k, (wall, _) in measured.items()}
+    cpu = {k: used for k, (_, used) in measured.items()}
+    print(seconds, cpu, flush=True)
     rate = {k: rows / v for k, v in seconds.items() if not k.endswith("tiny")}
     # Per row: a job's time less the same job's time on 800 rows (its fixed cost).
     per_row = {k: (seconds[k] - seconds[k + "_tiny"]) for k in ("c", "e")}
@@ -185,8 +242,40 @@ def wide_case(spark, args):
         f"{seconds['d'] / per_row['c']:.0%}; Spark's floor spends {per_row['e']:.2f} s per {rows:,} rows moving them, "
         f"{per_row['e'] / seconds['d']:.0%} of (d)'s time, on the same two cores.",
     ]
+    if all(cpu[k] is not None for k in ("c", "d", "e")):
+        lines += ["", *cpu_lines(seconds, cpu)]
     write_results_section("SPARK WIDE", "\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def cpu_lines(seconds, cpu):
+    """Where the two cores' time went in (c), (d) and (e), and what that bounds (c) at."""
+    rows = [
+        ("(c) shapfusion.spark.explain", "c"),
+        ("(d) shapfusion.Explainer, no Spark", "d"),
+        ("(e) Spark's floor", "e"),
+    ]
+    lines = [
+        "CPU seconds a job (median of the runs; from /proc: Spark's JVM, the Python workers, this driver process, and the cores' idle time):",
+        "",
+        "| path | wall seconds | Spark's JVM | Python workers | driver process | idle core-seconds |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, k in rows:
+        used = cpu[k]
+        lines.append(
+            f"| {label} | {seconds[k]:.2f} | {used['jvm']:.2f} | {used['workers']:.2f} | {used['driver']:.2f} | {used['idle']:.2f} |"
+        )
+    busy = cpu["c"]["jvm"] + cpu["c"]["workers"] + cpu["c"]["driver"]
+    engine_d = cpu["d"]["driver"]
+    lines += [
+        "",
+        f"* (c)'s engines (the Python workers) used {cpu['c']['workers']:.2f} core-seconds against (d)'s {engine_d:.2f}, and Spark's JVM "
+        f"{cpu['c']['jvm']:.2f} beside them (the floor (e): {cpu['e']['jvm']:.2f}). With no core ever idle, (c)'s "
+        f"{busy:.2f} busy core-seconds would take {busy / 2:.2f} s on the two cores: at most "
+        f"**{seconds['d'] / (busy / 2):.0%}** of (d) while Spark's JVM costs what it does.",
+    ]
+    return lines
 
 
 def recipes(spark, args):
