@@ -26,7 +26,9 @@ run on all the rows, and (c) on the peers' rows is reported too. Rows/s is what 
 The wide case (``--case wide``, also part of ``all``) is the shape where Spark once ran at half
 the wheel's speed: ``--wide-rows`` rows of ``--wide-features`` features, an XGBoost model of 100
 trees of depth 8, (c) against (d) on the same rows, and where the difference goes: Spark's floor
-(e) on the same columns, and the fixed cost of a job (the same jobs on 800 rows).
+(e) on the same columns, and the fixed cost of a job (the same jobs on 800 rows); on Linux also
+each job's CPU seconds by process (Spark's JVM, the Python workers, the driver; from /proc)
+and the machine's idle time, and the bound on (c) that Spark's own CPU time sets.
 
 Needs pyspark (tests/requirements-spark.txt), Java 17, the release wheel and
 tests/requirements.txt. Writes the SPARK section of benchmarks/RESULTS.md (the recipes) and
@@ -50,6 +52,8 @@ from python_wheel import median_seconds as timed  # noqa: E402  (a warm-up, then
 from suite import write_results_section  # noqa: E402
 
 FEATURES = 20
+#: Spark's cores (`local[N]`): the wide case's bound on (c) is its busy core-seconds over these.
+SPARK_CORES = 2
 #: (c) on the peers' rows: the same job on fewer rows, where Spark's fixed cost per job shows.
 C_PEER_ROWS = "(c) shapfusion.spark.explain, on the peers' rows"
 
@@ -71,7 +75,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(f"local[{SPARK_CORES}]")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "6g")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
@@ -179,7 +183,7 @@ def machine_line(args):
     import shapfusion
 
     return (
-        f"Machine: {platform.machine()}, {platform.platform()}, {os.cpu_count()} cores; local Spark `local[2]`, "
+        f"Machine: {platform.machine()}, {platform.platform()}, {os.cpu_count()} cores; local Spark `local[{SPARK_CORES}]`, "
         f"{args.partitions} partitions; Python {platform.python_version()}; pyspark {pyspark.__version__}, "
         f"xgboost {xgboost.__version__}, shapfusion {shapfusion.__version__}; {date.today().isoformat()}."
     )
@@ -256,7 +260,7 @@ def cpu_lines(seconds, cpu):
         ("(e) Spark's floor", "e"),
     ]
     lines = [
-        "CPU seconds a job (median of the runs; from /proc: Spark's JVM, the Python workers, this driver process, and the cores' idle time):",
+        "CPU seconds a job (median of the runs; from /proc: Spark's JVM, the Python workers, this driver process, and the whole machine's idle core-seconds):",
         "",
         "| path | wall seconds | Spark's JVM | Python workers | driver process | idle core-seconds |",
         "|---|---:|---:|---:|---:|---:|",
@@ -272,8 +276,8 @@ def cpu_lines(seconds, cpu):
         "",
         f"* (c)'s engines (the Python workers) used {cpu['c']['workers']:.2f} core-seconds against (d)'s {engine_d:.2f}, and Spark's JVM "
         f"{cpu['c']['jvm']:.2f} beside them (the floor (e): {cpu['e']['jvm']:.2f}). With no core ever idle, (c)'s "
-        f"{busy:.2f} busy core-seconds would take {busy / 2:.2f} s on the two cores: at most "
-        f"**{seconds['d'] / (busy / 2):.0%}** of (d) while Spark's JVM costs what it does.",
+        f"{busy:.2f} busy core-seconds would take {busy / SPARK_CORES:.2f} s on Spark's {SPARK_CORES} cores: at most "
+        f"**{seconds['d'] / (busy / SPARK_CORES):.0%}** of (d) while Spark's JVM costs what it does.",
     ]
     return lines
 
@@ -386,7 +390,7 @@ def recipes(spark, args):
         "## Spark: shapfusion.spark.explain against the usual recipes (benchmarks/spark.py)",
         "",
         f"Command: `python benchmarks/spark.py --rows {args.rows} --peer-rows {args.peer_rows} --shap-rows {args.shap_rows} --repeats {args.repeats} --peer-repeats {args.peer_repeats}` "
-        f"(release wheel). Machine: {platform.machine()}, {platform.platform()}, 2 cores; local Spark `local[2]`, "
+        f"(release wheel). Machine: {platform.machine()}, {platform.platform()}, {os.cpu_count()} cores; local Spark `local[{SPARK_CORES}]`, "
         f"{args.partitions} partitions; Python {platform.python_version()}; pyspark {pyspark.__version__}, shap {shap.__version__}, "
         f"xgboost {xgboost.__version__}, scikit-learn {sklearn.__version__}, shapfusion {shapfusion.__version__}. "
         f"{FEATURES} features; XGBoost: 100 trees, depth 6, trained by `xgboost.spark.SparkXGBClassifier`; forest: 100 trees, depth 10. "
