@@ -253,7 +253,7 @@ def wide_case(spark, args):
 
 
 def cpu_lines(seconds, cpu):
-    """Where the two cores' time went in (c), (d) and (e), and what that bounds (c) at."""
+    """Where Spark's cores' time went in (c), (d) and (e), and what that bounds (c) at."""
     rows = [
         ("(c) shapfusion.spark.explain", "c"),
         ("(d) shapfusion.Explainer, no Spark", "d"),
