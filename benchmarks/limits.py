@@ -2,7 +2,7 @@
 """How far the `linear` engine is from the machine's arithmetic limit, per suite model.
 
     .venv/bin/python benchmarks/limits.py [--results engines] [--models medium-8f,medium-54f,deep-50f]
-        [--flops-per-cycle 16] [--ghz GHZ]
+        [--bench target/release/examples/bench] [--flops-per-cycle 16] [--ghz GHZ]
 
 For each model it counts the floating-point operations `linear`'s walk does per row (SHAP values),
 split by split, as `crates/core/src/engine/linear.rs` does them: per quadrature point and row, a split whose
@@ -12,9 +12,11 @@ split 3 (its factor and the product for A; 1 when the factor is precomputed), an
 12 (both factors, B, the term and its sum; 8 for a repeated split); a fused multiply-add counts
 as 2. The points are those of each tree's longest path (⌈d/2⌉). It reads `linear`'s measured
 rows/s on one thread from `benchmarks/out/<results>.json` (the file suite.py writes) and
-states the arithmetic rate per core against the core's peak: `--flops-per-cycle` (16 for two
-256-bit FMA pipes: AMD Zen 4, Intel with AVX2) times the clock (`--ghz`, else /proc/cpuinfo's
-`cpu MHz`, which is the nominal clock: boost makes the true peak higher and the fraction lower).
+states the arithmetic rate per core against the core's peak as measured on this host: the
+benchmark harness's `--fma-peak` (independent fused multiply-adds on the widest vectors, one
+thread, then two at once, which also says what a second core adds to compute-bound code here).
+Where the harness cannot measure it (no AVX2), the peak is `--flops-per-cycle` times the clock
+(`--ghz`, else /proc/cpuinfo's `cpu MHz`, the nominal clock).
 
 Writes the table between the LIMITS markers of RESULTS.md.
 """
@@ -24,6 +26,7 @@ import argparse
 import json
 import math
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -83,20 +86,43 @@ def clock_ghz() -> float | None:
     return None
 
 
+def fma_peak(bench: Path, threads: int) -> dict | None:
+    """The harness's `--fma-peak THREADS` line (GFLOP/s of each thread), or None where it cannot run."""
+    try:
+        out = subprocess.run([str(bench), "--fma-peak", str(threads), "3"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default="engines")
     ap.add_argument("--models", default="medium-8f,medium-54f,deep-50f")
+    ap.add_argument("--bench", type=Path, default=suite.BENCH)
     ap.add_argument("--flops-per-cycle", type=float, default=16.0)
     ap.add_argument("--ghz", type=float, default=None)
     args = ap.parse_args()
-    ghz = args.ghz or clock_ghz()
     results = json.loads((HERE / "out" / f"{args.results}.json").read_text())
+    one, two = fma_peak(args.bench, 1), fma_peak(args.bench, 2)
+    if one and two:
+        peak = one["gflops_total"]
+        peak_note = (
+            f"peak measured here: {peak:.1f} GFLOP/s on one core (`bench --fma-peak 1`: fused multiply-adds on "
+            f"{one['vector_doubles'] * 64}-bit vectors); two threads at once: {two['gflops_total']:.1f} GFLOP/s "
+            f"together ({two['gflops_total'] / peak:.2f}x one), so compute-bound code gets at most that from a second core here"
+        )
+    else:
+        ghz = args.ghz or clock_ghz()
+        peak = args.flops_per_cycle * ghz
+        peak_note = (
+            f"clock {ghz:.2f} GHz (nominal, /proc/cpuinfo), peak taken as {args.flops_per_cycle:g} double-precision "
+            "flops per cycle per core (the harness could not measure it)"
+        )
     lines = [
         f"Command: `python benchmarks/limits.py --results {args.results} --models {args.models}` "
         f"(operation counts from the model files, rows/s from `benchmarks/out/{args.results}.json`). "
-        f"Machine: {platform.machine()}, clock {ghz:.2f} GHz (nominal, /proc/cpuinfo), peak taken as "
-        f"{args.flops_per_cycle:g} double-precision flops per cycle per core (two 256-bit FMA pipes).",
+        f"Machine: {platform.machine()}; {peak_note}.",
         "",
         "| model | splits | points per split | flops per row | `linear` rows/s, 1 core | GFLOP/s per core | of peak |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -109,7 +135,6 @@ def main() -> None:
         flops, splits, points = walk_flops(HERE / "out" / "models" / f"{name}.json")
         rate = rows[0]["rows_per_s"]
         gflops = flops * rate / 1e9
-        peak = args.flops_per_cycle * ghz
         lines.append(f"| {name} | {splits:,} | {points:.1f} | {flops / 1e6:.1f} M | {rate:,.0f} | {gflops:.1f} | {gflops / peak:.0%} |")
     lines += [
         "",

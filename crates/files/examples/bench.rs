@@ -16,6 +16,13 @@
 //!
 //! It lives in `shapfusion-files` (Parquet in, the engines of `shapfusion-core`) so that a
 //! release build of it compiles no DataFusion or tonic.
+//!
+//! `bench --fma-peak THREADS [SECONDS]` measures the host's own arithmetic limit instead: as many
+//! threads at once, each running independent fused multiply-adds on the widest vectors the CPU
+//! has (AVX-512, else AVX2) for SECONDS (default 2), and prints one JSON line with each thread's
+//! GFLOP/s (a fused multiply-add counts 2). `benchmarks/limits.py` states the engine's rate
+//! against it: a nominal clock times a datasheet's flops per cycle says nothing of what a
+//! virtual machine's cores deliver, alone or together.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -27,6 +34,11 @@ use shapfusion_core::model::Model;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--fma-peak") {
+        let threads: usize = args.get(2).map_or(Ok(1), |t| t.parse())?;
+        let seconds: f64 = args.get(3).map_or(Ok(2.0), |s| s.parse())?;
+        return fma_peak::run(threads.max(1), seconds);
+    }
     let mut flag = |name: &str| match args.iter().position(|a| a == name) {
         Some(i) if i + 1 < args.len() => {
             let value = args.remove(i + 1);
@@ -101,4 +113,98 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         block.rows() as f64 / median
     );
     Ok(())
+}
+
+/// The host's fused multiply-add throughput (`bench --fma-peak`).
+mod fma_peak {
+    use std::time::{Duration, Instant};
+
+    /// Independent accumulators a thread updates in turn: more than a fused multiply-add's
+    /// latency times the pipes that issue them (4 cycles × 2 on current x86 cores), so that the
+    /// loop is bound by throughput, not by one chain's latency.
+    const CHAINS: usize = 12;
+    /// Loop iterations between clock reads.
+    const ITERATIONS: u64 = 1 << 20;
+
+    /// A kernel: `ITERATIONS` rounds of the chains; returns their sum (so none is optimised away).
+    type Kernel = fn(u64) -> f64;
+
+    /// Runs `threads` threads at once for `seconds`; prints each one's GFLOP/s and their sum.
+    pub fn run(threads: usize, seconds: f64) -> Result<(), Box<dyn std::error::Error>> {
+        let (width, kernel) = kernel().ok_or("--fma-peak needs an x86-64 CPU with AVX2 and FMA")?;
+        let per_iteration = (CHAINS * width * 2) as f64;
+        let limit = Duration::from_secs_f64(seconds);
+        let barrier = std::sync::Barrier::new(threads);
+        let rates: Vec<f64> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        let (start, mut iterations, mut sink) = (Instant::now(), 0u64, 0.0);
+                        while start.elapsed() < limit {
+                            sink += kernel(ITERATIONS);
+                            iterations += ITERATIONS;
+                        }
+                        std::hint::black_box(sink);
+                        iterations as f64 * per_iteration / start.elapsed().as_secs_f64() / 1e9
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("an FMA thread panicked")).collect()
+        });
+        let list = rates.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ");
+        println!(
+            "{{\"fma_peak\": true, \"vector_doubles\": {width}, \"threads\": {threads}, \"gflops_per_thread\": [{list}], \"gflops_total\": {:.2}}}",
+            rates.iter().sum::<f64>()
+        );
+        Ok(())
+    }
+
+    /// The widest kernel this CPU runs, and the doubles in its vector.
+    #[cfg(target_arch = "x86_64")]
+    fn kernel() -> Option<(usize, Kernel)> {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (detected above).
+            Some((8, |n| unsafe { avx512(n) }))
+        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA (detected above).
+            Some((4, |n| unsafe { avx2(n) }))
+        } else {
+            None
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn kernel() -> Option<(usize, Kernel)> {
+        None
+    }
+
+    /// `CHAINS` accumulators of `W` doubles, each updated `iterations` times by a fused
+    /// multiply-add: plain lane loops, compiled (as the engines' are) for the CPU features of the
+    /// caller, which the compiler turns into one vector instruction a chain.
+    #[inline(always)]
+    fn chains<const W: usize>(iterations: u64) -> f64 {
+        let (m, c) = (std::hint::black_box(0.999_999), std::hint::black_box(1e-7));
+        let mut acc = [[1.0f64; W]; CHAINS];
+        for _ in 0..iterations {
+            for a in &mut acc {
+                for x in a.iter_mut() {
+                    *x = x.mul_add(m, c);
+                }
+            }
+        }
+        acc.iter().flatten().sum()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn avx512(iterations: u64) -> f64 {
+        chains::<8>(iterations)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn avx2(iterations: u64) -> f64 {
+        chains::<4>(iterations)
+    }
 }

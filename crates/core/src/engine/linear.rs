@@ -1429,8 +1429,12 @@ impl Linear {
             ts
         };
         type Sums<const M: usize> = (Vec<Lanes<M>>, Vec<Lanes<M>>);
+        // Every chunk a job of its own: rayon otherwise walks runs of chunks (an eighth of
+        // them, with two threads) that no idle thread can take a part of, and a thread that
+        // finishes first waits on the other's last run.
         let sums: Vec<(Sums<N>, Sums<SMALL_LANES>)> = (0..self.chunks())
             .into_par_iter()
+            .with_max_len(1)
             .map_init(loaded, |ts, chunk| {
                 self.run_chunk::<PAIRS, N>(chunk, ts);
                 (
