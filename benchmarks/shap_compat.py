@@ -24,6 +24,7 @@ import json
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -173,7 +174,7 @@ def main() -> None:
     lines = [
         "## Coming from shap: shapfusion.TreeExplainer against shap.TreeExplainer (benchmarks/shap_compat.py)",
         "",
-        f"Command: `python benchmarks/shap_compat.py --threads {T} --repeats {args.repeats}` (release wheel). "
+        f"Command: `python benchmarks/shap_compat.py --threads {T} --repeats {args.repeats}` (release wheel), {time.strftime('%Y-%m-%d')}. "
         f"Machine: {platform.machine()}, {platform.platform()}; Python {platform.python_version()}; shap {shap.__version__}, "
         f"xgboost {xgboost.__version__}, lightgbm {lightgbm.__version__}, catboost {catboost.__version__}, shapfusion {shapfusion.__version__}. "
         "Each model is measured in its own process. "

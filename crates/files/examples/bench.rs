@@ -37,7 +37,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.get(1).map(String::as_str) == Some("--fma-peak") {
         let threads: usize = args.get(2).map_or(Ok(1), |t| t.parse())?;
         let seconds: f64 = args.get(3).map_or(Ok(2.0), |s| s.parse())?;
-        return fma_peak::run(threads.max(1), seconds);
+        if !(seconds.is_finite() && seconds > 0.0) || threads == 0 {
+            return Err(format!("--fma-peak THREADS [SECONDS]: a thread count of at least 1 and a positive time, not {threads} and {seconds}").into());
+        }
+        return fma_peak::run(threads, seconds);
     }
     let mut flag = |name: &str| match args.iter().position(|a| a == name) {
         Some(i) if i + 1 < args.len() => {
@@ -182,6 +185,7 @@ mod fma_peak {
     /// `CHAINS` accumulators of `W` doubles, each updated `iterations` times by a fused
     /// multiply-add: plain lane loops, compiled (as the engines' are) for the CPU features of the
     /// caller, which the compiler turns into one vector instruction a chain.
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn chains<const W: usize>(iterations: u64) -> f64 {
         let (m, c) = (std::hint::black_box(0.999_999), std::hint::black_box(1e-7));
