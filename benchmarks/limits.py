@@ -114,6 +114,8 @@ def main() -> None:
         )
     else:
         ghz = args.ghz or clock_ghz()
+        if ghz is None:
+            sys.exit(f"limits.py: {args.bench} --fma-peak did not run and the clock is unknown: build the harness or give --ghz")
         peak = args.flops_per_cycle * ghz
         peak_note = (
             f"clock {ghz:.2f} GHz (nominal, /proc/cpuinfo), peak taken as {args.flops_per_cycle:g} double-precision "
