@@ -1422,7 +1422,8 @@ impl Linear {
     /// on their own, then added in model order, as [`run_task`](Self::run_task) adds them. The
     /// totals in the returned scratch.
     fn run_shared<const PAIRS: bool, const N: usize>(&self, block: &FeatureBlock) -> TaskScratch<N> {
-        // Each worker loads the rows once, for all the chunks it takes.
+        // Each job (a chunk, below) loads the rows and sizes its scratch: a block shared by trees
+        // has fewer than four lane groups a thread, little to load next to a chunk's walks.
         let loaded = || {
             let mut ts = TaskScratch::<N>::default();
             self.load_task(block, 0, block.rows(), &mut ts);
