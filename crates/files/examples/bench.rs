@@ -163,13 +163,16 @@ mod fma_peak {
         Ok(())
     }
 
-    /// The widest kernel this CPU runs, and the doubles in its vector.
+    /// The widest kernel this CPU runs, and the doubles in its vector: the rule by which the
+    /// engines pick their compiled copy (`shapfusion_core`'s `simd_level`, crate-private), so the
+    /// peak is that of the vectors the engines run on.
     #[cfg(target_arch = "x86_64")]
     fn kernel() -> Option<(usize, Kernel)> {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (detected above).
+        let fma = is_x86_feature_detected!("fma");
+        if fma && is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F and FMA (detected above).
             Some((8, |n| unsafe { avx512(n) }))
-        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        } else if fma && is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 and FMA (detected above).
             Some((4, |n| unsafe { avx2(n) }))
         } else {
