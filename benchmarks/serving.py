@@ -3,7 +3,9 @@
     python benchmarks/serving.py --bin target/release/shapfusion [--spec medium-8f | --model PATH] [--write]
 
 `--small-calls` runs only 1-, 2- and 4-row requests, interleaved (one row walks alone, two to
-four in a lane group of four), and prints their latencies.
+four in a lane group of four), and prints their latencies. `--concurrent 1,2,4,8` runs only
+part 2 below, for each client count, and prints requests/s with the share of requests the worker
+computed in one engine call with others that waited with them (`stats`' `joined_batches`).
 
 1. Latency: one pyarrow.flight client (a connection per size) sends requests of 1, 10, 100 and
    1,000 rows thousands of times in a row to an idle worker; p50/p99 of the round trip (the
@@ -38,9 +40,9 @@ import pyarrow.flight as flight
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def start_worker(binary, model):
+def start_worker(binary, model, extra=()):
     proc = subprocess.Popen(
-        [binary, "worker", "--listen", "127.0.0.1:0", "--device", "cpu", "--model", f"m={model}", "--log", "warn"],
+        [binary, "worker", "--listen", "127.0.0.1:0", "--device", "cpu", "--model", f"m={model}", "--log", "warn", *extra],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -155,6 +157,16 @@ def concurrent_single_rows(url, names, clients, seconds):
     }
 
 
+def joined_batches(url):
+    """The worker's count of input batches computed together with other requests' (`stats`)."""
+    client = flight.connect(url)
+    try:
+        body = next(iter(client.do_action(flight.Action("stats", b"")))).body.to_pybytes()
+    finally:
+        client.close()
+    return json.loads(body).get("joined_batches", 0)
+
+
 def load(url, names, clients, per_client, n):
     batch = rows(names, n, seed=7)
     latencies, refused, wrong = [], [], []
@@ -213,6 +225,13 @@ def main():
         action="store_true",
         help="only requests of 1, 2 and 4 rows, interleaved, --count rounds (the one-row walk against the lane group of four); prints, writes nothing",
     )
+    p.add_argument(
+        "--concurrent",
+        metavar="COUNTS",
+        help="only concurrent 1-row clients, for each of these client counts (comma-separated), --single-seconds each, "
+        "with the share of requests the worker joined with others; prints, writes nothing",
+    )
+    p.add_argument("--max-concurrent", type=int, help="the worker's --max-concurrent (default: its own, the cores)")
     a = p.parse_args()
     if a.model is None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -220,12 +239,25 @@ def main():
 
         a.model = str(build_model(next(s for s in SPECS if s.name == a.spec))[0])
 
-    proc, url = start_worker(a.bin, a.model)
+    proc, url = start_worker(a.bin, a.model, [] if a.max_concurrent is None else ["--max-concurrent", str(a.max_concurrent)])
     try:
         client = flight.connect(url)
         info = client.get_flight_info(flight.FlightDescriptor.for_command(b'{"model": "m"}'))
         names = json.loads(info.app_metadata)["features"]
         client.close()
+        if a.concurrent:
+            print("| concurrent 1-row clients | requests | requests/s | p50 round trip | p99 round trip | joined with others |")
+            print("|---|---|---|---|---|---|")
+            for clients in [int(c) for c in a.concurrent.split(",")]:
+                before = joined_batches(url)
+                r = concurrent_single_rows(url, names, clients, a.single_seconds)
+                joined = joined_batches(url) - before
+                # The warm-up requests (one a client) are counted by the worker too.
+                share = joined / (r["requests"] + clients)
+                print(f"| {clients} | {r['requests']:,} | {r['requests_per_second']:,.0f} | {r['p50_ms']:.3f} ms | {r['p99_ms']:.3f} ms | {share:.0%} |")
+                if r["wrong"]:
+                    sys.exit(f"FAILED: {r['wrong']} wrong answers with {clients} clients")
+            return
         if a.small_calls:
             print("| request | requests (interleaved, one connection) | p50 round trip | p99 round trip |")
             print("|---|---|---|---|")

@@ -298,7 +298,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub models: ModelArgs,
     /// Requests (exchanges, statements) running at once (default: the cores); more wait in
-    /// the queue, in turn across connections.
+    /// the queue, in turn across connections. For many clients sending a few rows each, raise
+    /// it: a worker computes small requests that run at once together.
     #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_concurrent)]
     pub max_concurrent: usize,
     /// Requests waiting for a slot at once; more are refused as busy. Queued requests hold no

@@ -572,3 +572,36 @@ async fn a_worker_reports_the_threads_that_actually_run() {
     let stats: WorkerStats = serde_json::from_slice(&reply[0]).unwrap();
     assert_eq!(stats.device, format!("cpu ({cores} threads)"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_one_row_requests_get_the_bits_of_one_call() {
+    // One compute thread, many clients, and room for all their exchanges at once: requests wait
+    // together and are joined into one engine call (`Explainer::spawn_output`); each must still
+    // get exactly its own row's values.
+    let w = worker(&["--max-concurrent", "16"]);
+    let (model, _, rows) = payments(1);
+    let want = local(&model, &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet"), OutputKind::Shap);
+    let (clients, each) = (12, 15);
+    let mut tasks = Vec::new();
+    for k in 0..clients {
+        let (url, rows, want) = (w.url.clone(), rows.clone(), want.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut c = client(&url, None).await;
+            for i in 0..each {
+                let r = (k * each + i) % rows.num_rows();
+                let got = exchange(&mut c, cmd("fraud", "shap"), rows.slice(r, 1), 1 << 20).await.unwrap();
+                let got = concat_batches(&got[0].schema(), &got).unwrap();
+                assert_same(&got, &want.slice(r, 1), &format!("client {k}, row {r}"));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut c = client(&w.url, None).await;
+    let reply: Vec<Bytes> = c.do_action(Action::new("stats", "")).await.unwrap().try_collect().await.unwrap();
+    let stats: WorkerStats = serde_json::from_slice(&reply[0]).unwrap();
+    assert_eq!(stats.rows, (clients * each) as u64);
+    assert!(stats.joined_batches <= stats.rows, "{stats:?}");
+    eprintln!("{} of {} one-row requests were joined with others", stats.joined_batches, stats.rows);
+}

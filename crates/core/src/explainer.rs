@@ -28,6 +28,7 @@ use crate::features::FeatureColumns;
 use crate::layout::{output_fields, OutputKind};
 use crate::model::Model;
 use crate::settings::ComputeSettings;
+use crate::small_calls::{answer_alone, answer_waiting, CallReport, SmallCalls, JOINABLE_ROWS};
 
 /// A model bound to an engine and a compute pool. Cheap to clone; share it across threads.
 #[derive(Clone)]
@@ -40,6 +41,8 @@ pub struct Explainer {
     output: OutputKind,
     schema: SchemaRef,
     settings: ComputeSettings,
+    /// Small requests of [`spawn_output`](Self::spawn_output) waiting for the compute threads.
+    small_calls: Arc<SmallCalls>,
 }
 
 /// Settings of an [`Explainer`], each with the default every front end uses.
@@ -171,6 +174,28 @@ impl Explainer {
                 tracing::error!("a compute job panicked; its request fails, the process goes on");
             }
         });
+    }
+
+    /// `output` for `batch` on the compute threads, handed to `reply` with how it was computed;
+    /// returns at once (as [`spawn`](Self::spawn)). What servers use for their requests:
+    /// requests of at most 16 rows are answered by one job at a time, and those that arrive
+    /// while it computes wait together and are computed in one engine call (up to 64 rows, same
+    /// output and schema), each getting its own rows back with the bits a call of its own gives
+    /// on the CPU; a request that arrives while none computes is computed at once, alone
+    /// (nothing waits on purpose). Larger requests are computed on their own, side by side. `reply` gets the
+    /// columns of `batch`'s rows only; a joined call that fails is answered again one request
+    /// at a time, so an error is always the request's own. A panic drops `reply` uncalled.
+    pub fn spawn_output(&self, batch: RecordBatch, output: OutputKind, reply: impl FnOnce(Result<Vec<ArrayRef>>, CallReport) + Send + 'static) {
+        if batch.num_rows() > JOINABLE_ROWS {
+            self.spawn(move |explainer| answer_alone(explainer, batch, output, Box::new(reply)));
+        } else if self.small_calls.push(batch, output, Box::new(reply)) {
+            self.spawn(answer_waiting);
+        }
+    }
+
+    /// The small requests of [`spawn_output`](Self::spawn_output) waiting for the threads.
+    pub(crate) fn small_calls(&self) -> &SmallCalls {
+        &self.small_calls
     }
 
     /// Compute threads in this explainer's pool.
@@ -313,7 +338,16 @@ impl ExplainerBuilder {
             }
         };
         let schema = Arc::new(Schema::new(output_fields(&model, self.output)));
-        Ok(Explainer { engine, model, saabas: Arc::new(OnceLock::new()), pool, output: self.output, schema, settings: self.settings })
+        Ok(Explainer {
+            engine,
+            model,
+            saabas: Arc::new(OnceLock::new()),
+            pool,
+            output: self.output,
+            schema,
+            settings: self.settings,
+            small_calls: Arc::default(),
+        })
     }
 }
 
@@ -402,5 +436,82 @@ mod tests {
         let missing = &model.feature_names()[0];
         let e = Explainer::builder(model.clone()).build().unwrap().explain_batch(&without).unwrap_err().to_string();
         assert!(e.contains(missing.as_str()), "{e}");
+    }
+
+    /// Rows of the XGBoost fixture with named categories (text columns among its features).
+    fn named_category_rows() -> (Model, RecordBatch) {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/xgb_named_categories");
+        let model = Model::load(format!("{dir}/model.json")).unwrap();
+        let file = std::fs::File::open(format!("{dir}/input.parquet")).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+        let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+        (model, arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap())
+    }
+
+    #[test]
+    fn small_requests_waiting_together_are_joined_with_the_bits_of_calls_of_their_own() {
+        use std::sync::mpsc::channel;
+        let (model, rows) = named_category_rows();
+        // One thread, held by a job until every request waits: a deterministic queue.
+        let explainer = Explainer::builder(model).algorithm(Algorithm::Linear).threads(1).build().unwrap();
+        // Same schema as the others, but a country the model never saw: XGBoost refuses the row,
+        // and so does the batch step, so the joined call fails and each request answers alone.
+        let bad = {
+            let mut columns = rows.slice(0, 2).columns().to_vec();
+            let country = rows.schema().index_of("country").unwrap();
+            columns[country] = Arc::new(arrow::array::StringArray::from(vec![Some("Atlantis"), Some("US")]));
+            RecordBatch::try_new(rows.schema(), columns).unwrap()
+        };
+        // In order of arrival: five good requests and the bad one (a run of 25 rows that fails,
+        // so each answers alone), one of another output (not joined to its neighbours), then
+        // two more (joined: 5 rows in one call).
+        let requests: Vec<(RecordBatch, OutputKind)> = vec![
+            (rows.slice(0, 1), OutputKind::Shap),
+            (rows.slice(1, 3), OutputKind::Shap),
+            (rows.slice(4, 1), OutputKind::Shap),
+            (rows.slice(5, 16), OutputKind::Shap),
+            (rows.slice(21, 2), OutputKind::Shap),
+            (bad, OutputKind::Shap),
+            (rows.slice(23, 2), OutputKind::Margin),
+            (rows.slice(25, 1), OutputKind::Shap),
+            (rows.slice(26, 4), OutputKind::Shap),
+        ];
+        let (bad_at, joined) = (5, |i: usize| if i >= 7 { 2 } else { 1 });
+        let (release, held) = channel::<()>();
+        let (started, running) = channel();
+        explainer.spawn(move |_| {
+            started.send(()).unwrap();
+            held.recv().unwrap();
+        });
+        running.recv().unwrap();
+        let (sender, answers) = channel();
+        for (i, (batch, output)) in requests.iter().enumerate() {
+            let sender = sender.clone();
+            explainer.spawn_output(batch.clone(), *output, move |columns, report| sender.send((i, columns, report)).unwrap());
+        }
+        release.send(()).unwrap();
+        let mut got: Vec<_> = (0..requests.len()).map(|_| answers.recv().unwrap()).collect();
+        got.sort_by_key(|(i, _, _)| *i);
+        for (i, columns, report) in got {
+            let (batch, output) = &requests[i];
+            match (columns, explainer.output_columns(batch, *output)) {
+                (Ok(columns), Ok(want)) => {
+                    assert_eq!(columns.len(), want.len());
+                    for (a, b) in columns.iter().zip(&want) {
+                        let (a, b) = (a.as_any().downcast_ref::<Float64Array>().unwrap(), b.as_any().downcast_ref::<Float64Array>().unwrap());
+                        assert_eq!(a.len(), batch.num_rows(), "request {i}");
+                        let bits = |x: &Float64Array| x.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(a), bits(b), "request {i}: not the bits of a call of its own");
+                    }
+                    assert_eq!(report.joined(), joined(i), "request {i}");
+                }
+                (Err(e), Err(want)) => {
+                    assert_eq!(i, bad_at);
+                    assert_eq!(e.to_string(), want.to_string());
+                    assert!(e.to_string().contains("Atlantis"), "{e}");
+                }
+                (columns, want) => panic!("request {i}: {:?} against a call of its own: {:?}", columns.err(), want.err()),
+            }
+        }
     }
 }

@@ -50,6 +50,7 @@ pub mod gpu;
 mod layout;
 pub mod model;
 mod settings;
+mod small_calls;
 #[cfg(test)]
 mod test_fixtures;
 #[cfg(test)]
@@ -62,3 +63,4 @@ pub use explainer::{Explainer, ExplainerBuilder};
 pub use layout::{output_fields, OutputKind};
 pub use model::Model;
 pub use settings::ComputeSettings;
+pub use small_calls::CallReport;

@@ -100,6 +100,11 @@ pub struct WorkerStats {
     /// Sum of the finished exchanges' latencies, in seconds.
     #[serde(default)]
     pub latency_seconds_sum: f64,
+    /// Input batches (of at most 16 rows) computed in one engine call with other requests'
+    /// batches that waited for the compute threads with them, each with the bits of a call of
+    /// its own.
+    #[serde(default)]
+    pub joined_batches: u64,
 }
 
 /// The gRPC status a client sees for a library error, from its kind; a planned model version a

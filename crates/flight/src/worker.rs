@@ -68,6 +68,8 @@ pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_s
 #[derive(Debug, Default)]
 struct Counters {
     compute_nanos: AtomicU64,
+    /// Input batches answered by an engine call joined with other requests' batches.
+    joined_batches: AtomicU64,
     /// When each batch now computing started, by a running number.
     computing: std::sync::Mutex<std::collections::HashMap<u64, Instant>>,
     next_compute: AtomicU64,
@@ -215,6 +217,7 @@ impl WorkerService {
             refused_queue_timeout: admission.refused_queue_timeout,
             latency_buckets: admission.latency_buckets,
             latency_seconds_sum: admission.latency_seconds_sum,
+            joined_batches: self.counters.joined_batches.load(Ordering::Relaxed),
         }
     }
 
@@ -230,6 +233,12 @@ impl WorkerService {
                 "counter",
                 "Time spent inside the engines.",
                 &[("", counters.compute_nanos.load(Ordering::Relaxed) as f64 * 1e-9)],
+            );
+            page.metric(
+                "shapfusion_worker_joined_batches_total",
+                "counter",
+                "Input batches of at most 16 rows computed in one engine call with other requests' batches that waited with them.",
+                &[("", counters.joined_batches.load(Ordering::Relaxed) as f64)],
             );
             page.finish()
         })
@@ -292,12 +301,15 @@ impl WorkerService {
                 let computing = counters.computing();
                 // On the compute pool, off the async threads; the reply comes back by a channel
                 // (a job that panicked drops its sender unsent).
+                // Small batches waiting together are computed in one engine call, each with the
+                // bits of a call of its own (`Explainer::spawn_output`).
                 let (reply, replied) = futures::channel::oneshot::channel();
-                explainer.spawn(move |explainer| {
+                explainer.spawn_output(batch, output, move |columns, report| {
                     let _computing = computing;
-                    let start = Instant::now();
-                    let columns = explainer.output_columns(&batch, output);
-                    timing.compute_nanos.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    timing.compute_nanos.fetch_add(report.compute_time().as_nanos() as u64, Ordering::Relaxed);
+                    if report.joined() > 1 {
+                        timing.joined_batches.fetch_add(1, Ordering::Relaxed);
+                    }
                     let batch = columns.and_then(|c| RecordBatch::try_new(schema, c).map_err(|e| Error::arrow("assembling the reply batch", e)));
                     // The exchange may have ended meanwhile: nobody is left to tell.
                     let _ = reply.send(batch);
