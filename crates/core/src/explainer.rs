@@ -182,9 +182,10 @@ impl Explainer {
     /// while it computes wait together and are computed in one engine call (up to 64 rows, same
     /// output and schema), each getting its own rows back with the bits a call of its own gives
     /// on the CPU; a request that arrives while none computes is computed at once, alone
-    /// (nothing waits on purpose). Larger requests are computed on their own, side by side. `reply` gets the
-    /// columns of `batch`'s rows only; a joined call that fails is answered again one request
-    /// at a time, so an error is always the request's own. A panic drops `reply` uncalled.
+    /// (nothing waits on purpose). Larger requests are computed on their own, side by side.
+    /// `reply` gets the columns of `batch`'s rows only; a joined call that fails is answered
+    /// again one request at a time, so an error is always the request's own. A panic drops
+    /// `reply` uncalled.
     pub fn spawn_output(&self, batch: RecordBatch, output: OutputKind, reply: impl FnOnce(Result<Vec<ArrayRef>>, CallReport) + Send + 'static) {
         if batch.num_rows() > JOINABLE_ROWS {
             self.spawn(move |explainer| answer_alone(explainer, batch, output, Box::new(reply)));

@@ -7,7 +7,8 @@
 //! explained as it is made) would pay that for every request. When requests arrive faster than
 //! the compute threads answer them, the ones waiting are joined into one engine call and each
 //! gets its own rows back: one job at a time answers the small requests, each round taking every
-//! request that arrived during the round before (as servers' dynamic batching does, with no timer).
+//! request that arrived during the round before (as servers' dynamic batching does, with no
+//! timer).
 //! Nothing waits on purpose: a request that arrives while no small request is computing is
 //! computed at once, alone, so a lone client's latency is what it was.
 //!
@@ -15,8 +16,8 @@
 //! other rows of its block (`linear`'s lane groups of any width, its one-row walk and its trees
 //! shared among threads are tested to give the same bits), so a row's values are the same joined
 //! or alone. (The GPU engine adds by atomics, whose order, and so last bits, vary from run to run
-//! whatever the batch.) A joined call that fails (a bad column in one request, say) is answered again one
-//! request at a time, so each request gets its own answer or its own error.
+//! whatever the batch.) A joined call that fails (a bad column in one request, say) is answered
+//! again one request at a time, so each request gets its own answer or its own error.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
