@@ -232,6 +232,11 @@ def main():
         "with the share of requests the worker joined with others; prints, writes nothing",
     )
     p.add_argument("--max-concurrent", type=int, help="the worker's --max-concurrent (default: its own, the cores)")
+    p.add_argument(
+        "--max-small-requests",
+        type=int,
+        help="the worker's --max-small-requests (default: its own; 0 runs every request in a --max-concurrent slot)",
+    )
     a = p.parse_args()
     if a.model is None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -239,7 +244,8 @@ def main():
 
         a.model = str(build_model(next(s for s in SPECS if s.name == a.spec))[0])
 
-    proc, url = start_worker(a.bin, a.model, [] if a.max_concurrent is None else ["--max-concurrent", str(a.max_concurrent)])
+    limits = [(flag, value) for flag, value in [("--max-concurrent", a.max_concurrent), ("--max-small-requests", a.max_small_requests)] if value is not None]
+    proc, url = start_worker(a.bin, a.model, [str(x) for pair in limits for x in pair])
     try:
         client = flight.connect(url)
         info = client.get_flight_info(flight.FlightDescriptor.for_command(b'{"model": "m"}'))

@@ -298,10 +298,16 @@ pub struct ServerArgs {
     #[command(flatten)]
     pub models: ModelArgs,
     /// Requests (exchanges, statements) running at once (default: the cores); more wait in
-    /// the queue, in turn across connections. For many clients sending a few rows each, raise
-    /// it: a worker computes small requests that run at once together.
+    /// the queue, in turn across connections.
     #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_concurrent)]
     pub max_concurrent: usize,
+    /// Exchanges a worker also runs while --max-concurrent are running, as long as each has
+    /// sent at most 64 KiB (a few rows): one-row clients then do not queue behind each other,
+    /// and their rows that reach the engine together are computed together. One that sends
+    /// more waits for a --max-concurrent slot first. 0 turns this off; `serve` has no small
+    /// slots.
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_small)]
+    pub max_small_requests: usize,
     /// Requests waiting for a slot at once; more are refused as busy. Queued requests hold no
     /// decoded rows: at most the transport's window (8 MiB) of input each.
     #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_queued)]
@@ -343,6 +349,7 @@ impl ServerArgs {
             deadline: std::time::Duration::from_secs(self.request_timeout_secs),
             max_rows: self.max_request_rows,
             max_bytes: self.max_request_mb << 20,
+            max_small: self.max_small_requests,
         }
     }
 

@@ -573,12 +573,120 @@ async fn a_worker_reports_the_threads_that_actually_run() {
     assert_eq!(stats.device, format!("cpu ({cores} threads)"));
 }
 
+/// An exchange whose input the test sends batch by batch (`send`), so that it stays open and
+/// holds its slot, and whose replies it reads one at a time.
+struct OpenExchange {
+    input: futures::channel::mpsc::UnboundedSender<Result<RecordBatch, arrow_flight::error::FlightError>>,
+    replies: arrow_flight::decode::FlightRecordBatchStream,
+    _client: FlightClient,
+}
+
+impl OpenExchange {
+    async fn start(url: &str, command: Bytes, first: RecordBatch) -> OpenExchange {
+        let (input, batches) = futures::channel::mpsc::unbounded();
+        input.unbounded_send(Ok(first)).unwrap();
+        let data = FlightDataEncoderBuilder::new().with_flight_descriptor(Some(FlightDescriptor::new_cmd(command))).build(batches);
+        let mut c = client(url, None).await;
+        let replies = c.do_exchange(data).await.unwrap();
+        OpenExchange { input, replies, _client: c }
+    }
+
+    fn send(&self, batch: RecordBatch) {
+        self.input.unbounded_send(Ok(batch)).unwrap();
+    }
+
+    async fn reply(&mut self) -> RecordBatch {
+        tokio::time::timeout(Duration::from_secs(60), self.replies.next()).await.expect("a reply within 60 s").unwrap().unwrap()
+    }
+
+    /// Ends the input and checks that the replies end too, with no error.
+    async fn finish(mut self) {
+        self.input.close_channel();
+        let rest = tokio::time::timeout(Duration::from_secs(60), self.replies.next()).await.expect("the reply ends within 60 s");
+        assert!(rest.is_none(), "a reply after the input ended: {rest:?}");
+    }
+}
+
+/// The bytes of a batch's own rows (a slice's buffers are its whole parent's).
+fn rows_bytes(batch: &RecordBatch) -> usize {
+    batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap()).sum()
+}
+
+async fn worker_stats(url: &str) -> WorkerStats {
+    let reply: Vec<Bytes> = client(url, None).await.do_action(Action::new("stats", "")).await.unwrap().try_collect().await.unwrap();
+    serde_json::from_slice(&reply[0]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_requests_run_beside_a_held_slot_and_grow_into_a_full_one_in_turn() {
+    // One full slot, held by an exchange whose client is still sending.
+    let w = worker(&["--max-concurrent", "1", "--max-small-requests", "2"]);
+    let (model, _, rows) = payments(1);
+    let want = local(&model, &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet"), OutputKind::Shap);
+    let mut holder = OpenExchange::start(&w.url, cmd("fraud", "shap"), rows.slice(0, 1)).await;
+    assert_same(&holder.reply().await, &want.slice(0, 1), "the holder's row");
+
+    // A one-row request runs at once in a small slot, where it used to queue behind the holder.
+    let mut c = client(&w.url, None).await;
+    let got = tokio::time::timeout(Duration::from_secs(60), exchange(&mut c, cmd("fraud", "shap"), rows.slice(1, 1), 1 << 20))
+        .await
+        .expect("a one-row request is answered while the full slot is held")
+        .unwrap();
+    assert_same(&got[0], &want.slice(1, 1), "the one-row request");
+
+    // One that starts small and then sends more than a small slot holds waits for the full slot.
+    let mut grower = OpenExchange::start(&w.url, cmd("fraud", "shap"), rows.slice(2, 1)).await;
+    assert_same(&grower.reply().await, &want.slice(2, 1), "the grower's first row");
+    let stats = worker_stats(&w.url).await;
+    assert_eq!((stats.in_flight, stats.in_flight_small, stats.queued), (2, 1, 0), "{stats:?}");
+    let big = rows.slice(3, rows.num_rows() - 3);
+    assert!(rows_bytes(&big) > 2 * shapfusion::net::SMALL_REQUEST_BYTES as usize, "{} bytes", rows_bytes(&big));
+    grower.send(big);
+    let waited = Instant::now();
+    while worker_stats(&w.url).await.queued != 1 {
+        assert!(waited.elapsed() < Duration::from_secs(60), "the growing request never queued: {:?}", worker_stats(&w.url).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A pool's chunk says its size (`REQUEST_BYTES_HEADER`): it queues for a full slot at once
+    // and leaves the small slot free.
+    // All the rows in one chunk.
+    let all = rows.num_rows();
+    let options = PoolOptions { min_chunk_rows: all, max_chunk_rows: all, retry_for: Duration::from_secs(120), ..Default::default() };
+    let pool = WorkerPool::new(std::slice::from_ref(&w.url), options).unwrap();
+    let pooled_rows = feature_batch(&rows, model.feature_names()).unwrap();
+    assert!(rows_bytes(&pooled_rows) > 2 * shapfusion::net::SMALL_REQUEST_BYTES as usize, "{} bytes", rows_bytes(&pooled_rows));
+    let fraud = file_url(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/models/fraud.json"));
+    let pooled = tokio::spawn(async move { pool.explain(&fraud, None, OutputKind::Shap, pooled_rows).await });
+    let mut stats = worker_stats(&w.url).await;
+    while stats.queued < 2 {
+        assert!(waited.elapsed() < Duration::from_secs(60), "the pool's chunk never queued: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        stats = worker_stats(&w.url).await;
+    }
+    assert_eq!((stats.in_flight, stats.in_flight_small), (2, 1), "{stats:?}");
+
+    // The holder finishes: its slot passes to the grower, which is then answered in full.
+    holder.finish().await;
+    let mut grown = Vec::new();
+    while grown.iter().map(RecordBatch::num_rows).sum::<usize>() < rows.num_rows() - 3 {
+        grown.push(grower.reply().await);
+    }
+    let grown = concat_batches(&grown[0].schema(), &grown).unwrap();
+    assert_same(&grown, &want.slice(3, rows.num_rows() - 3), "the grown request");
+    grower.finish().await;
+    // Then the pool's chunk.
+    let pooled = tokio::time::timeout(Duration::from_secs(60), pooled).await.expect("the pool's answer within 60 s").unwrap().unwrap();
+    assert_same(&pooled, &want, "the pool's rows");
+    let stats = worker_stats(&w.url).await;
+    assert_eq!((stats.in_flight, stats.in_flight_small, stats.queued, stats.failed_requests), (0, 0, 0, 0), "{stats:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_one_row_requests_get_the_bits_of_one_call() {
-    // One compute thread, many clients, and room for all their exchanges at once: requests wait
-    // together and are joined into one engine call (`Explainer::spawn_output`); each must still
-    // get exactly its own row's values.
-    let w = worker(&["--max-concurrent", "16"]);
+    // One compute thread and many clients, admitted at once by the default small slots:
+    // requests wait together and are joined into one engine call (`Explainer::spawn_output`);
+    // each must still get exactly its own row's values.
+    let w = worker(&[]);
     let (model, _, rows) = payments(1);
     let want = local(&model, &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet"), OutputKind::Shap);
     let (clients, each) = (12, 15);
@@ -598,9 +706,7 @@ async fn concurrent_one_row_requests_get_the_bits_of_one_call() {
     for t in tasks {
         t.await.unwrap();
     }
-    let mut c = client(&w.url, None).await;
-    let reply: Vec<Bytes> = c.do_action(Action::new("stats", "")).await.unwrap().try_collect().await.unwrap();
-    let stats: WorkerStats = serde_json::from_slice(&reply[0]).unwrap();
+    let stats = worker_stats(&w.url).await;
     assert_eq!(stats.rows, (clients * each) as u64);
     assert!(stats.joined_batches <= stats.rows, "{stats:?}");
     eprintln!("{} of {} one-row requests were joined with others", stats.joined_batches, stats.rows);

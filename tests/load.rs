@@ -148,7 +148,9 @@ async fn a_full_queue_and_a_wait_past_its_deadline_are_refused_naming_the_flag()
     // others arrive.
     let f = fixture("xgb_deep");
     let batch = rows_for(&f, 100_000);
-    let (w, printed) = worker(&f, &["--max-concurrent", "1", "--max-queued", "2", "--threads", "1", "--metrics-listen", "127.0.0.1:0"]);
+    // No small slots: the 10-row requests would run in them instead of queueing.
+    let (w, printed) =
+        worker(&f, &["--max-concurrent", "1", "--max-small-requests", "0", "--max-queued", "2", "--threads", "1", "--metrics-listen", "127.0.0.1:0"]);
     let metrics = printed[1].rsplit(' ').next().unwrap().to_string();
     let first = tokio::spawn(exchange(connect(&w.url).await, batch.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -169,7 +171,7 @@ async fn a_full_queue_and_a_wait_past_its_deadline_are_refused_naming_the_flag()
     assert_eq!(sample(&page, "shapfusion_worker_requests_served_total{outcome=\"ok\"}"), 3.0);
 
     // A wait longer than the queue's deadline.
-    let (w, _) = worker(&f, &["--max-concurrent", "1", "--queue-timeout-secs", "1", "--threads", "1"]);
+    let (w, _) = worker(&f, &["--max-concurrent", "1", "--max-small-requests", "0", "--queue-timeout-secs", "1", "--threads", "1"]);
     let first = tokio::spawn(exchange(connect(&w.url).await, batch.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let e = exchange(connect(&w.url).await, batch.slice(0, 10)).await.unwrap_err();
@@ -181,8 +183,9 @@ async fn a_full_queue_and_a_wait_past_its_deadline_are_refused_naming_the_flag()
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_pool_retries_a_busy_worker_until_it_has_room_and_loses_nothing() {
     let f = fixture("xgb_regression");
-    // One request at a time and no queue: every other chunk is answered busy at first.
-    let (w, _) = worker(&f, &["--max-concurrent", "1", "--max-queued", "0"]);
+    // One request at a time and no queue (nor small slots): every other chunk is answered busy
+    // at first.
+    let (w, _) = worker(&f, &["--max-concurrent", "1", "--max-small-requests", "0", "--max-queued", "0"]);
     let options = PoolOptions { max_chunk_rows: 1000, min_chunk_rows: 500, max_in_flight: 4, ..Default::default() };
     let pool = Arc::new(WorkerPool::new(std::slice::from_ref(&w.url), options).unwrap());
     let batch = rows_for(&f, 8000);

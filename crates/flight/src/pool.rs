@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use super::protocol::{descriptor, human_duration, kind_of_status, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES};
+use super::protocol::{descriptor, human_duration, kind_of_status, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES, REQUEST_BYTES_HEADER};
 use crate::net::limits::is_busy;
 use crate::net::transport::{self, ConnectOptions};
 use shapfusion_core::error::{Error, ErrorKind, Result};
@@ -277,6 +277,13 @@ impl WorkerPool {
     async fn exchange(&self, i: usize, command: &PinnedCall, chunk: RecordBatch) -> Result<(SchemaRef, Vec<RecordBatch>), Failure> {
         let url = &self.workers[i].url;
         let mut client = self.client(i).map_err(Failure::Fatal)?;
+        // A large chunk waits for a full slot at once rather than holding a small one. Only a
+        // hint, so it may be left out: the exchange works without it. (The bytes of the chunk's
+        // own rows: a chunk is a slice, and its buffers are the whole batch's.)
+        let bytes: Option<usize> = chunk.columns().iter().map(|c| c.to_data().get_slice_memory_size().ok()).sum();
+        if let Some(bytes) = bytes {
+            let _ = client.add_header(REQUEST_BYTES_HEADER, &bytes.to_string());
+        }
         let input = FlightDataEncoderBuilder::new()
             .with_flight_descriptor(Some(descriptor(command)))
             .with_max_flight_data_size(REPLY_MESSAGE_BYTES)

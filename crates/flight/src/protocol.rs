@@ -21,6 +21,13 @@ pub const ACTION_VERSION: &str = "version";
 /// `DoAction` type: rows served, rows/s, device, requests in flight.
 pub const ACTION_STATS: &str = "stats";
 
+/// Request metadata by which a client says how many bytes of Arrow data its exchange will send.
+/// A hint: an exchange that says more than [`crate::net::SMALL_REQUEST_BYTES`] waits for a full
+/// slot at once rather than taking a small one it would soon outgrow, so large requests leave
+/// the small slots to small ones. One that says less, or nothing, is held to the small slot's
+/// bound as any other.
+pub const REQUEST_BYTES_HEADER: &str = "shapfusion-request-bytes";
+
 /// Size the worker aims for when it splits a reply into Flight messages.
 pub const REPLY_MESSAGE_BYTES: usize = 4 << 20;
 
@@ -78,8 +85,12 @@ pub struct WorkerStats {
     pub uptime_seconds: f64,
     /// `cpu` (with thread count) or the GPU's name.
     pub device: String,
-    /// Exchanges computing now.
+    /// Exchanges running now, small slots included.
     pub in_flight: usize,
+    /// Of those, exchanges in small slots: beyond `--max-concurrent`, each having sent at most
+    /// `crate::net::limits::SMALL_REQUEST_BYTES` of input.
+    #[serde(default)]
+    pub in_flight_small: usize,
     /// Exchanges waiting for a slot now.
     #[serde(default)]
     pub queued: usize,

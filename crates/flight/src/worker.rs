@@ -27,10 +27,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::protocol::{
     call_from_descriptor, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS, ACTION_VERSION,
-    PROTOCOL_VERSION,
+    PROTOCOL_VERSION, REQUEST_BYTES_HEADER,
 };
 use crate::net::auth;
-use crate::net::limits::{Admission, StatusStream};
+use crate::net::limits::{Admission, Growth, StatusStream, SMALL_REQUEST_BYTES};
 use crate::net::metrics::{Exposition, Render};
 use shapfusion_core::error::{Error, Result};
 use shapfusion_core::features::FeatureColumns;
@@ -210,6 +210,7 @@ impl WorkerService {
             uptime_seconds: self.started.elapsed().as_secs_f64(),
             device: self.device_description.clone(),
             in_flight: admission.running,
+            in_flight_small: admission.running_small,
             queued: admission.queued,
             requests: admission.served,
             failed_requests: admission.failed,
@@ -246,7 +247,7 @@ impl WorkerService {
 
     /// Reads an exchange's call, checks it and its first schema, and returns the reply stream:
     /// every input batch explained, in order.
-    async fn start_exchange(&self, mut input: Streaming<FlightData>) -> std::result::Result<StatusStream<FlightData>, Status> {
+    async fn start_exchange(&self, mut input: Streaming<FlightData>, growth: Growth) -> std::result::Result<StatusStream<FlightData>, Status> {
         let first = input
             .message()
             .await?
@@ -271,13 +272,20 @@ impl WorkerService {
             .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
             .and_then(move |m| {
                 bytes += (m.data_header.len() + m.data_body.len()) as u64;
-                std::future::ready(if bytes > max_bytes {
-                    Err(Status::out_of_range(format!(
-                        "this exchange sent more than {max_bytes} bytes, the most one request may send; split the rows over several requests"
-                    )))
-                } else {
+                let (too_many, grows) = (bytes > max_bytes, bytes > SMALL_REQUEST_BYTES);
+                let growth = growth.clone();
+                async move {
+                    if too_many {
+                        return Err(Status::out_of_range(format!(
+                            "this exchange sent more than {max_bytes} bytes, the most one request may send; split the rows over several requests"
+                        )));
+                    }
+                    // Past a small slot's bytes, nothing more is decoded before a full slot.
+                    if grows {
+                        growth.full_slot().await?;
+                    }
                     Ok(m)
-                })
+                }
             })
             .map_err(FlightError::from);
         let reply_schema = schema.clone();
@@ -398,10 +406,20 @@ impl FlightService for WorkerService {
 
     async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> std::result::Result<Response<Self::DoExchangeStream>, Status> {
         self.authorize(request.metadata())?;
-        // Queued before anything is read: a waiting request holds no decoded data.
+        // Queued before anything is read: a waiting request holds no decoded data. While the full
+        // slots are taken, a request may start in a small slot; it waits for a full one before
+        // it takes more than a few rows (`Growth`), so one-row requests need not queue behind
+        // each other, and those that reach the compute threads together are computed together.
         let client = request.remote_addr().map_or_else(|| "unknown-peer".to_string(), |a| a.to_string());
-        let mut permit = self.config.admission.admit(&client).await?;
-        match self.start_exchange(request.into_inner()).await {
+        let says_large = request
+            .metadata()
+            .get(REQUEST_BYTES_HEADER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .is_some_and(|bytes| bytes > SMALL_REQUEST_BYTES);
+        let mut permit =
+            if says_large { self.config.admission.admit(&client).await? } else { self.config.admission.admit_small_or_full(&client).await? };
+        let growth = permit.growth(&self.config.admission, &client);
+        match self.start_exchange(request.into_inner(), growth).await {
             Ok(stream) => Ok(Response::new(self.config.admission.bounded(stream, permit))),
             Err(status) => {
                 permit.fail();

@@ -6,12 +6,20 @@
 //! requests hold no decoded data: their input stays in the transport's flow-control window until
 //! they run.
 //!
+//! Exchanges whose size is not known when they arrive may also take one of
+//! [`RequestLimits::max_small`] small slots while the others are all taken: a request runs in a
+//! small slot while it has sent at most [`SMALL_REQUEST_BYTES`] of Arrow data, and waits its turn
+//! for one of the others before it takes more ([`Growth`]). One-row requests of online serving so
+//! run at once rather than queued behind each other, and those that wait for the compute threads
+//! together are computed together, while the memory that large requests hold stays bounded by
+//! `max_concurrent`.
+//!
 //! [`Admission`] also keeps what an operator watches: requests running and queued, requests and
 //! rows served, refusals by cause, and the latency of every request (queue wait included).
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,17 +43,29 @@ pub struct RequestLimits {
     pub max_rows: u64,
     /// Bytes of Arrow data one `DoExchange` may send.
     pub max_bytes: u64,
+    /// Small requests (at most [`SMALL_REQUEST_BYTES`] of input so far) running at once beyond
+    /// `max_concurrent`, for the callers that ask for small slots ([`Admission::admit_small_or_full`]);
+    /// 0 turns them off. Each holds a few KiB, and at most one message more (up to the
+    /// transport's message size) while it waits to grow into a full slot.
+    pub max_small: usize,
 }
+
+/// The most Arrow data (message headers and bodies) a request sends while in a small slot: 16
+/// rows of 500 doubles, with room to spare.
+pub const SMALL_REQUEST_BYTES: u64 = 64 << 10;
 
 impl Default for RequestLimits {
     fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
         RequestLimits {
-            max_concurrent: std::thread::available_parallelism().map_or(2, |n| n.get()).max(2),
+            max_concurrent: cores,
             max_queued: 256,
             queue_timeout: Duration::from_secs(300),
             deadline: Duration::from_secs(3600),
             max_rows: 50_000_000,
             max_bytes: 16 << 30,
+            // Enough for eight one-row clients on two cores to wait for the engine together.
+            max_small: (4 * cores).max(8),
         }
     }
 }
@@ -74,8 +94,11 @@ pub const LATENCY_BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02
 /// What an [`Admission`] has seen, for `stats` and the metrics endpoint.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AdmissionStats {
-    /// Requests running now.
+    /// Requests running now, small slots included.
     pub running: usize,
+    /// Of those, requests in small slots ([`RequestLimits::max_small`]).
+    #[serde(default)]
+    pub running_small: usize,
     /// Requests waiting for a slot now.
     pub queued: usize,
     /// Requests admitted since start (queued first or not) and finished.
@@ -121,7 +144,10 @@ struct Inner {
 /// The slots and the waiting requests.
 #[derive(Debug, Default)]
 struct Queue {
+    /// Requests in full slots (`max_concurrent`).
     running: usize,
+    /// Requests in small slots (`max_small`).
+    running_small: usize,
     queued: usize,
     next_id: u64,
     /// Waiting requests per connection, in arrival order.
@@ -131,6 +157,13 @@ struct Queue {
 }
 
 impl Queue {
+    /// Frees a full slot: hands it to the next waiting request, else counts it free.
+    fn release_full(&mut self) {
+        if !self.hand_over() {
+            self.running -= 1;
+        }
+    }
+
     /// Hands a freed slot to the next waiting request, in turn across connections; false when
     /// nobody waits (the slot is then free).
     fn hand_over(&mut self) -> bool {
@@ -168,13 +201,15 @@ impl Queue {
     }
 }
 
-/// A slot for one request, held until dropped; counts the request as served then, with its
-/// latency from arrival.
+/// One request's admission, held until dropped; counts the request as served then, with its
+/// latency from arrival. Its slot is freed once the permit and the request's [`Growth`] are
+/// both gone.
 #[derive(Debug)]
 pub struct Permit {
     inner: Arc<Inner>,
     arrived: Instant,
     failed: bool,
+    slot: Arc<Slot>,
 }
 
 impl Permit {
@@ -182,9 +217,71 @@ impl Permit {
     pub fn fail(&mut self) {
         self.failed = true;
     }
+
+    /// Whether the request holds a small slot now.
+    pub fn is_small(&self) -> bool {
+        self.slot.small.load(Ordering::Relaxed)
+    }
+
+    /// The handle by which the request, before it takes more than [`SMALL_REQUEST_BYTES`] of
+    /// input, waits for a full slot in place of its small one (at once when it holds a full one).
+    pub fn growth(&self, admission: &Admission, client: &str) -> Growth {
+        Growth { admission: admission.clone(), client: client.to_string(), slot: self.slot.clone() }
+    }
+}
+
+/// The slot a request holds, freed (or handed to the next waiting request) when dropped. It
+/// outlives the [`Permit`] while a [`Growth`] still holds it: a request's input stream may end
+/// after its reply has.
+#[derive(Debug)]
+struct Slot {
+    inner: Arc<Inner>,
+    /// A small slot; changed only under the queue's lock.
+    small: AtomicBool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.small.load(Ordering::Relaxed) {
+            queue.running_small -= 1;
+        } else {
+            queue.release_full();
+        }
+    }
+}
+
+/// Lets a request in a small slot trade it for a full slot before it takes more input; see
+/// [`Permit::growth`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Growth {
+    admission: Admission,
+    client: String,
+    slot: Arc<Slot>,
+}
+
+impl Growth {
+    /// Returns once the request holds a full slot: at once when it does already; else after
+    /// waiting its turn for one (as [`Admission::admit`] does), its small slot then freed.
+    /// `ResourceExhausted` (busy) when the queue is full or the wait passes its deadline.
+    pub async fn full_slot(&self) -> Result<(), Status> {
+        if !self.slot.small.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.admission.full_slot(&self.client).await?;
+        let mut queue = self.admission.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.slot.small.swap(false, Ordering::Relaxed) {
+            queue.running_small -= 1;
+        } else {
+            // Another call grew the slot meanwhile: the one just taken is not needed.
+            queue.release_full();
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Permit {
+    // The slot is released by `Slot`'s own drop, once no `Growth` holds it either.
     fn drop(&mut self) {
         let inner = &self.inner;
         inner.served.fetch_add(1, Ordering::Relaxed);
@@ -192,16 +289,10 @@ impl Drop for Permit {
             inner.failed.fetch_add(1, Ordering::Relaxed);
         }
         let seconds = self.arrived.elapsed().as_secs_f64();
-        {
-            let mut latency = inner.latency.lock().unwrap_or_else(|e| e.into_inner());
-            let bucket = LATENCY_BUCKETS.iter().position(|b| seconds <= *b).unwrap_or(LATENCY_BUCKETS.len());
-            latency.0[bucket] += 1;
-            latency.1 += seconds;
-        }
-        let mut queue = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        if !queue.hand_over() {
-            queue.running -= 1;
-        }
+        let mut latency = inner.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = LATENCY_BUCKETS.iter().position(|b| seconds <= *b).unwrap_or(LATENCY_BUCKETS.len());
+        latency.0[bucket] += 1;
+        latency.1 += seconds;
     }
 }
 
@@ -232,10 +323,7 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if !self.settled && self.leave() {
             // Handed a slot nobody will use: pass it on.
-            let mut queue = self.admission.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            if !queue.hand_over() {
-                queue.running -= 1;
-            }
+            self.admission.inner.state.lock().unwrap_or_else(|e| e.into_inner()).release_full();
         }
     }
 }
@@ -261,23 +349,53 @@ impl Admission {
         &self.limits
     }
 
-    /// A slot for one request from `client` (its connection), held until the permit drops:
+    /// A full slot for one request from `client` (its connection), held until the permit drops:
     /// at once when one is free, else after waiting its turn. `ResourceExhausted` when the
     /// queue is full or the wait passes the queue's deadline, naming which.
     pub async fn admit(&self, client: &str) -> Result<Permit, Status> {
         let arrived = Instant::now();
-        let permit = || Permit { inner: self.inner.clone(), arrived, failed: false };
+        self.full_slot(client).await?;
+        Ok(self.permit(arrived, false))
+    }
+
+    /// A slot for a request whose size is not known yet: a full slot when one is free, else a
+    /// small one ([`RequestLimits::max_small`]) when one is free, else a full slot after waiting
+    /// its turn, as [`Admission::admit`] gives. A request in a small slot must wait for
+    /// [`Growth::full_slot`] before it takes more than [`SMALL_REQUEST_BYTES`] of input.
+    pub async fn admit_small_or_full(&self, client: &str) -> Result<Permit, Status> {
+        let arrived = Instant::now();
+        {
+            let mut queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            if queue.running >= self.limits.max_concurrent.max(1) && queue.running_small < self.limits.max_small {
+                queue.running_small += 1;
+                return Ok(self.permit(arrived, true));
+            }
+        }
+        self.full_slot(client).await?;
+        Ok(self.permit(arrived, false))
+    }
+
+    fn permit(&self, arrived: Instant, small: bool) -> Permit {
+        let slot = Arc::new(Slot { inner: self.inner.clone(), small: AtomicBool::new(small) });
+        Permit { inner: self.inner.clone(), arrived, failed: false, slot }
+    }
+
+    /// Takes a full slot for `client`: at once when one is free, else after waiting in the
+    /// queue. The caller owns the slot (a [`Slot`] releases it).
+    async fn full_slot(&self, client: &str) -> Result<(), Status> {
         let (id, rx) = {
             let mut queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
             if queue.running < self.limits.max_concurrent.max(1) {
                 queue.running += 1;
-                return Ok(permit());
+                return Ok(());
             }
             if queue.queued >= self.limits.max_queued {
                 self.inner.refused_queue_full.fetch_add(1, Ordering::Relaxed);
                 return Err(busy(format!(
                     "busy: the queue is full ({} requests running, {} waiting, the most this server queues; {} raises it); retry shortly",
-                    queue.running, queue.queued, self.names.max_queued
+                    queue.running + queue.running_small,
+                    queue.queued,
+                    self.names.max_queued
                 )));
             }
             let (tx, rx) = oneshot::channel();
@@ -294,12 +412,12 @@ impl Admission {
         match tokio::time::timeout(self.limits.queue_timeout, &mut waiting.rx).await {
             Ok(Ok(())) => {
                 waiting.settled = true;
-                Ok(permit())
+                Ok(())
             }
             // The sender is only dropped after a send; treated as the deadline for safety.
             Ok(Err(_)) | Err(_) => {
                 if waiting.leave() {
-                    return Ok(permit());
+                    return Ok(());
                 }
                 self.inner.refused_queue_timeout.fetch_add(1, Ordering::Relaxed);
                 Err(busy(format!(
@@ -317,9 +435,9 @@ impl Admission {
 
     /// What this admission has seen.
     pub fn stats(&self) -> AdmissionStats {
-        let (running, queued) = {
+        let (running, running_small, queued) = {
             let queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            (queue.running, queue.queued)
+            (queue.running + queue.running_small, queue.running_small, queue.queued)
         };
         let (buckets, sum) = self.inner.latency.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let latency_buckets = buckets
@@ -332,6 +450,7 @@ impl Admission {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         AdmissionStats {
             running,
+            running_small,
             queued,
             served: load(&self.inner.served),
             failed: load(&self.inner.failed),
@@ -448,6 +567,55 @@ mod tests {
         let stats = admission.stats();
         assert_eq!((stats.running, stats.queued, stats.served, stats.refused_queue_full), (0, 0, 5, 1));
         assert_eq!(*stats.latency_buckets.last().unwrap(), 5);
+    }
+
+    #[tokio::test]
+    async fn small_requests_run_past_the_full_slots_and_wait_their_turn_to_grow() {
+        let admission = Admission::new(RequestLimits { max_small: 2, ..limits(1, 8, Duration::from_secs(10)) });
+        let full = admission.admit_small_or_full("a").await.unwrap();
+        assert!(!full.is_small());
+        // The full slot is taken: small slots, while they last.
+        let b = admission.admit_small_or_full("b").await.unwrap();
+        let c = admission.admit_small_or_full("c").await.unwrap();
+        assert!(b.is_small() && c.is_small());
+        let stats = admission.stats();
+        assert_eq!((stats.running, stats.running_small, stats.queued), (3, 2, 0));
+        // Then the next waits for a full slot, and so does any caller of `admit`.
+        let mut d = Box::pin(admission.admit_small_or_full("d"));
+        assert!(futures::poll!(&mut d).is_pending());
+        assert!(futures::poll!(Box::pin(admission.admit("x"))).is_pending());
+        // b grows: it waits its turn behind d, in its small slot meanwhile.
+        let growth = b.growth(&admission, "b");
+        let mut grown = Box::pin(growth.full_slot());
+        assert!(futures::poll!(&mut grown).is_pending());
+        assert_eq!(admission.stats().queued, 2);
+        drop(full);
+        let d = d.await.unwrap();
+        assert!(!d.is_small());
+        assert!(futures::poll!(&mut grown).is_pending());
+        drop(d);
+        grown.await.unwrap();
+        assert!(!b.is_small());
+        let stats = admission.stats();
+        assert_eq!((stats.running, stats.running_small, stats.queued), (2, 1, 0));
+        // The small slot b left is free for the next; growing again takes nothing more.
+        let e = admission.admit_small_or_full("e").await.unwrap();
+        assert!(e.is_small());
+        growth.full_slot().await.unwrap();
+        assert_eq!(admission.stats().running, 3);
+        // b's slot is held until its growth (its input stream) is gone too.
+        drop(b);
+        assert_eq!(admission.stats().running, 3);
+        drop(growth);
+        assert_eq!(admission.stats().running, 2);
+        drop((c, e));
+        let stats = admission.stats();
+        assert_eq!((stats.running, stats.running_small, stats.queued, stats.served), (0, 0, 0, 5));
+
+        // With no small slots, a request waits for a full one.
+        let admission = Admission::new(RequestLimits { max_small: 0, ..limits(1, 8, Duration::from_secs(10)) });
+        let _full = admission.admit_small_or_full("a").await.unwrap();
+        assert!(futures::poll!(Box::pin(admission.admit_small_or_full("b"))).is_pending());
     }
 
     #[tokio::test]

@@ -40,6 +40,12 @@ impl Exposition {
     /// The admission's gauges, counters and latency histogram, named `<prefix>_…`.
     pub fn admission(&mut self, prefix: &str, what: &str, s: &AdmissionStats) -> &mut Self {
         self.metric(&format!("{prefix}_in_flight"), "gauge", &format!("{what} running now."), &[("", s.running as f64)]);
+        self.metric(
+            &format!("{prefix}_small_in_flight"),
+            "gauge",
+            "Of those running now, requests in small slots (a few rows each, beyond the full slots).",
+            &[("", s.running_small as f64)],
+        );
         self.metric(&format!("{prefix}_queued"), "gauge", &format!("{what} waiting for a slot now."), &[("", s.queued as f64)]);
         self.metric(
             &format!("{prefix}_served_total"),
@@ -142,6 +148,7 @@ mod tests {
     fn the_exposition_is_prometheus_text() {
         let stats = AdmissionStats {
             running: 2,
+            running_small: 1,
             queued: 3,
             served: 10,
             failed: 1,
@@ -156,6 +163,7 @@ mod tests {
         let text = page.finish();
         for line in [
             "# TYPE shapfusion_worker_requests_in_flight gauge",
+            "shapfusion_worker_requests_small_in_flight 1",
             "shapfusion_worker_requests_queued 3",
             "shapfusion_worker_requests_served_total{outcome=\"ok\"} 9",
             "shapfusion_worker_requests_refused_total{cause=\"queue_full\"} 4",
