@@ -5,7 +5,7 @@ benchmarks/RESULTS.md (between the SUITE markers) and benchmarks/rows_per_second
 
 Run it through benchmarks/run.sh, which sets up the environments and builds the release binary.
 
-    python benchmarks/suite.py [--quick] [--only MODEL,...] [--threads 2,1]
+    python benchmarks/suite.py [--quick] [--only MODEL,...] [--threads 2,1] [--skip MODEL/KIND/METHOD,...] [--time-limit S]
 
 Each measurement is a fresh process (so peak memory is per method, read with wait4); times
 cover the computation only (not loading), median of the repeats for shapfusion, one timed call
@@ -16,9 +16,11 @@ values and against XGBoost 3.2 / LightGBM).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -182,7 +184,7 @@ def rel_error(values: np.ndarray, ref: np.ndarray) -> float:
 
 
 def main():
-    global BENCH
+    global BENCH, TIME_LIMIT_S
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small model only, few rows (smoke run)")
     ap.add_argument("--only", default="", help="comma-separated model names")
@@ -193,8 +195,16 @@ def main():
     ap.add_argument("--results", default="results", help="results file under benchmarks/out/ (without .json): a partial run kept apart")
     ap.add_argument("--section", default="SUITE", help="the RESULTS.md section the report goes to (SUITE: the whole suite)")
     ap.add_argument("--bench", default=str(BENCH), help="the release timing harness (crates/files/examples/bench.rs)")
+    ap.add_argument("--skip", default="", help="comma-separated MODEL/KIND/METHOD patterns (shell globs, e.g. "
+                    "'deep-50f/interactions/xgboost 3.2' or '*/interactions/woodelf') not to measure; each gets a row "
+                    "that says it was skipped")
+    ap.add_argument("--time-limit", type=int, default=TIME_LIMIT_S,
+                    help=f"seconds one measured process may run before it is stopped and recorded as not finished "
+                         f"(default {TIME_LIMIT_S})")
     args = ap.parse_args()
     BENCH = Path(args.bench)
+    TIME_LIMIT_S = args.time_limit
+    skip = [p.strip() for p in args.skip.split(",") if p.strip()]
     if args.report_only:
         write_report(json.loads((OUT / f"{args.results}.json").read_text()), args)
         return
@@ -218,12 +228,6 @@ def main():
             kind_npy, kind_pq, kind_rows = rows_npy, rows_pq, spec.rows
             if kind == "interactions" and spec.interaction_rows:
                 kind_npy, kind_pq, kind_rows = first_rows(rows_npy, spec.interaction_rows)
-            ref_out = tmp / f"{spec.name}-{kind}-ref.f64"
-            got, _, err = ours(model, kind_pq, "treeshap", max(threads_list), kind, ref_out, 1)
-            if got is None:
-                print(f"{spec.name}: reference failed: {err}", file=sys.stderr)
-                continue
-            ref = got[1]
             methods = [("shapfusion " + a, "ours", a) for a in OURS]
             if spec.library == "xgboost":
                 methods += [("xgboost 3.4", PY312, "xgboost"), ("xgboost 3.2", PY311, "xgboost")]
@@ -236,18 +240,38 @@ def main():
             if args.methods:
                 wanted = args.methods.split(",")
                 methods = [m for m in methods if m[0] in wanted]
+
+            def skipped(label: str, model: str = spec.name, kind: str = kind) -> bool:
+                return any(fnmatch.fnmatchcase(f"{model}/{kind}/{label}", p) for p in skip)
+
+            if methods and all(skipped(label) for label, _, _ in methods):
+                continue  # nothing of this model and kind to measure: no reference, no table
+            ref_out = tmp / f"{spec.name}-{kind}-ref.f64"
+            got, _, err = ours(model, kind_pq, "treeshap", max(threads_list), kind, ref_out, 1)
+            if got is None:
+                print(f"{spec.name}: reference failed: {err}", file=sys.stderr)
+                continue
+            ref = got[1]
             for label, python, method in methods:
                 for threads in threads_list:
                     if method in ("shap", "woodelf") and threads != 1:
                         continue  # single-threaded implementations: measured once, at 1 thread
                     out = tmp / f"{spec.name}-{kind}-{method}-{threads}"
+                    row = {"model": spec.name, "kind": kind, "method": label, "threads": threads, "rss_mib": float("nan"),
+                           "rows": kind_rows, "ours": python == "ours"}
+                    if skipped(label):
+                        # Recorded, so that the table says the method was not measured rather than
+                        # leaving it out as if it had never been a peer.
+                        row.update(status="skipped (--skip)", rows_per_s=None, error=None)
+                        results.append(row)
+                        print(f"{spec.name} {kind} {label} x{threads}: skipped", file=sys.stderr, flush=True)
+                        continue
                     print(f"{spec.name} {kind} {label} x{threads} ...", file=sys.stderr, flush=True)
                     if python == "ours":
                         got, rss, err = ours(model, kind_pq, method, threads, kind, out.with_suffix(".f64"), 3)
                     else:
                         got, rss, err = peer(method, model, kind_npy, threads, kind, out.with_suffix(".npy"), python)
-                    row = {"model": spec.name, "kind": kind, "method": label, "threads": threads, "rss_mib": rss,
-                           "rows": kind_rows, "ours": python == "ours"}
+                    row["rss_mib"] = rss
                     if got is None:
                         row.update(status="failed: " + err, rows_per_s=None, error=None)
                     else:
@@ -281,7 +305,7 @@ def write_report(results, args):
     command = ("`bash benchmarks/run.sh [--only MODELS]` (it runs `benchmarks/suite.py` with the same "
                "arguments; results of models run in separate parts are merged in `benchmarks/out/results.json`)")
     if args.section != "SUITE":
-        command = f"`python benchmarks/suite.py {' '.join(sys.argv[1:])}` (results in `benchmarks/out/{args.results}.json`)"
+        command = f"`python benchmarks/suite.py {shlex.join(sys.argv[1:])}` (results in `benchmarks/out/{args.results}.json`)"
     lines.append(f"Command: {command}. "
                  f"Machine: {platform.machine()}, "
                  f"{os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}.")
@@ -321,8 +345,9 @@ def write_report(results, args):
                 ratio = f"{rps / best:.2f}" if rps and best else "–"
                 err = "–" if r["error"] is None else f"{r['error']:.1e}"
                 name = r["method"] + (f" ({r['engine']})" if r.get("engine") and r["method"].endswith("auto") else "")
-                lines.append(f"| {name} | {r['threads']} | {rps:,.0f} | {ratio} | {err} | {r['status']} | {r['rss_mib']:.0f} |"
-                             if rps else f"| {name} | {r['threads']} | – | – | – | {r['status']} | {r['rss_mib']:.0f} |")
+                rss = "–" if r["rss_mib"] != r["rss_mib"] else f"{r['rss_mib']:.0f}"  # NaN: not measured
+                lines.append(f"| {name} | {r['threads']} | {rps:,.0f} | {ratio} | {err} | {r['status']} | {rss} |"
+                             if rps else f"| {name} | {r['threads']} | – | – | – | {r['status']} | {rss} |")
             lines.append("")
     body = "\n".join(lines)
     if args.section == "SUITE":
