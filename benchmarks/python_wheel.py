@@ -172,21 +172,23 @@ def write_report(rows, overheads, args):
         "cost of the large call above.\n\n"
     )
     body += "| model | rows per call | wheel µs p50 / p99 | vs block | XGBoost 3.4 µs p50 / p99 | wheel / XGBoost 3.4 | shap µs p50 |\n|---|---|---|---|---|---|---|\n"
+    # What issue 50 (item 1) asks of one row in process, read off the table's one-row rows of the
+    # medium models: at most XGBoost 3.4's time for it, and at most 1.5x a row's share of the large call.
+    one_row_vs_block, one_row_vs_xgb = [], []
     for o in overheads:
         (w50, w99), (x50, x99), (s50, _) = o["wheel_us"], o["xgb_us"], o["shap_us"]
         vs_block = w50 / o["rows"] / o["block_us_per_row"]
         body += f"| {o['model']} | {o['rows']} | {w50:,.0f} / {w99:,.0f} | {vs_block:.1f}× | {x50:,.0f} / {x99:,.0f} | {w50 / x50:.2f} | {s50:,.0f} |\n"
-    # What issue 50 (item 1) asks of one row in process, read off the table: at most XGBoost
-    # 3.4's time for it, and at most 1.5x a row's share of the large call.
-    single = [o for o in overheads if o["rows"] == 1 and o["model"] != "small-8f"]
-    if single:
-        vs_block = [o["wheel_us"][0] / o["block_us_per_row"] for o in single]
-        vs_xgb = [o["wheel_us"][0] / o["xgb_us"][0] for o in single]
+        if o["rows"] == 1 and o["model"] != "small-8f":
+            one_row_vs_block.append(vs_block)
+            one_row_vs_xgb.append(w50 / x50)
+    if one_row_vs_block:
+        worst_vs_block, worst_vs_xgb = max(one_row_vs_block), max(one_row_vs_xgb)
         body += (
-            f"\nOne row on the medium models: {min(vs_block):.1f}-{max(vs_block):.1f}× a row's share of the large call "
-            f"(aimed at: at most 1.5×, {'met' if max(vs_block) <= 1.5 else 'NOT met'}) and "
-            f"{min(vs_xgb):.2f}-{max(vs_xgb):.2f} of XGBoost 3.4's time for the same row "
-            f"(aimed at: at most 1, {'met' if max(vs_xgb) <= 1 else 'NOT met'}).\n"
+            f"\nOne row on the medium models: {min(one_row_vs_block):.1f}-{worst_vs_block:.1f}× a row's share of the large call "
+            f"(aimed at: at most 1.5×, {'met' if worst_vs_block <= 1.5 else 'NOT met'}) and "
+            f"{min(one_row_vs_xgb):.2f}-{worst_vs_xgb:.2f} of XGBoost 3.4's time for the same row "
+            f"(aimed at: at most 1, {'met' if worst_vs_xgb <= 1 else 'NOT met'}).\n"
         )
     write_results_section("PYTHON", body)
 

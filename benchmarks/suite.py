@@ -183,6 +183,11 @@ def rel_error(values: np.ndarray, ref: np.ndarray) -> float:
     return float(diff.max() / scale)
 
 
+def is_skipped(patterns: list[str], model: str, kind: str, label: str) -> bool:
+    """Whether `--skip` names a method: a shell pattern over `MODEL/KIND/METHOD` matches it."""
+    return any(fnmatch.fnmatchcase(f"{model}/{kind}/{label}", p) for p in patterns)
+
+
 def main():
     global BENCH, TIME_LIMIT_S
     ap = argparse.ArgumentParser()
@@ -240,11 +245,7 @@ def main():
             if args.methods:
                 wanted = args.methods.split(",")
                 methods = [m for m in methods if m[0] in wanted]
-
-            def skipped(label: str, model: str = spec.name, kind: str = kind) -> bool:
-                return any(fnmatch.fnmatchcase(f"{model}/{kind}/{label}", p) for p in skip)
-
-            if methods and all(skipped(label) for label, _, _ in methods):
+            if methods and all(is_skipped(skip, spec.name, kind, label) for label, _, _ in methods):
                 continue  # nothing of this model and kind to measure: no reference, no table
             ref_out = tmp / f"{spec.name}-{kind}-ref.f64"
             got, _, err = ours(model, kind_pq, "treeshap", max(threads_list), kind, ref_out, 1)
@@ -259,7 +260,7 @@ def main():
                     out = tmp / f"{spec.name}-{kind}-{method}-{threads}"
                     row = {"model": spec.name, "kind": kind, "method": label, "threads": threads, "rss_mib": float("nan"),
                            "rows": kind_rows, "ours": python == "ours"}
-                    if skipped(label):
+                    if is_skipped(skip, spec.name, kind, label):
                         # Recorded, so that the table says the method was not measured rather than
                         # leaving it out as if it had never been a peer.
                         row.update(status="skipped (--skip)", rows_per_s=None, error=None)
