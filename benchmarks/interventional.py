@@ -261,7 +261,7 @@ def write_results(results: list[dict], argv: str) -> None:
         "two minutes (20 at 100,000 background rows). WOODELF's values differ from shap's and ours by the error "
         "shown once the background has more than 100 rows; shap and shapfusion agree to 4e-8 at every size.",
     ]
-    write_results_block("<!-- INTERVENTIONAL START -->", "<!-- INTERVENTIONAL END -->", "Interventional SHAP (with a background)", lines)
+    write_results_block("<!-- INTERVENTIONAL BEGIN -->", "<!-- INTERVENTIONAL END -->", "Interventional SHAP (with a background)", lines)
 
 
 def write_results_block(start: str, end: str, heading: str, lines: list[str]) -> None:

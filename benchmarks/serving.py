@@ -9,7 +9,9 @@ computed in one engine call with others that waited with them (`stats`' `joined_
 
 1. Latency: one pyarrow.flight client (a connection per size) sends requests of 1, 10, 100 and
    1,000 rows thousands of times in a row to an idle worker; p50/p99 of the round trip (the
-   client's wall time, so an upper bound of the server's).
+   client's wall time, so an upper bound of the server's). Then the same one-row requests to a
+   pyarrow echo server (no model, no shapfusion) in the same run: what the client, gRPC and a
+   minimal server cost on this host, beside the worker's one row.
 2. Concurrent one-row clients: 8 clients, each on its own connection, each sending 1-row
    requests back to back for a fixed time (online serving); requests/s and p50/p99.
 3. Load: 64 clients, each on its own connection, send 2 requests of 20,000 rows at the same
@@ -17,7 +19,8 @@ computed in one engine call with others that waited with them (`stats`' `joined_
    latency p50/p99, rows/s over the whole burst, refusals, and the worker's peak RSS (VmHWM).
 
 Every reply is checked against the first one for the same rows (bit for bit), so a fast wrong
-answer does not count. `--write` puts the tables between the SERVING markers of RESULTS.md.
+answer does not count. `--write` puts the tables at the top of RESULTS.md's SERVING section (between its LATEST markers)
+and keeps the run they replace, and everything else in the section, below them.
 Needs pyarrow (tests/requirements-clients.txt).
 """
 
@@ -71,8 +74,57 @@ def exchange(client, batch):
     return table
 
 
+ECHO_ROW = "1 row to a pyarrow echo server instead (no model, no shapfusion: the client's, gRPC's and a minimal server's own cost)"
+
+LATEST_BEGIN, LATEST_END = "<!-- SERVING:LATEST BEGIN -->", "<!-- SERVING:LATEST END -->"
+
+
+def with_latest_run(results, block):
+    """RESULTS.md's text with `block` (LATEST markers included) as the SERVING section's latest
+    run. The run it replaces moves just below it as an earlier run, so that `--write` never loses
+    a measurement, nor the investigations written by hand further down the section."""
+    latest = re.compile(re.escape(LATEST_BEGIN) + r"\n(.*?)\n" + re.escape(LATEST_END), re.S)
+    found = latest.search(results)
+    if found:
+        earlier = f"\n\n**An earlier run (moved here by `serving.py --write`):** {found.group(1)}"
+        return results[: found.start()] + block + earlier + results[found.end():]
+    if "<!-- SERVING:BEGIN -->" in results:
+        return results.replace("<!-- SERVING:BEGIN -->", "<!-- SERVING:BEGIN -->\n" + block + "\n", 1)
+    return results + f"\n## Serving: latency and load (`benchmarks/serving.py`)\n\n<!-- SERVING:BEGIN -->\n{block}\n<!-- SERVING:END -->\n"
+
+
 def percentile(values, q):
     return float(np.percentile(np.asarray(values), q))
+
+
+class EchoServer(flight.FlightServerBase):
+    """A pyarrow Flight server that sends each DoExchange's rows back: no model and no
+    shapfusion, so one exchange with it is what the pyarrow client, gRPC and a minimal server
+    cost on this host (the reference part 1 states beside the worker's one row)."""
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        table = reader.read_all()
+        writer.begin(table.schema)
+        writer.write_table(table)
+
+
+def serve_echo():
+    """Runs an EchoServer on a free loopback port, printing the port first (`--echo-server`)."""
+    server = EchoServer("grpc://127.0.0.1:0")
+    print(server.port, flush=True)
+    server.serve()
+
+
+def echo_latency(names, count):
+    """One-row round trips to an EchoServer in a process of its own (its Python apart from the
+    client's, as the worker's is), measured as `interleaved_latency` measures the worker."""
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--echo-server"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        return interleaved_latency(f"grpc://127.0.0.1:{port}", names, [1], count)[0]
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 def latency(url, names, sizes, count):
@@ -237,6 +289,8 @@ def main():
         type=int,
         help="the worker's --max-small-requests (default: its own; 0 runs every request in a --max-concurrent slot)",
     )
+    if sys.argv[1:] == ["--echo-server"]:  # the reference server of `echo_latency`, run by it
+        return serve_echo()
     a = p.parse_args()
     if a.model is None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -269,8 +323,11 @@ def main():
             print("|---|---|---|---|")
             for n, count, p50, p99 in interleaved_latency(url, names, [1, 2, 4], a.count):
                 print(f"| {n} row{'s' if n > 1 else ''} | {count} | {p50:.3f} ms | {p99:.3f} ms |")
+            _, count, p50, p99 = echo_latency(names, a.count)
+            print(f"| {ECHO_ROW} | {count} | {p50:.3f} ms | {p99:.3f} ms |")
             return
         lat = latency(url, names, [1, 10, 100], a.count) + latency(url, names, [1000], max(a.count // 10, 100))
+        echo = echo_latency(names, a.count)
         single = concurrent_single_rows(url, names, a.single_clients, a.single_seconds)
         idle_rss = peak_rss_mib(proc.pid)
         burst = load(url, names, a.clients, a.requests, a.rows)
@@ -289,6 +346,7 @@ def main():
     ]
     for n, count, p50, p99 in lat:
         lines.append(f"| {n} row{'s' if n > 1 else ''} | {count} | {p50:.3f} ms | {p99:.3f} ms |")
+    lines.append(f"| {ECHO_ROW} | {echo[1]} | {echo[2]:.3f} ms | {echo[3]:.3f} ms |")
     lines += [
         "",
         "| concurrent 1-row clients (each on its own connection, back to back) | requests | requests/s | p50 round trip | p99 round trip |",
@@ -313,11 +371,8 @@ def main():
             results = f.read()
         command = " ".join(["python benchmarks/serving.py", *map(shlex.quote, sys.argv[1:])])
         when = f"{date.today().isoformat()}, {platform.machine()} {platform.platform()}, {cores} cores"
-        block = f"<!-- SERVING:BEGIN -->\nCommand: `{command}` ({when}).\n\n{text}\n<!-- SERVING:END -->"
-        if "<!-- SERVING:BEGIN -->" in results:
-            results = re.sub(r"<!-- SERVING:BEGIN -->.*?<!-- SERVING:END -->", lambda _: block, results, flags=re.S)
-        else:
-            results += "\n## Serving: latency and load (`benchmarks/serving.py`)\n\n" + block + "\n"
+        block = f"{LATEST_BEGIN}\nCommand: `{command}` ({when}).\n\n{text}\n{LATEST_END}"
+        results = with_latest_run(results, block)
         with open(path, "w") as f:
             f.write(results)
 

@@ -292,8 +292,11 @@ def main():
         old = json.loads(previous.read_text())
         if args.methods:
             # Replace only the re-measured methods' rows; keep everything else (notes included).
+            # A model the earlier results lack gets this run's note, without which the report
+            # would leave its rows out.
             wanted = set(args.methods.split(","))
-            new_rows = [r for r in results if "method" in r]
+            noted = {r["model"] for r in old if "note" in r}
+            new_rows = [r for r in results if "method" in r or r["model"] not in noted]
             results = [r for r in old if not (r.get("model") in ran and r.get("method") in wanted)] + new_rows
         else:
             results = [r for r in old if r.get("model") not in ran] + results

@@ -28,7 +28,7 @@ use crate::features::FeatureColumns;
 use crate::layout::{output_fields, OutputKind};
 use crate::model::Model;
 use crate::settings::ComputeSettings;
-use crate::small_calls::{answer_alone, answer_waiting, CallReport, SmallCalls, JOINABLE_ROWS};
+use crate::small_calls::{answer_alone, answer_waiting, call_splits, CallReport, Lane, QuickLane, SmallCalls, JOINABLE_ROWS, QUICK_SPLITS};
 
 /// A model bound to an engine and a compute pool. Cheap to clone; share it across threads.
 #[derive(Clone)]
@@ -43,6 +43,9 @@ pub struct Explainer {
     settings: ComputeSettings,
     /// Small requests of [`spawn_output`](Self::spawn_output) waiting for the compute threads.
     small_calls: Arc<SmallCalls>,
+    /// Splits a row walks over all trees, where the engine's cost follows them (the CPU's
+    /// path-dependent engines), for the [`QuickLane`]'s choice; `None` for the others.
+    splits_a_row: Option<usize>,
 }
 
 /// Settings of an [`Explainer`], each with the default every front end uses.
@@ -90,6 +93,26 @@ impl Explainer {
     pub fn output_columns(&self, batch: &RecordBatch, output: OutputKind) -> Result<Vec<ArrayRef>> {
         let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
         self.pool.install(|| explain_batch(self.engine.as_ref(), &features, batch, output))
+    }
+
+    /// [`output_columns`](Self::output_columns) for a job on `lane`: on the quick lane (which
+    /// takes only calls [`is_quick`](Self::is_quick) says it may), in place, on the lane's one
+    /// thread; else on the compute pool.
+    pub(crate) fn output_columns_on(&self, lane: Lane, batch: &RecordBatch, output: OutputKind) -> Result<Vec<ArrayRef>> {
+        match lane {
+            Lane::Quick => {
+                debug_assert!(self.is_quick(batch.num_rows(), output), "a call too large for the quick lane");
+                let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
+                explain_batch(self.engine.as_ref(), &features, batch, output)
+            }
+            Lane::Pool => self.output_columns(batch, output),
+        }
+    }
+
+    /// Whether a call of `rows` rows of `output` is small enough for the [`QuickLane`]: within
+    /// [`QUICK_SPLITS`] splits walked, on an engine whose cost follows them.
+    pub(crate) fn is_quick(&self, rows: usize, output: OutputKind) -> bool {
+        self.splits_a_row.is_some_and(|splits| call_splits(splits, rows, output, self.model.num_features()) <= QUICK_SPLITS)
     }
 
     /// `output`'s columns for `columns`, the model's features in its order (the arguments of a
@@ -183,14 +206,26 @@ impl Explainer {
     /// output and schema), each getting its own rows back with the bits a call of its own gives
     /// on the CPU; a request that arrives while none computes is computed at once, alone
     /// (nothing waits on purpose). Larger requests are computed on their own, side by side.
+    /// A request that finds no job answering starts one on the process's quick lane, a thread
+    /// of its own beside the compute pool that waits without spinning, when its call walks at
+    /// most [`QUICK_SPLITS`] splits (about a tenth of a millisecond of one core; a row of a
+    /// small model): it is computed there, in one hand-off. Larger calls, and the rest of the
+    /// job's work from the first of them on, go to the compute pool.
     /// `reply` gets the columns of `batch`'s rows only; a joined call that fails is answered
     /// again one request at a time, so an error is always the request's own. A panic drops
     /// `reply` uncalled.
     pub fn spawn_output(&self, batch: RecordBatch, output: OutputKind, reply: impl FnOnce(Result<Vec<ArrayRef>>, CallReport) + Send + 'static) {
-        if batch.num_rows() > JOINABLE_ROWS {
-            self.spawn(move |explainer| answer_alone(explainer, batch, output, Box::new(reply)));
+        let rows = batch.num_rows();
+        if rows > JOINABLE_ROWS {
+            self.spawn(move |explainer| answer_alone(explainer, batch, output, Box::new(reply), Lane::Pool));
         } else if self.small_calls.push(batch, output, Box::new(reply)) {
-            self.spawn(answer_waiting);
+            match QuickLane::get().filter(|_| self.is_quick(rows, output)) {
+                Some(lane) => {
+                    let explainer = self.clone();
+                    lane.spawn(move || answer_waiting(&explainer, Lane::Quick, Vec::new()));
+                }
+                None => self.spawn(|explainer| answer_waiting(explainer, Lane::Pool, Vec::new())),
+            }
         }
     }
 
@@ -339,6 +374,10 @@ impl ExplainerBuilder {
             }
         };
         let schema = Arc::new(Schema::new(output_fields(&model, self.output)));
+        // The CPU's path-dependent engines walk a row's splits (interventional ones walk the
+        // background's too, and the GPU's cost is its launches).
+        let splits_a_row = (self.background.is_none() && engine.name() != "gpu")
+            .then(|| model.trees().iter().map(|tree| tree.nodes.iter().filter(|node| !node.is_leaf()).count()).sum());
         Ok(Explainer {
             engine,
             model,
@@ -348,6 +387,7 @@ impl ExplainerBuilder {
             schema,
             settings: self.settings,
             small_calls: Arc::default(),
+            splits_a_row,
         })
     }
 }
@@ -453,7 +493,8 @@ mod tests {
     fn small_requests_waiting_together_are_joined_with_the_bits_of_calls_of_their_own() {
         use std::sync::mpsc::channel;
         let (model, rows) = named_category_rows();
-        // One thread, held by a job until every request waits: a deterministic queue.
+        // One thread, held by a job until every request waits: a deterministic queue (the quick
+        // lane held the same way below).
         let explainer = Explainer::builder(model).algorithm(Algorithm::Linear).threads(1).build().unwrap();
         // Same schema as the others, but a country the model never saw: XGBoost refuses the row,
         // and so does the batch step, so the joined call fails and each request answers alone.
@@ -478,6 +519,8 @@ mod tests {
             (rows.slice(26, 4), OutputKind::Shap),
         ];
         let (bad_at, joined) = (5, |i: usize| if i >= 7 { 2 } else { 1 });
+        // This model's calls are small enough for the quick lane, whose job would start on the
+        // first request: the lane is held too, so the job finds every request waiting.
         let (release, held) = channel::<()>();
         let (started, running) = channel();
         explainer.spawn(move |_| {
@@ -485,11 +528,19 @@ mod tests {
             held.recv().unwrap();
         });
         running.recv().unwrap();
+        let (release_lane, lane_held) = channel::<()>();
+        let (lane_started, lane_running) = channel();
+        QuickLane::get().expect("the quick lane starts").spawn(move || {
+            lane_started.send(()).unwrap();
+            lane_held.recv().unwrap();
+        });
+        lane_running.recv().unwrap();
         let (sender, answers) = channel();
         for (i, (batch, output)) in requests.iter().enumerate() {
             let sender = sender.clone();
             explainer.spawn_output(batch.clone(), *output, move |columns, report| sender.send((i, columns, report)).unwrap());
         }
+        release_lane.send(()).unwrap();
         release.send(()).unwrap();
         let mut got: Vec<_> = (0..requests.len()).map(|_| answers.recv().unwrap()).collect();
         got.sort_by_key(|(i, _, _)| *i);
