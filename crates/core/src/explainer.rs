@@ -28,7 +28,7 @@ use crate::features::FeatureColumns;
 use crate::layout::{output_fields, OutputKind};
 use crate::model::Model;
 use crate::settings::ComputeSettings;
-use crate::small_calls::{answer_alone, answer_waiting, call_splits, CallReport, Lane, QuickLane, SmallCalls, JOINABLE_ROWS, QUICK_SPLITS};
+use crate::small_calls::{answer_alone, call_splits, start_answering, CallReport, Lane, SmallCalls, JOINABLE_ROWS, QUICK_SPLITS};
 
 /// A model bound to an engine and a compute pool. Cheap to clone; share it across threads.
 #[derive(Clone)]
@@ -219,13 +219,7 @@ impl Explainer {
         if rows > JOINABLE_ROWS {
             self.spawn(move |explainer| answer_alone(explainer, batch, output, Box::new(reply), Lane::Pool));
         } else if self.small_calls.push(batch, output, Box::new(reply)) {
-            match QuickLane::get().filter(|_| self.is_quick(rows, output)) {
-                Some(lane) => {
-                    let explainer = self.clone();
-                    lane.spawn(move || answer_waiting(&explainer, Lane::Quick, Vec::new()));
-                }
-                None => self.spawn(|explainer| answer_waiting(explainer, Lane::Pool, Vec::new())),
-            }
+            start_answering(self, self.is_quick(rows, output));
         }
     }
 
@@ -530,7 +524,7 @@ mod tests {
         running.recv().unwrap();
         let (release_lane, lane_held) = channel::<()>();
         let (lane_started, lane_running) = channel();
-        QuickLane::get().expect("the quick lane starts").spawn(move || {
+        crate::small_calls::QuickLane::get().expect("the quick lane starts").spawn(move || {
             lane_started.send(()).unwrap();
             lane_held.recv().unwrap();
         });

@@ -129,7 +129,7 @@ pub(crate) fn answer_waiting(explainer: &Explainer, lane: Lane, mut round: Vec<W
                 let mut queue = self.0.small_calls().lock();
                 queue.answering = !queue.waiting.is_empty();
                 if queue.answering {
-                    self.0.spawn(|explainer| answer_waiting(explainer, Lane::Pool, Vec::new()));
+                    start_answering(self.0, false);
                 }
             }
         }
@@ -153,16 +153,24 @@ pub(crate) fn answer_waiting(explainer: &Explainer, lane: Lane, mut round: Vec<W
                 // jobs queued on it meanwhile, so that a model whose requests never stop cannot
                 // hold the lane from the others. Still answering, so requests keep waiting.
                 drop(queue);
-                let explainer = explainer.clone();
-                match QuickLane::get() {
-                    Some(quick) => quick.spawn(move || answer_waiting(&explainer, Lane::Quick, Vec::new())),
-                    None => explainer.spawn(|explainer| answer_waiting(explainer, Lane::Pool, Vec::new())),
-                }
+                start_answering(explainer, true);
                 return;
             }
             answering_a_round = true;
             std::mem::take(&mut queue.waiting)
         };
+    }
+}
+
+/// Starts a job answering `explainer`'s queue ([`answer_waiting`]): on the quick lane where
+/// `quick` (and the lane's thread runs), else on the compute pool.
+pub(crate) fn start_answering(explainer: &Explainer, quick: bool) {
+    match QuickLane::get().filter(|_| quick) {
+        Some(lane) => {
+            let explainer = explainer.clone();
+            lane.spawn(move || answer_waiting(&explainer, Lane::Quick, Vec::new()));
+        }
+        None => explainer.spawn(|explainer| answer_waiting(explainer, Lane::Pool, Vec::new())),
     }
 }
 
