@@ -142,6 +142,15 @@ __device__ __forceinline__ double one_fraction(const Lane& l, const double* row,
   return follows_element(l.feature, l.split_begin, l.split_end, row, thresholds, split_ints, categories) ? 1.0 : 0.0;
 }
 
+// 1/k for k = 1 .. LANES + 1 (entry 0 unused). The warp kernels multiply by these instead of
+// dividing by small integers: a float64 division is a software sequence of about ten
+// instructions on NVIDIA GPUs, and the EXTEND and UNWOUNDSUM loops do one per step and lane.
+__device__ const double RECIPROCAL[LANES + 2] = {
+    0.0,        1.0,        1.0 / 2.0,  1.0 / 3.0,  1.0 / 4.0,  1.0 / 5.0,  1.0 / 6.0,  1.0 / 7.0,  1.0 / 8.0,
+    1.0 / 9.0,  1.0 / 10.0, 1.0 / 11.0, 1.0 / 12.0, 1.0 / 13.0, 1.0 / 14.0, 1.0 / 15.0, 1.0 / 16.0, 1.0 / 17.0,
+    1.0 / 18.0, 1.0 / 19.0, 1.0 / 20.0, 1.0 / 21.0, 1.0 / 22.0, 1.0 / 23.0, 1.0 / 24.0, 1.0 / 25.0, 1.0 / 26.0,
+    1.0 / 27.0, 1.0 / 28.0, 1.0 / 29.0, 1.0 / 30.0, 1.0 / 31.0, 1.0 / 32.0, 1.0 / 33.0};
+
 // EXTEND every path of the warp by all its elements; returns this lane's permutation weight.
 // At step d each lane reads its path's element d and its left neighbour's weight.
 __device__ __forceinline__ double extend_paths(const Lane& l, double zero, double one, int max_len) {
@@ -153,13 +162,16 @@ __device__ __forceinline__ double extend_paths(const Lane& l, double zero, doubl
     const double o = __shfl_sync(FULL_MASK, one, src);
     double left = __shfl_up_sync(FULL_MASK, w, 1);
     if (l.rank == 0) left = 0.0;
-    if (d < l.len) w = (w * z * (double)(d - l.rank) + left * o * (double)l.rank) / (double)(d + 1);
+    if (d < l.len) w = (w * z * (double)(d - l.rank) + left * o * (double)l.rank) * RECIPROCAL[d + 1];
   }
   return w;
 }
 
 // UNWOUNDSUM of this lane's own element: the path's total permutation weight with the element
-// removed. The loop bound is uniform across the warp so every lane joins every shuffle.
+// removed. The loop bound is uniform across the warp so every lane joins every shuffle. `one` is
+// 0 or 1 (a row follows an element's splits or not; a null player's is 1), so dividing by
+// (i + 1) * one is multiplying by 1 / (i + 1); with `one` 0 the sum's common factor 1 / zero is
+// applied once, after the loop.
 __device__ __forceinline__ double unwound_sum(const Lane& l, double zero, double one, double w, int max_len) {
   const int depth = l.len - 1;
   double next = __shfl_sync(FULL_MASK, w, l.start + depth);
@@ -168,14 +180,15 @@ __device__ __forceinline__ double unwound_sum(const Lane& l, double zero, double
     const double wi = __shfl_sync(FULL_MASK, w, l.start + min(i, depth));
     if (i < depth) {
       if (one != 0.0) {
-        const double tmp = next / ((double)(i + 1) * one);
+        const double tmp = next * RECIPROCAL[i + 1];
         total += tmp;
         next = wi - tmp * zero * (double)(depth - i);
       } else {
-        total += wi / (zero * (double)(depth - i));
+        total += wi * RECIPROCAL[depth - i];
       }
     }
   }
+  if (one == 0.0) total /= zero;
   return total * (double)(depth + 1);
 }
 

@@ -56,19 +56,26 @@ fn the_gpu_engine_matches_the_exact_engine_on_every_fixture() {
         let block = random_rows(&mut rng, &model, 50);
         cases.push((format!("depth-{depth} random ensemble"), model, block));
     }
+    // The kernels compute in float64 like the CPU engines: only the order of the sums differs
+    // (atomics), so they agree far below 1e-9 (the first GPU run: at most 1.7e-14 on the
+    // suite's models, benchmarks/RESULTS.md).
+    let mut worst = 0.0f64;
     for (name, model, block) in cases {
         let exact = build_engine(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
         let width = model.num_groups() * (model.num_features() + 1);
         for warp_max_len in [32, 0] {
             let Some(gpu) = GpuEngine::with_warp_limit(model.clone(), warp_max_len).unwrap() else { continue };
             let (err, row) = max_row_rel_error(&gpu.shap(&block).unwrap().values, &exact.shap(&block).unwrap().values, width);
-            assert!(err <= 1e-5, "{name} (warp limit {warp_max_len}): GPU SHAP row {row} off by {err:e} of max|phi|");
+            assert!(err <= 1e-9, "{name} (warp limit {warp_max_len}): GPU SHAP row {row} off by {err:e} of max|phi|");
+            worst = worst.max(err);
             let (err, row) = max_row_rel_error(
                 &gpu.interactions(&block).unwrap().values,
                 &exact.interactions(&block).unwrap().values,
                 width * (model.num_features() + 1),
             );
-            assert!(err <= 1e-5, "{name} (warp limit {warp_max_len}): GPU interactions row {row} off by {err:e}");
+            assert!(err <= 1e-9, "{name} (warp limit {warp_max_len}): GPU interactions row {row} off by {err:e}");
+            worst = worst.max(err);
         }
     }
+    eprintln!("largest difference from the exact engine, of a row's max|phi|: {worst:.1e}");
 }

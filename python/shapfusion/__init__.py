@@ -81,11 +81,12 @@ class Explainer:
         computes. The bias is then their mean margin (a node none of them reaches weighs 1e-6,
         as in shap). Not with ``background``.
     device
-        Where the engine runs: ``"cpu"`` (the default: the GPU engine has not yet run on a real
-        GPU, see the README), ``"gpu"`` (an NVIDIA GPU, through CUDA loaded at run time: an
-        error naming what is missing where there is none) or ``"auto"`` (the GPU when one is
-        usable and ``algorithm`` is ``"auto"``, else the CPU). Path-dependent values only; the
-        GPU engine computes in float64.
+        Where the engine runs: ``"cpu"`` (the default: on the one GPU the wheel has met, its
+        GPU path failed with a CUDA context error, see the README), ``"gpu"`` (an NVIDIA GPU,
+        through CUDA loaded at run time: an error naming what is missing where there is none)
+        or ``"auto"`` (SHAP values on the GPU when one is usable and ``algorithm`` is
+        ``"auto"``, else the CPU; interaction values on the CPU). Path-dependent values only;
+        the GPU engine computes in float64.
     index
         The attribution index: ``"shapley"`` (SHAP values, the default) or ``"banzhaf"``
         (Banzhaf values, as WOODELF computes them: every coalition of the other features

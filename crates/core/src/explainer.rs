@@ -17,7 +17,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 
 use crate::batch::{explain_batch, explain_block};
 use crate::compute_pool::compute_pool;
-use crate::device::{engine_on, interventional_on, Device};
+use crate::device::{engine_on, interventional_on, prepare_gpu, Device};
 use crate::engine::{
     covers_counted_from, transformed_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Index, Interactions, OutputTransform,
     Predictions, Saabas,
@@ -208,7 +208,7 @@ impl Explainer {
     /// (nothing waits on purpose). Larger requests are computed on their own, side by side.
     /// A request that finds no job answering starts one on the process's quick lane, a thread
     /// of its own beside the compute pool that waits without spinning, when its call walks at
-    /// most [`QUICK_SPLITS`] splits (about a tenth of a millisecond of one core; a row of a
+    /// most 8,192 splits (about a tenth of a millisecond of one core; a row of a
     /// small model): it is computed there, in one hand-off. Larger calls, and the rest of the
     /// job's work from the first of them on, go to the compute pool.
     /// `reply` gets the columns of `batch`'s rows only; a joined call that fails is answered
@@ -357,7 +357,10 @@ impl ExplainerBuilder {
                     self.transform
                 )))
             }
-            None => pool.install(|| engine_on(device, model.clone(), algorithm, self.rows_hint, &options))?,
+            None => {
+                prepare_gpu(device, algorithm, options.index);
+                pool.install(|| engine_on(device, model.clone(), algorithm, self.rows_hint, &options))?
+            }
             Some(rows) => {
                 // Refused here, before the background is aggregated, rather than at the first batch.
                 if self.output == OutputKind::Interactions && self.transform != OutputTransform::Identity {

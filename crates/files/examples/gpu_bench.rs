@@ -5,10 +5,14 @@
 //! engines and the GPU code, so a stripped build can be carried there).
 //!
 //! ```text
-//! gpu_bench [--rows N] [--interaction-rows N] [--cpu-rows N] [--repeats K] NAME=MODEL=ROWS.parquet ...
+//! gpu_bench [--rows N] [--interaction-rows N] [--cpu-rows N] [--cpu-end-to-end-rows N] [--seconds S] [--repeats K] NAME=MODEL=ROWS.parquet ...
 //! ```
 //!
-//! The Parquet rows are repeated up to N rows. Times are the median of K repeats after one
+//! The Parquet rows are repeated up to N rows, fewer where a call would take over S seconds
+//! (2 by default) at the rate of the first check, so that a slow model stays within a GPU host's
+//! lease. Besides the wall time of whole engine calls, the
+//! device's own time per stage (rows up, kernels, results down; CUDA events) gives the kernels'
+//! rate alone, and the launch plan at N rows is printed. Times are the median of K repeats after one
 //! warm-up (which includes NVRTC compilation and the model's upload); every GPU call ends with a
 //! stream synchronize, so host clocks measure finished work. Then, end to end, what
 //! `explain --device gpu` does: the N rows from a Parquet file to a Parquet file of SHAP values
@@ -23,6 +27,7 @@ use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use shapfusion_core::engine::{build_engine, Algorithm, Engine, EngineOptions, FeatureBlock};
+use shapfusion_core::gpu::launch::Output;
 use shapfusion_core::gpu::GpuEngine;
 use shapfusion_core::model::Model;
 use shapfusion_core::{ComputeSettings, Device};
@@ -34,12 +39,22 @@ struct Options {
     rows: usize,
     interaction_rows: usize,
     cpu_rows: usize,
+    cpu_end_to_end_rows: usize,
+    seconds: f64,
     repeats: usize,
     models: Vec<(String, String, String)>,
 }
 
 fn parse_args() -> Result<Options, Error> {
-    let mut o = Options { rows: 1_000_000, interaction_rows: 20_000, cpu_rows: 20_000, repeats: 5, models: Vec::new() };
+    let mut o = Options {
+        rows: 1_000_000,
+        interaction_rows: 20_000,
+        cpu_rows: 20_000,
+        cpu_end_to_end_rows: 200_000,
+        seconds: 2.0,
+        repeats: 5,
+        models: Vec::new(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -47,7 +62,9 @@ fn parse_args() -> Result<Options, Error> {
             "--rows" => o.rows = value()?.parse()?,
             "--interaction-rows" => o.interaction_rows = value()?.parse()?,
             "--cpu-rows" => o.cpu_rows = value()?.parse()?,
+            "--cpu-end-to-end-rows" => o.cpu_end_to_end_rows = value()?.parse()?,
             "--repeats" => o.repeats = value()?.parse()?,
+            "--seconds" => o.seconds = value()?.parse()?,
             spec => {
                 let parts: Vec<&str> = spec.splitn(3, '=').collect();
                 let [name, model, rows] = parts[..] else { return Err(format!("expected NAME=MODEL=ROWS.parquet, got {spec:?}").into()) };
@@ -56,7 +73,7 @@ fn parse_args() -> Result<Options, Error> {
         }
     }
     if o.models.is_empty() {
-        return Err("usage: gpu_bench [--rows N] [--interaction-rows N] [--cpu-rows N] [--repeats K] NAME=MODEL=ROWS.parquet ...".into());
+        return Err("usage: gpu_bench [--rows N] [--interaction-rows N] [--cpu-rows N] [--cpu-end-to-end-rows N] [--seconds S] [--repeats K] NAME=MODEL=ROWS.parquet ...".into());
     }
     Ok(o)
 }
@@ -131,13 +148,48 @@ fn max_rel_error(a: &[f64], b: &[f64], width: usize) -> f64 {
 struct Row {
     name: String,
     what: &'static str,
+    /// Rows of each `auto` call.
+    rows: usize,
     /// `auto`: warp kernel, quadrature for paths over 32 elements.
     auto_rate: f64,
     /// Every path on the quadrature kernel.
     quadrature_rate: f64,
     cpu_rate: f64,
+    /// `auto`'s kernels alone (the device's time in them, from CUDA events).
+    kernel_rate: f64,
+    /// `auto`'s device time: rows up, kernels, results down, in seconds per call.
+    stages: [f64; 3],
     /// Largest error of either GPU choice against the CPU engine, of max|φ| per row.
     error: f64,
+}
+
+/// Writes the results so far to `$OUT/gpu_bench.json` when `OUT` is set (after each model, so a
+/// run cut at its time limit keeps what it measured).
+fn write_results(
+    info: &shapfusion_core::gpu::GpuInfo,
+    threads: usize,
+    o: &Options,
+    table: &[Row],
+    end_to_end: &[(String, f64, f64)],
+) -> Result<(), Error> {
+    let Some(out) = std::env::var_os("OUT") else { return Ok(()) };
+    let results = serde_json::json!({
+        "gpu": info.name,
+        "cpu_threads": threads,
+        "rows": o.rows,
+        "interaction_rows": o.interaction_rows,
+        "cpu_rows": o.cpu_rows,
+        "kernels": table.iter().map(|r| serde_json::json!({
+            "model": r.name, "output": r.what, "gpu_rows": r.rows, "gpu_auto_rows_per_s": r.auto_rate,
+            "gpu_quadrature_rows_per_s": r.quadrature_rate, "cpu_rows_per_s": r.cpu_rate, "max_error_of_max_phi": r.error,
+            "gpu_kernels_rows_per_s": r.kernel_rate, "gpu_seconds_a_call": {"up": r.stages[0], "kernels": r.stages[1], "down": r.stages[2]},
+        })).collect::<Vec<_>>(),
+        "end_to_end": end_to_end.iter().map(|(name, gpu, cpu)| serde_json::json!({
+            "model": name, "gpu_rows_per_s": gpu, "cpu_rows_per_s": cpu,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(std::path::Path::new(&out).join("gpu_bench.json"), serde_json::to_vec_pretty(&results)?)?;
+    Ok(())
 }
 
 fn main() -> Result<(), Error> {
@@ -168,49 +220,99 @@ fn main() -> Result<(), Error> {
             Ok(if what == "shap" { engine.shap(block)?.values } else { engine.interactions(block)?.values })
         };
 
-        for (what, gpu_n) in [("shap", o.rows), ("interactions", o.interaction_rows)] {
-            let cpu_n = o.cpu_rows.min(gpu_n);
+        for (what, most) in [("shap", o.rows), ("interactions", o.interaction_rows)] {
+            // The CPU engine's rows, up to --cpu-rows: what --seconds takes at the rate of a
+            // first call on a few rows (a deep model's interactions run at tens of rows/s).
+            let probe = rows(&model, rows_path, 200.min(most))?;
+            let start = Instant::now();
+            run(cpu.as_ref(), what, &probe)?;
+            let cpu_probe_s = start.elapsed().as_secs_f64();
+            let cpu_n =
+                ((probe.rows() as f64 * o.seconds / cpu_probe_s.max(1e-9)) as usize).clamp(probe.rows(), o.cpu_rows.min(most).max(probe.rows()));
             let check = rows(&model, rows_path, cpu_n)?;
             let w = if what == "shap" { width } else { width * (f + 1) };
             let want = run(cpu.as_ref(), what, &check)?;
-            let error = max_rel_error(&run(&auto, what, &check)?, &want, w).max(max_rel_error(&run(&quadrature, what, &check)?, &want, w));
+            let timed = |engine: &GpuEngine| -> shapfusion_core::Result<(Vec<f64>, f64)> {
+                let start = Instant::now();
+                let values = run(engine, what, &check)?;
+                Ok((values, start.elapsed().as_secs_f64()))
+            };
+            let ((auto_values, auto_check_s), (quadrature_values, quadrature_check_s)) = (timed(&auto)?, timed(&quadrature)?);
+            let error = max_rel_error(&auto_values, &want, w).max(max_rel_error(&quadrature_values, &want, w));
+            // Rows per timed call: up to `most`, cut to what --seconds takes at the check call's
+            // rate (a slow kernel or model must not eat the host's lease).
+            let sized = |check_s: f64| ((cpu_n as f64 * o.seconds / check_s.max(1e-9)) as usize).clamp(cpu_n, most.max(cpu_n));
+            let (gpu_n, quadrature_n) = (sized(auto_check_s), sized(quadrature_check_s));
             let block = rows(&model, rows_path, gpu_n)?;
+            let output = if what == "shap" { Output::Shap } else { Output::InteractionPairs };
+            for (i, launches) in auto.plan(gpu_n, output)?.iter().enumerate().take(2) {
+                for l in &launches.launches {
+                    println!(
+                        "{name} {what} plan: row launch {i} of rows {}..{}: {} grid {:?} x {} threads, {} rows a block, {} B shared{}",
+                        launches.first_row,
+                        launches.first_row + launches.rows,
+                        l.kernel.name(),
+                        l.grid,
+                        l.block_threads,
+                        l.rows_per_block,
+                        l.shared_bytes,
+                        if l.use_shared { "" } else { " (global atomics)" }
+                    );
+                }
+            }
+            auto.take_stage_times();
             let auto_s = median_seconds(o.repeats, || run(&auto, what, &block).map(drop))?;
-            let quadrature_s = median_seconds(o.repeats, || run(&quadrature, what, &block).map(drop))?;
+            // Interactions also run the SHAP kernels (their diagonal): both kinds' stages count.
+            let t = auto.take_stage_times();
+            let calls = (o.repeats.max(1) + 1) as f64;
+            let quadrature_block = rows(&model, rows_path, quadrature_n)?;
+            let quadrature_s = median_seconds(o.repeats, || run(&quadrature, what, &quadrature_block).map(drop))?;
             let cpu_s = median_seconds(3, || run(cpu.as_ref(), what, &check).map(drop))?;
             let row = Row {
                 name: name.clone(),
                 what,
+                rows: gpu_n,
                 auto_rate: gpu_n as f64 / auto_s,
-                quadrature_rate: gpu_n as f64 / quadrature_s,
+                quadrature_rate: quadrature_n as f64 / quadrature_s,
                 cpu_rate: cpu_n as f64 / cpu_s,
+                kernel_rate: gpu_n as f64 * calls / t.kernels_s,
+                stages: [t.upload_s / calls, t.kernels_s / calls, t.download_s / calls],
                 error,
             };
             println!(
-                "{name} {what}: GPU auto {:.0} rows/s, GPU quadrature {:.0} rows/s ({gpu_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
-                row.auto_rate, row.quadrature_rate, row.cpu_rate, row.error
+                "{name} {what}: GPU auto {:.0} rows/s (kernels alone {:.0}; a call: up {:.4}s, kernels {:.4}s, down {:.4}s, {} launches), ({gpu_n} rows), GPU quadrature {:.0} rows/s ({quadrature_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
+                row.auto_rate, row.kernel_rate, row.stages[0], row.stages[1], row.stages[2], t.launches, row.quadrature_rate, row.cpu_rate, row.error
             );
             table.push(row);
         }
 
         // End to end: Parquet in, Parquet out, as `explain --device gpu` runs (and the CPU
         // engine on the same file).
+        // The CPU on fewer rows (its rate is flat in the row count; a deep model's million rows
+        // take it minutes).
+        // The rows of the timed SHAP calls, at most.
+        let gpu_n = table.iter().rev().find(|r| r.name == *name && r.what == "shap").map_or(o.rows, |r| r.rows);
         let input = scratch.path().join(format!("{name}.parquet"));
-        repeated_parquet(rows_path, o.rows, &input)?;
-        let gpu_rate = end_to_end_rate(&model, &input, o.rows, Device::Gpu)?;
-        let cpu_rate = end_to_end_rate(&model, &input, o.rows, Device::Cpu)?;
-        println!("{name} end to end (Parquet to Parquet, {} rows): GPU {gpu_rate:.0} rows/s, CPU {cpu_rate:.0} rows/s", o.rows);
+        repeated_parquet(rows_path, gpu_n, &input)?;
+        let gpu_rate = end_to_end_rate(&model, &input, gpu_n, Device::Gpu)?;
+        let engine_rate = table.iter().rev().find(|r| r.name == *name && r.what == "shap").map_or(f64::INFINITY, |r| r.cpu_rate);
+        let cpu_n = o.cpu_end_to_end_rows.min(gpu_n).min((engine_rate * o.seconds * 2.0) as usize).max(1000);
+        repeated_parquet(rows_path, cpu_n, &input)?;
+        let cpu_rate = end_to_end_rate(&model, &input, cpu_n, Device::Cpu)?;
+        println!("{name} end to end (Parquet to Parquet): GPU {gpu_rate:.0} rows/s ({gpu_n} rows), CPU {cpu_rate:.0} rows/s ({cpu_n} rows)");
         std::fs::remove_file(&input)?;
         end_to_end.push((name.clone(), gpu_rate, cpu_rate));
+        write_results(&info, threads, &o, &table, &end_to_end)?;
     }
-    println!("\n| model | output | GPU auto rows/s | GPU quadrature rows/s | CPU rows/s ({threads} threads) | auto / CPU | quadrature / auto | max error vs CPU (of max|φ|) |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("\n| model | output | GPU auto rows/s | kernels alone rows/s | GPU quadrature rows/s | CPU rows/s ({threads} threads) | auto / CPU | quadrature / auto | max error vs CPU (of max|φ|) |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &table {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.1e} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.1e} |",
             r.name,
             r.what,
             r.auto_rate,
+            r.kernel_rate,
             r.quadrature_rate,
             r.cpu_rate,
             r.auto_rate / r.cpu_rate,
@@ -223,26 +325,9 @@ fn main() -> Result<(), Error> {
     for (name, gpu, cpu) in &end_to_end {
         println!("| {name} | {gpu:.0} | {cpu:.0} | {:.1}x |", gpu / cpu);
     }
-    if let Some(out) = std::env::var_os("OUT") {
-        let results = serde_json::json!({
-            "gpu": info.name,
-            "cpu_threads": threads,
-            "rows": o.rows,
-            "interaction_rows": o.interaction_rows,
-            "cpu_rows": o.cpu_rows,
-            "kernels": table.iter().map(|r| serde_json::json!({
-                "model": r.name, "output": r.what, "gpu_auto_rows_per_s": r.auto_rate,
-                "gpu_quadrature_rows_per_s": r.quadrature_rate, "cpu_rows_per_s": r.cpu_rate, "max_error_of_max_phi": r.error,
-            })).collect::<Vec<_>>(),
-            "end_to_end": end_to_end.iter().map(|(name, gpu, cpu)| serde_json::json!({
-                "model": name, "gpu_rows_per_s": gpu, "cpu_rows_per_s": cpu,
-            })).collect::<Vec<_>>(),
-        });
-        std::fs::write(std::path::Path::new(&out).join("gpu_bench.json"), serde_json::to_vec_pretty(&results)?)?;
-    }
     // A NaN error counts as a difference.
-    if table.iter().any(|r| r.error.is_nan() || r.error > 1e-5) {
-        return Err("the GPU's values differ from the CPU engine's by more than 1e-5 of max|phi|".into());
+    if table.iter().any(|r| r.error.is_nan() || r.error > 1e-9) {
+        return Err("the GPU's values differ from the CPU engine's by more than 1e-9 of max|phi|".into());
     }
     Ok(())
 }

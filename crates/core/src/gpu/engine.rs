@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
-use super::launch::{interaction_values, shap_values, DeviceLimits, Kernel, KernelCall};
+use super::launch::{interaction_values, plan_launches, shap_values, DeviceLimits, Kernel, KernelCall, Output, RowLaunches};
 use super::paths::WARP_LANES;
 use super::warps::PathProgram;
 use crate::engine::drivers::check_block;
@@ -29,7 +29,22 @@ pub fn compile_kernels(major: i32, minor: i32) -> Result<Ptx> {
 }
 
 fn gpu_error(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::external(ErrorKind::Unsupported, format!("GPU: {what}"), e)
+    move |e| Error::external(ErrorKind::Unsupported, format!("GPU: {what} ({})", thread_context()), e)
+}
+
+/// The thread a CUDA call failed on and the context current there. The wheel's first run on a
+/// GPU (benchmarks/RESULTS.md, GPU section) failed its first upload with "invalid device
+/// context" where the same calls from gpu_bench and the tests succeeded; this is what telling
+/// such failures apart needs (the engine's context is logged when it is made).
+fn thread_context() -> String {
+    let thread = std::thread::current();
+    let name = thread.name().map_or_else(|| format!("{:?}", thread.id()), str::to_string);
+    let current = match cudarc::driver::result::ctx::get_current() {
+        Ok(None) => "no CUDA context current".to_string(),
+        Ok(Some(ctx)) => format!("CUDA context {ctx:p} current"),
+        Err(e) => format!("the current CUDA context unreadable: {e}"),
+    };
+    format!("on thread {name}, {current}")
 }
 
 /// Device 0's context and the kernels compiled for it, shared by every model in the process.
@@ -63,6 +78,7 @@ fn kernels() -> Result<&'static Kernels> {
                 let (major, minor) = ctx.compute_capability().map_err(gpu_error("read the compute capability"))?;
                 let module = ctx.load_module(compile_kernels(major, minor)?).map_err(gpu_error("load the compiled kernels"))?;
                 let function = |name| module.load_function(name).map_err(gpu_error("find a kernel"));
+                tracing::info!("GPU: CUDA context {:p} on device 0, made {}", ctx.cu_ctx(), thread_context());
                 let multiprocessors = ctx
                     .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
                     .map_err(gpu_error("count multiprocessors"))? as usize;
@@ -79,6 +95,12 @@ fn kernels() -> Result<&'static Kernels> {
         })
         .as_ref()
         .map_err(|why| Error::Unsupported(why.clone()))
+}
+
+/// Makes device 0's CUDA context and compiles the kernels now, on the calling thread, unless
+/// this process has done it already (it is done once; every engine shares them).
+pub fn prepare() -> Result<()> {
+    kernels().map(|_| ())
 }
 
 /// The model's paths on the device, and the per-batch buffers reused across batches.
@@ -113,11 +135,29 @@ fn buffer<'a>(stream: &Arc<CudaStream>, slot: &'a mut Option<CudaSlice<f64>>, le
     Ok(slot.as_mut().expect("allocated above"))
 }
 
+/// Where the device's time went, summed over an engine's calls: measured with CUDA events on
+/// the engine's stream, so each stage is the device's own time (the host's conversions and
+/// allocations are not in it).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimes {
+    /// Row batches copied to the device and the output cleared, in seconds.
+    pub upload_s: f64,
+    /// The kernels, in seconds.
+    pub kernels_s: f64,
+    /// Results copied back, in seconds.
+    pub download_s: f64,
+    /// Kernel launches.
+    pub launches: usize,
+    /// Rows computed (a row counted once per output kind asked for).
+    pub rows: usize,
+}
+
 /// Exact SHAP values and interactions on an NVIDIA GPU.
 pub struct GpuEngine {
     model: Arc<Model>,
     program: PathProgram,
     device: Mutex<DeviceModel>,
+    times: Mutex<StageTimes>,
 }
 
 impl GpuEngine {
@@ -134,6 +174,9 @@ impl GpuEngine {
         let kernels = kernels()?;
         let Some(program) = PathProgram::with_warp_limit(model.clone(), warp_max_len)? else { return Ok(None) };
         let s = &kernels.stream;
+        // cudarc binds the context before each call as well; binding first tells a thread
+        // without the context apart from a failing copy.
+        s.context().bind_to_thread().map_err(gpu_error("make the CUDA context current"))?;
         let device = DeviceModel {
             lane_ints: upload(s, &program.lane_ints)?,
             lane_reals: upload(s, &program.lane_reals)?,
@@ -150,7 +193,7 @@ impl GpuEngine {
             out: None,
         };
         tracing::info!(warps = program.bins, long_paths = program.long.count, "GPU engine: model uploaded");
-        Ok(Some(GpuEngine { model, program, device: Mutex::new(device) }))
+        Ok(Some(GpuEngine { model, program, device: Mutex::new(device), times: Mutex::new(StageTimes::default()) }))
     }
 
     /// Runs the planned launches over some rows on the device: the rows up, each kernel into
@@ -159,14 +202,20 @@ impl GpuEngine {
         let kernels = kernels()?;
         let (n, width) = (call.plan.rows, call.width);
         let stream = &kernels.stream;
+        stream.context().bind_to_thread().map_err(gpu_error("make the CUDA context current"))?;
         let mut device = self.device.lock().unwrap_or_else(|p| p.into_inner());
         let device = &mut *device;
+        // Timing events on the stream: the device's own time for each stage (about a
+        // microsecond each to record; see `take_stage_times`).
+        let event = |what| stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(gpu_error(what));
         let x = buffer(stream, &mut device.x, call.x.len())?;
+        let started = event("record a timing event")?;
         if !call.x.is_empty() {
             stream.memcpy_htod(call.x, &mut x.slice_mut(0..call.x.len())).map_err(gpu_error("copy rows to the device"))?;
         }
         let out = buffer(stream, &mut device.out, n * width)?;
         stream.memset_zeros(&mut out.slice_mut(0..n * width)).map_err(gpu_error("clear the output"))?;
+        let uploaded = event("record a timing event")?;
         let program = call.program;
         let (rows_i64, cols, groups) = (n as i64, program.features as i32, program.groups as i32);
         for plan in &call.plan.launches {
@@ -202,10 +251,34 @@ impl GpuEngine {
             // buffer holds what the kernel reads or writes for `n` rows.
             unsafe { launch.launch(config) }.map_err(gpu_error("launch the kernel"))?;
         }
+        let computed = event("record a timing event")?;
         let mut values = vec![0.0; n * width];
         stream.memcpy_dtoh(&out.slice(0..n * width), &mut values).map_err(gpu_error("copy results back"))?;
+        let downloaded = event("record a timing event")?;
         stream.synchronize().map_err(gpu_error("run the kernel"))?;
+        let seconds =
+            |from: &cudarc::driver::CudaEvent, to| from.elapsed_ms(to).map(|ms| f64::from(ms) / 1e3).map_err(gpu_error("read a timing event"));
+        let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        times.upload_s += seconds(&started, &uploaded)?;
+        times.kernels_s += seconds(&uploaded, &computed)?;
+        times.download_s += seconds(&computed, &downloaded)?;
+        times.launches += call.plan.launches.len();
+        times.rows += n;
         Ok(values)
+    }
+
+    /// The device's time per stage over every call since the engine was made or the times were
+    /// last taken; taking them resets them.
+    pub fn take_stage_times(&self) -> StageTimes {
+        std::mem::take(&mut *self.times.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The launch plan this engine uses for `rows` rows of `output` (for reports: the kernels,
+    /// grids and rows per launch).
+    pub fn plan(&self, rows: usize, output: Output) -> Result<Vec<RowLaunches>> {
+        let width = output.width(self.program.features, self.program.groups);
+        let units = output.kernels().map(|k| (k, k.units(&self.program)));
+        Ok(plan_launches(rows, width, &units, &self.limits()?))
     }
 
     fn limits(&self) -> Result<DeviceLimits> {

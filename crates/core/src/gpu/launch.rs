@@ -7,7 +7,7 @@
 use super::warps::PathProgram;
 use crate::engine::drivers::check_output;
 use crate::engine::{finish_interaction_row, Attributions, FeatureBlock, Interactions};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Threads per block: 8 warps.
 pub const BLOCK_THREADS: u32 = 256;
@@ -210,7 +210,7 @@ pub fn run_kernels(
     let width = output.width(f, g);
     let rows = block.rows();
     check_output(rows, width, "values")?;
-    let mut values = vec![0.0; rows * width];
+    let mut values: Option<Vec<f64>> = None;
     let units = output.kernels().map(|k| (k, k.units(program)));
     for plan in plan_launches(rows, width, &units, limits) {
         if plan.launches.is_empty() {
@@ -218,9 +218,18 @@ pub fn run_kernels(
         }
         let x = &block.values()[plan.first_row * f..(plan.first_row + plan.rows) * f];
         let out = launch(&KernelCall { program, x, plan: &plan, width })?;
-        values[plan.first_row * width..(plan.first_row + plan.rows) * width].copy_from_slice(&out);
+        if out.len() != plan.rows * width {
+            return Err(Error::Internal(format!("a kernel launch returned {} values for {} rows of {width}", out.len(), plan.rows)));
+        }
+        if plan.rows == rows {
+            // The whole batch in one call (the usual case): its output is the answer, with no
+            // second pass over what can be gigabytes of interaction values.
+            values = Some(out);
+        } else {
+            values.get_or_insert_with(|| vec![0.0; rows * width])[plan.first_row * width..(plan.first_row + plan.rows) * width].copy_from_slice(&out);
+        }
     }
-    Ok(values)
+    Ok(values.unwrap_or_else(|| vec![0.0; rows * width]))
 }
 
 /// SHAP values of `block` through `launch`: the kernels' sums and the bias.

@@ -15,7 +15,7 @@ mod paths;
 mod quadrature;
 mod warps;
 
-pub use engine::{compile_kernels, GpuEngine, KERNEL_SOURCE};
+pub use engine::{compile_kernels, prepare, GpuEngine, StageTimes, KERNEL_SOURCE};
 pub use quadrature::{LongPaths, LONG_ELEMENT_INTS, LONG_PATH_INTS, LONG_PATH_MAX_ELEMENTS};
 pub use warps::{PathProgram, IDLE_LANE, LANE_INTS, LANE_REALS, ROOT_LANE, SPLIT_INTS};
 

@@ -449,7 +449,8 @@ impl WarpState {
                 let left = if lane.rank == 0 { 0.0 } else { old[l - 1] };
                 if d < lane.len {
                     let rank = lane.rank as f64;
-                    self.w[l] = (old[l] * z * (d as f64 - rank) + left * o * rank) / (d + 1) as f64;
+                    // The kernel multiplies by 1 / (d + 1) from a table (RECIPROCAL).
+                    self.w[l] = (old[l] * z * (d as f64 - rank) + left * o * rank) * (1.0 / (d + 1) as f64);
                 }
             }
         }
@@ -468,14 +469,19 @@ impl WarpState {
                 for i in (0..max_len.saturating_sub(1)).rev() {
                     let wi = self.w[lane.start + i.min(depth)];
                     if i < depth {
+                        // As the kernel: `one` is 0 or 1, so its divisions are products
+                        // with 1 / k, and the factor 1 / zero is applied once.
                         if one != 0.0 {
-                            let tmp = next / ((i + 1) as f64 * one);
+                            let tmp = next * (1.0 / (i + 1) as f64);
                             total += tmp;
                             next = wi - tmp * zero * (depth - i) as f64;
                         } else {
-                            total += wi / (zero * (depth - i) as f64);
+                            total += wi * (1.0 / (depth - i) as f64);
                         }
                     }
+                }
+                if one == 0.0 {
+                    total /= zero;
                 }
                 total * (depth + 1) as f64
             })
