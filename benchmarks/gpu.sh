@@ -163,8 +163,9 @@ done
     site=$(mktemp -d)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$carry"/wheels/*.whl \
       || echo "installing the carried wheels FAILED"
-    PYTHONPATH="$site" timeout "${PEERS_LIMIT:-130}" python3 -u benchmarks/gpu_peers.py --deadline "${PEERS_DEADLINE:-95}" \
-      --seconds "${SECONDS_A_CALL:-0.4}" --limit 35 --out "$out/gpu_peers.json" "${peer_specs[@]}" || echo "gpu_peers FAILED (exit $?)"
+    PYTHONPATH="$site" timeout "${PEERS_LIMIT:-180}" python3 -u benchmarks/gpu_peers.py --deadline "${PEERS_DEADLINE:-140}" \
+      --seconds "${SECONDS_A_CALL:-0.4}" --limit 35 --woodelf-limit 75 --out "$out/gpu_peers.json" "${peer_specs[@]}" \
+      || echo "gpu_peers FAILED (exit $?)"
   fi
   if [[ $steps == *" profile "* ]]; then
     # The kernels' resources (registers, spills) and their instruction mix, from nvcc's build of

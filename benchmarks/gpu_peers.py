@@ -34,56 +34,86 @@ def load_rows(path, n):
     return np.ascontiguousarray(np.tile(x, (reps, 1))[:n]), table.column_names
 
 
+# Each child process's explainer, made once: the calls of a child (the ramp and the timed one)
+# reuse it, as a server would hold it (WOODELF parses the model into its own form at the first
+# call, and shapfusion's GPU engine uploads it when made).
+EXPLAINERS = {}
+
+
+def explainer_for(method, model):
+    if method not in EXPLAINERS:
+        if method.startswith("shapfusion"):
+            import shapfusion
+            if method.endswith("treeexplainer"):
+                EXPLAINERS[method] = shapfusion.TreeExplainer(model, device="gpu")
+            else:
+                EXPLAINERS[method] = shapfusion.Explainer(model, device=method.split("-")[1])
+        elif method == "xgboost-cpu":
+            import xgboost as xgb
+            booster = xgb.Booster(model_file=model)
+            booster.set_param({"nthread": os.cpu_count()})
+            EXPLAINERS[method] = booster
+        elif method == "woodelf-gpu":
+            import woodelf
+            import xgboost as xgb
+            EXPLAINERS[method] = woodelf.WoodelfExplainer(xgb.Booster(model_file=model), GPU=True)
+        else:
+            raise SystemExit(f"unknown method {method}")
+    return EXPLAINERS[method]
+
+
 def compute(method, kind, model, rows_path, n):
     """Values of `kind` for the first `n` rows, and the seconds the call took (the explainer made
-    before the clock starts, as a server would hold it)."""
+    before the clock starts, the first call's set-up excepted)."""
     x, names = load_rows(rows_path, n)
+    explainer = explainer_for(method, model)
+    if method == "shapfusion-gpu-treeexplainer":
+        start = time.perf_counter()
+        v = explainer.shap_values(x) if kind == "shap" else explainer.shap_interaction_values(x)
+        return np.asarray(v), time.perf_counter() - start
     if method.startswith("shapfusion"):
-        import shapfusion
-        device = method.split("-")[1]
-        if method.endswith("treeexplainer"):
-            explainer = shapfusion.TreeExplainer(model, device="gpu")
-            start = time.perf_counter()
-            v = explainer.shap_values(x) if kind == "shap" else explainer.shap_interaction_values(x)
-            return np.asarray(v), time.perf_counter() - start
-        explainer = shapfusion.Explainer(model, device=device)
         start = time.perf_counter()
         v = explainer.shap_values(x) if kind == "shap" else explainer.interactions(x)
         return np.asarray(v), time.perf_counter() - start
     if method == "xgboost-cpu":
         import xgboost as xgb
-        booster = xgb.Booster(model_file=model)
-        booster.set_param({"nthread": os.cpu_count()})
         data = xgb.DMatrix(x, missing=np.nan)
         start = time.perf_counter()
-        v = booster.predict(data, pred_contribs=kind == "shap", pred_interactions=kind != "shap")
+        v = explainer.predict(data, pred_contribs=kind == "shap", pred_interactions=kind != "shap")
         return v, time.perf_counter() - start
-    if method == "woodelf-gpu":
-        import pandas as pd
-        import woodelf
-        import xgboost as xgb
-        explainer = woodelf.WoodelfExplainer(xgb.Booster(model_file=model), GPU=True)
-        frame = pd.DataFrame(x, columns=names)
-        start = time.perf_counter()
-        v = explainer.shap_values(frame, verbose=False) if kind == "shap" else explainer.shap_interaction_values(frame)
-        return np.asarray(v), time.perf_counter() - start
-    raise SystemExit(f"unknown method {method}")
+    import pandas as pd
+    frame = pd.DataFrame(x, columns=names)
+    start = time.perf_counter()
+    v = explainer.shap_values(frame, verbose=False) if kind == "shap" else explainer.shap_interaction_values(frame)
+    return np.asarray(v), time.perf_counter() - start
 
 
 def one(args):
-    """Child: calls on 20, 200, 2,000 ... rows until one takes a tenth of S seconds (the first
-    pays the first-call costs: kernels compiled, the model parsed), then one sized to take about
-    S seconds, timed; saves its first CHECK_ROWS rows' values and prints one JSON line."""
+    """Child: a first call on 20 rows (it pays the first-call costs: kernels compiled, the model
+    parsed), then calls on 10 times the rows while a call takes under a tenth of S seconds, or
+    while the rate still grows by half per step (WOODELF's calls cost seconds whatever the rows)
+    and ten times the last call fits the time left; then, where the last call took under S
+    seconds, one sized to take about S seconds. Times the last call, saves its first CHECK_ROWS
+    rows' values and prints one JSON line."""
     method, kind, model, rows_path, most, seconds = args.method, args.kind, args.model, args.rows, args.most, args.seconds
+    started = time.perf_counter()
     n = min(20, most)
     _, first_s = compute(method, kind, model, rows_path, n)
-    while True:
-        _, s = compute(method, kind, model, rows_path, n)
-        if s > seconds / 10 or n >= most:
-            break
-        n = min(most, n * 10)
-    n = int(max(n, min(most, n * seconds / max(s, 1e-6))))
     values, s = compute(method, kind, model, rows_path, n)
+    while n < most:
+        left = args.budget - (time.perf_counter() - started)
+        rate = n / s
+        if s * 10 > left:
+            break
+        bigger = min(most, n * 10)
+        bigger_values, bigger_s = compute(method, kind, model, rows_path, bigger)
+        grew = bigger / bigger_s > 1.5 * rate
+        n, values, s = bigger, bigger_values, bigger_s
+        if s > seconds / 10 and not grew:
+            break
+    if s < seconds and n < most:
+        n = int(min(most, n * seconds / max(s, 1e-6)))
+        values, s = compute(method, kind, model, rows_path, n)
     np.save(args.values, np.asarray(values[:CHECK_ROWS], dtype=np.float64))
     print(json.dumps({"rows": n, "seconds": s, "rows_per_s": n / s, "first_call_s": first_s}))
 
@@ -94,6 +124,7 @@ def main():
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--deadline", type=float, default=240.0, help="no method starts after this many seconds")
     p.add_argument("--limit", type=float, default=90.0, help="seconds one method may take")
+    p.add_argument("--woodelf-limit", type=float, default=90.0, help="seconds WOODELF may take (its first call parses the model)")
     p.add_argument("--out", default=None)
     p.add_argument("--one", action="store_true")
     p.add_argument("--method")
@@ -102,6 +133,7 @@ def main():
     p.add_argument("--rows")
     p.add_argument("--most", type=int)
     p.add_argument("--values")
+    p.add_argument("--budget", type=float, default=30.0)
     args = p.parse_args()
     if args.one:
         return one(args)
@@ -122,12 +154,13 @@ def main():
                     results.append(row)
                     continue
                 values = os.path.join(scratch, f"peer-{name}-{kind}-{method}.npy")
+                limit = args.woodelf_limit if method.startswith("woodelf") else args.limit
                 cmd = [sys.executable, __file__, "--one", "--method", method, "--kind", kind, "--model", model, "--rows", rows_path,
-                       "--most", str(most), "--seconds", str(args.seconds), "--values", values]
+                       "--most", str(most), "--seconds", str(args.seconds), "--values", values, "--budget", str(0.8 * limit)]
                 try:
-                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.limit)
+                    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=limit)
                     if done.returncode != 0:
-                        row["status"] = "failed: " + (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1][:300]
+                        row["status"] = "failed: " + (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]
                     else:
                         row.update(json.loads(done.stdout.strip().splitlines()[-1]))
                         row["status"] = "ok"
@@ -147,7 +180,7 @@ def main():
                             else:
                                 row["max_error_of_max_phi"] = f"shapes differ: {g.shape} vs {r.shape}"
                 except subprocess.TimeoutExpired:
-                    row["status"] = f"timed out after {args.limit:.0f}s"
+                    row["status"] = f"timed out after {limit:.0f}s"
                 print(json.dumps(row), flush=True)
                 results.append(row)
                 if args.out:  # after each measurement: a run cut at its limit keeps what it measured
