@@ -77,8 +77,9 @@ if [[ "${1:-run}" == build ]]; then
       compress "$model" "$carry/models/$(basename "$model").xz"
       cp "benchmarks/out/rows/$m.parquet" "$carry/rows/"
     done
-    # The wheel, with the GPU engine (its default features), and the peers' wheels for the
-    # host's Python 3.12 (XGBoost's CPU build, WOODELF and the treelite it parses models with).
+    # The wheel, with the GPU engine (its default features; maturin as pinned in
+    # python/requirements-test.txt, in .venv), and the peers' wheels for the host's Python 3.12
+    # (XGBoost's CPU build, WOODELF and the treelite it parses models with), as pinned elsewhere.
     .venv/bin/maturin build --release --locked --manifest-path python/Cargo.toml --out "$carry/wheels"
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

@@ -10,14 +10,14 @@
 //!
 //! The Parquet rows are repeated up to N rows, fewer where a call would take over S seconds
 //! (2 by default) at the rate of the first check, so that a slow model stays within a GPU host's
-//! lease. Besides the wall time of whole engine calls, the
-//! device's own time per stage (rows up, kernels, results down; CUDA events) gives the kernels'
-//! rate alone, and the launch plan at N rows is printed. Times are the median of K repeats after one
-//! warm-up (which includes NVRTC compilation and the model's upload); every GPU call ends with a
-//! stream synchronize, so host clocks measure finished work. Then, end to end, what
-//! `explain --device gpu` does: the N rows from a Parquet file to a Parquet file of SHAP values
-//! (model load, reading, the engine and writing), once on the GPU and once on the CPU engine.
-//! Prints a markdown table last, and writes the results as JSON to `$OUT/gpu_bench.json` when
+//! lease. Besides the wall time of whole engine calls, the device's own time per stage (rows up,
+//! kernels, results down; CUDA events) gives the kernels' rate alone, and the launch plan at the
+//! timed size is printed. Times are the median of K repeats after one warm-up (which includes
+//! NVRTC compilation and the model's upload); every GPU call ends with a stream synchronize, so
+//! host clocks measure finished work. Then, end to end, what `explain --device gpu` does: the
+//! timed rows from a Parquet file to a Parquet file of SHAP values (model load, reading, the
+//! engine and writing), on the GPU, and on the CPU engine for fewer rows. Prints a markdown table
+//! last, and writes the results as JSON to `$OUT/gpu_bench.json` after each model when
 //! `OUT` is set (the device tool brings back what is under `$OUT`).
 
 use std::sync::Arc;
@@ -286,17 +286,15 @@ fn main() -> Result<(), Error> {
             table.push(row);
         }
 
-        // End to end: Parquet in, Parquet out, as `explain --device gpu` runs (and the CPU
-        // engine on the same file).
-        // The CPU on fewer rows (its rate is flat in the row count; a deep model's million rows
-        // take it minutes).
-        // The rows of the timed SHAP calls, at most.
-        let gpu_n = table.iter().rev().find(|r| r.name == *name && r.what == "shap").map_or(o.rows, |r| r.rows);
+        // End to end: Parquet in, Parquet out, as `explain --device gpu` runs, on the rows of the
+        // timed SHAP calls; the CPU engine on fewer (its rate is flat in the row count, and a
+        // deep model's million rows take it minutes).
+        let shap = table.iter().rev().find(|r| r.name == *name && r.what == "shap");
+        let gpu_n = shap.map_or(o.rows, |r| r.rows);
+        let cpu_n = o.cpu_end_to_end_rows.min(gpu_n).min((shap.map_or(f64::INFINITY, |r| r.cpu_rate) * o.seconds * 2.0) as usize).max(1000);
         let input = scratch.path().join(format!("{name}.parquet"));
         repeated_parquet(rows_path, gpu_n, &input)?;
         let gpu_rate = end_to_end_rate(&model, &input, gpu_n, Device::Gpu)?;
-        let engine_rate = table.iter().rev().find(|r| r.name == *name && r.what == "shap").map_or(f64::INFINITY, |r| r.cpu_rate);
-        let cpu_n = o.cpu_end_to_end_rows.min(gpu_n).min((engine_rate * o.seconds * 2.0) as usize).max(1000);
         repeated_parquet(rows_path, cpu_n, &input)?;
         let cpu_rate = end_to_end_rate(&model, &input, cpu_n, Device::Cpu)?;
         println!("{name} end to end (Parquet to Parquet): GPU {gpu_rate:.0} rows/s ({gpu_n} rows), CPU {cpu_rate:.0} rows/s ({cpu_n} rows)");
