@@ -403,7 +403,7 @@ impl ModelRegistry {
             return version;
         }
         let meta = run_io(async move { store.head(&path).await }).map_err(|e| match e {
-            object_store::Error::NotFound { .. } => Error::ModelNotFound(format!("model not found: {url}")),
+            object_store::Error::NotFound { .. } => model_not_found(url),
             e => store_error(format!("cannot reach model {url}"), e),
         })?;
         Ok(meta.e_tag.unwrap_or_else(|| format!("{}-{}", meta.last_modified.timestamp_micros(), meta.size)))
@@ -482,9 +482,6 @@ fn join_url(base: &Url, file: &str) -> Result<Url> {
     Url::parse(&s).and_then(|u| u.join(file)).map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("bad model directory {base}"), e))
 }
 
-/// An object store's error with what was being done, kept as the cause: a missing object is
-/// not found, a refused credential or a bad request an invalid argument, anything else (the
-/// store unreachable, a broken connection) unavailable.
 /// The version of a local file, read on this thread, when `store` is the default local file
 /// system: the ETag object_store's `LocalFileSystem` gives (inode, modification time in
 /// microseconds and size, in hex), from one `open` and `fstat`. Every request looks its model
@@ -500,7 +497,7 @@ fn local_file_version(store: &dyn ObjectStore, path: &StorePath, url: &Url) -> O
     let file = local.path_to_filesystem(path).ok()?;
     let metadata = std::fs::File::open(&file).and_then(|f| f.metadata());
     Some(match metadata {
-        Ok(m) if m.is_dir() => Err(Error::ModelNotFound(format!("model not found: {url}"))),
+        Ok(m) if m.is_dir() => Err(model_not_found(url)),
         Ok(m) => {
             #[cfg(unix)]
             let inode = std::os::unix::fs::MetadataExt::ino(&m);
@@ -509,11 +506,19 @@ fn local_file_version(store: &dyn ObjectStore, path: &StorePath, url: &Url) -> O
             let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::SystemTime::UNIX_EPOCH).ok()).unwrap_or_default().as_micros();
             Ok(format!("{inode:x}-{mtime:x}-{:x}", m.len()))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::ModelNotFound(format!("model not found: {url}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(model_not_found(url)),
         Err(e) => Err(Error::external(ErrorKind::Unavailable, format!("cannot reach model {url}"), e)),
     })
 }
 
+/// No object at `url` (a directory is none either): what `head` says for a missing model.
+fn model_not_found(url: &Url) -> Error {
+    Error::ModelNotFound(format!("model not found: {url}"))
+}
+
+/// An object store's error with what was being done, kept as the cause: a missing object is
+/// not found, a refused credential or a bad request an invalid argument, anything else (the
+/// store unreachable, a broken connection) unavailable.
 fn store_error(context: String, e: object_store::Error) -> Error {
     let kind = match &e {
         object_store::Error::NotFound { .. } => ErrorKind::NotFound,
