@@ -124,8 +124,9 @@ for m in "${models[@]}"; do
   model=$(ls "$bin"/models/"$m".{json,txt} 2>/dev/null | head -1 || true)
   [[ -n "$model" ]] && specs+=("$m=$model=$carry/rows/$m.parquet")
 done
-# STEPS picks steps (tests bench ab peers profile); each has a time limit of its own (seconds).
-steps=" ${STEPS:-tests bench ab peers profile} "
+# STEPS picks steps (tests bench ab peers profile sanitize); each has a time limit of its own
+# (seconds).
+steps=" ${STEPS:-tests bench ab peers profile sanitize} "
 # The peers on these models only (each peer's call on each model and output takes seconds).
 read -r -a peer_models <<< "${PEER_MODELS-medium-8f medium-54f deep-50f}"
 peer_specs=()
@@ -177,19 +178,35 @@ done
       timeout 60 "$nvcc_bin" -arch=sm_90 -cubin -Xptxas -v -o "$bin/treeshap.cubin" kernels/treeshap.cu 2>&1 | grep -E "Compiling|registers|spill|stack" || true
       "$(dirname "$nvcc_bin")/cuobjdump" -sass "$bin/treeshap.cubin" 2>/dev/null | awk -f benchmarks/gpu_sass_ops.awk | sort -k2,2 -k1,1nr || true
     fi
-    # Nsight Compute on one full-size launch of the SHAP warp kernel (the first is gpu_bench's
-    # small check call), medium-8f; the clocks as the card has them.
-    echo "== profile: ncu, shap_kernel on medium-8f"
+    # Nsight Compute on one full-size launch of a kernel (PROFILE_KERNEL; the row kernel by
+    # default; the first launch is gpu_bench's small check call), medium-8f; the clocks as the
+    # card has them.
+    kernel=${PROFILE_KERNEL:-row_shap_kernel}
+    echo "== profile: ncu, $kernel on medium-8f"
     ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
     if [[ -n "$ncu_bin" && ${#specs[@]} -gt 1 ]]; then
       # (Without OUT: this gpu_bench's JSON must not replace the bench step's.)
-      env -u OUT timeout "${PROFILE_LIMIT:-50}" "$ncu_bin" --clock-control none -k shap_kernel --launch-skip 1 --launch-count 1 \
+      env -u OUT timeout "${PROFILE_LIMIT:-50}" "$ncu_bin" --clock-control none -k "$kernel" --launch-skip 1 --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
         --section WarpStateStats --section SchedulerStats \
         "$bin/gpu_bench" --rows 200000 --interaction-rows 1000 --cpu-rows 2000 --cpu-end-to-end-rows 1000 --repeats 1 --seconds 0.2 \
         "${specs[1]}" || echo "profile FAILED (exit $?)"
     else
       echo "no ncu on this host"
+    fi
+  fi
+  if [[ $steps == *" sanitize "* ]]; then
+    # compute-sanitizer's memcheck over the GPU tests (every kernel and layout on the fixtures):
+    # an access out of bounds or a misaligned one is an error there, where the tests' values
+    # could still come out right.
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1 || true)
+    echo "== sanitize: compute-sanitizer memcheck, GPU tests"
+    if [[ -n "$sanitizer" ]]; then
+      SHAPFUSION_REQUIRE_GPU=1 SHAPFUSION_FIXTURES="$PWD/tests/fixtures" timeout "${SANITIZE_LIMIT:-60}" \
+        "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/gpu_paths" --test-threads 1 the_gpu_engine_matches \
+        || echo "sanitize FAILED (exit $?)"
+    else
+      echo "no compute-sanitizer on this host"
     fi
   fi
 } 2>&1 | tee "$log"

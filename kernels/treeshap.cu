@@ -1,9 +1,13 @@
-// Path-dependent TreeSHAP on the paths of a model, in two formulations:
+// Path-dependent TreeSHAP on the paths of a model, in three formulations:
 //   * the warp kernels (shap_kernel, interactions_kernel): one warp per bin of packed paths,
 //     EXTEND and UNWOUNDSUM across lanes (after GPUTreeShap, Mitchell et al. 2022), for paths
 //     of at most 32 elements;
-//   * the quadrature kernels (quadrature_shap_kernel, quadrature_interactions_kernel): one
-//     thread per (row, path), any path length, for the paths that do not fit a warp.
+//   * the row kernels (row_shap_kernel, row_interactions_kernel), the other layout of the
+//     paths of at most 32 elements: one thread per row, every thread of a warp on the same path
+//     (its loads are broadcasts, its loop bounds uniform), each path a Gauss-Legendre sum with
+//     no division and no shuffle;
+//   * the long-path quadrature kernels (quadrature_shap_kernel, quadrature_interactions_kernel):
+//     one thread per (row, path), any path length, for the paths that do not fit a warp.
 // Compiled at run time by NVRTC (src/gpu/engine.rs). tests/gpu_emulation.rs runs this file
 // unchanged on the CPU under an emulation of CUDA and holds it to the exact engine; the warp
 // kernels' steps are also simulated lane by lane in src/gpu/warps.rs: keep the two in step.
@@ -20,13 +24,19 @@
 //              host; the bias and the interaction diagonal are filled in by the host. Both
 //              kernels of a kind add into the same output.
 //
-// Long-path layout (src/gpu/quadrature.rs), paths sorted longest first:
+// Long-path and row layout (src/gpu/quadrature.rs), paths sorted longest first:
 //   path_ints    [paths][4]   : first element, element count, group, quadrature points
 //   path_values  [paths]      : leaf value x tree weight
-//   element_ints [elements][4]: feature (-1 root), split range begin, end, unused
+//   element_ints [elements][4]: feature (-1 root), split range begin, end, and (row kernels)
+//                               the first of the element's scales
 //   element_zero [elements]   : zero fraction
 //   quadrature   [pairs][2]   : Gauss-Legendre nodes and weights on [0, 1]; the rule of m
 //                               points starts at pair m(m-1)/2
+//   tails        [pairs]      : (row kernels) 1 / (1 - node)
+//   element_scales[...]       : (row kernels) m per element: (1 - z) / (z + t_k (1 - z))
+//
+// The row kernels' accumulator in shared memory is [width][rows_per_block] (a thread's row is
+// a column: the threads of a warp touch consecutive words), and blockDim.x == rows_per_block.
 //
 // Work split: blockIdx.x takes `rows_per_block` rows, blockIdx.y a slice of the units (bins for
 // the warp kernels, paths for the quadrature kernels); each warp of the block walks its share
@@ -452,4 +462,203 @@ extern "C" __global__ void quadrature_interactions_kernel(const int* path_ints, 
                                                           int rows_per_block, int use_shared, double* out) {
   quadrature_paths<true>(path_ints, path_values, element_ints, element_zero, quadrature, paths, thresholds, split_ints,
                          categories, x, rows, cols, groups, rows_per_block, use_shared, out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels: the paths of at most 32 elements, one thread per row.
+//
+// With f_jk = z_j + t_k (o_j - z_j) and P_k = w_k prod_j f_jk over the path's elements, element
+// i's value is v sum_k P_k h_ik and a pair's half share v/2 sum_k P_k h_ik h_ck, where
+// h_ik = (o_i - z_i) / f_ik is -1 / (1 - t_k) (the tails) for an element the row does not
+// follow and (1 - z_i) / (z_i + t_k (1 - z_i)) (the element's scales) for one it follows. So a
+// path costs 2 n m products for P and n m more per output, no division and no shuffle.
+// P and the scales are register arrays of the rule size M, a template argument, so every index
+// into them is a constant after unrolling; the path's rule size picks the instance (uniform
+// across the warp: all its threads are on the same path).
+
+// Adds v at p: plain when the thread owns p (its row's column of the shared accumulator, or its
+// row of `out` when no other block adds to it), else atomically.
+__device__ __forceinline__ void add_to(double* p, double v, bool atomic) {
+  if (atomic) atomicAdd(p, v);
+  else *p += v;
+}
+
+// P_k for this thread's row at the rule's M nodes `t` (weights `w`); returns which elements
+// the row follows, bit j for element j.
+template <int M>
+__device__ __forceinline__ unsigned row_path_products(const LongPath& path, const int* element_ints, const double* element_zero,
+                                                      const double* t, const double* w, const double* row,
+                                                      const double* thresholds, const unsigned* split_ints,
+                                                      const unsigned* categories, double* p) {
+#pragma unroll
+  for (int k = 0; k < M; ++k) p[k] = w[k];
+  unsigned ones = 0u;
+  for (int j = 0; j < path.len; ++j) {
+    const int* e = element_ints + (long)(path.first + j) * LONG_ELEMENT_INTS;
+    if (e[0] < 0) continue;  // the root element: factor 1
+    const bool follows_j = follows_element(e[0], e[1], e[2], row, thresholds, split_ints, categories);
+    ones |= (follows_j ? 1u : 0u) << j;
+    const double z = element_zero[path.first + j];
+    const double d = (follows_j ? 1.0 : 0.0) - z;
+#pragma unroll
+    for (int k = 0; k < M; ++k) p[k] *= fma(t[k], d, z);
+  }
+  return ones;
+}
+
+// h_ik of an element at the M points: its scales when the row follows it, else -1 / (1 - t_k).
+template <int M>
+__device__ __forceinline__ void row_scales(bool follows_e, const double* scales, const double* minus_tails, double* h) {
+#pragma unroll
+  for (int k = 0; k < M; ++k) h[k] = follows_e ? scales[k] : minus_tails[k];
+}
+
+// One path's values for one row, added to `acc` (the row's group; `stride` between features).
+template <int M, bool PAIRS>
+__device__ void row_path(const LongPath& path, const int* element_ints, const double* element_zero, const double* quadrature,
+                         const double* tails, const double* element_scales, const double* row, const double* thresholds,
+                         const unsigned* split_ints, const unsigned* categories, int w1, double* acc, int stride,
+                         bool atomic) {
+  // The rule in registers before any store: the compiler cannot keep loads across the adds to
+  // `acc`, which might alias them.
+  const long rule_pair = (long)M * (M - 1) / 2;
+  double t[M], w[M], minus_tails[M];
+#pragma unroll
+  for (int k = 0; k < M; ++k) {
+    t[k] = quadrature[2 * (rule_pair + k)];
+    w[k] = quadrature[2 * (rule_pair + k) + 1];
+    minus_tails[k] = -tails[rule_pair + k];
+  }
+  double p[M];
+  const unsigned ones = row_path_products<M>(path, element_ints, element_zero, t, w, row, thresholds, split_ints, categories, p);
+  for (int i = 0; i < path.len; ++i) {
+    const int* ei = element_ints + (long)(path.first + i) * LONG_ELEMENT_INTS;
+    if (ei[0] < 0) continue;
+    double h[M];
+    row_scales<M>(((ones >> i) & 1u) != 0u, element_scales + ei[3], minus_tails, h);
+    if (!PAIRS) {
+      double sum = 0.0;
+#pragma unroll
+      for (int k = 0; k < M; ++k) sum = fma(p[k], h[k], sum);
+      const double phi = sum * path.value;
+      if (phi != 0.0) add_to(acc + (long)ei[0] * stride, phi, atomic);
+    } else {
+      double q[M];
+#pragma unroll
+      for (int k = 0; k < M; ++k) q[k] = p[k] * h[k];
+      for (int c = i + 1; c < path.len; ++c) {
+        const int* ec = element_ints + (long)(path.first + c) * LONG_ELEMENT_INTS;
+        if (ec[0] < 0) continue;
+        double hc[M];
+        row_scales<M>(((ones >> c) & 1u) != 0u, element_scales + ec[3], minus_tails, hc);
+        double sum = 0.0;
+#pragma unroll
+        for (int k = 0; k < M; ++k) sum = fma(q[k], hc[k], sum);
+        const double v = 0.5 * sum * path.value;
+        if (v != 0.0) {
+          add_to(acc + ((long)ec[0] * w1 + ei[0]) * stride, v, atomic);
+          add_to(acc + ((long)ei[0] * w1 + ec[0]) * stride, v, atomic);
+        }
+      }
+    }
+  }
+}
+
+#ifndef ROW_SHAP_MIN_BLOCKS
+#define ROW_SHAP_MIN_BLOCKS 4
+#endif
+#ifndef ROW_PAIRS_MIN_BLOCKS
+#define ROW_PAIRS_MIN_BLOCKS 3
+#endif
+
+template <bool PAIRS>
+__device__ void row_paths(const int* path_ints, const double* path_values, const int* element_ints, const double* element_zero,
+                          const double* quadrature, const double* tails, const double* element_scales, int paths,
+                          const double* thresholds, const unsigned* split_ints, const unsigned* categories, const double* x,
+                          long rows, int cols, int groups, int rows_per_block, int use_shared, double* out) {
+  extern __shared__ double acc_shared[];
+  const int w1 = cols + 1;
+  const int group_width = PAIRS ? w1 * w1 : w1;
+  const int width = groups * group_width;
+  const long first = (long)blockIdx.x * rows_per_block;
+  const int n_rows = (int)min((long)rows_per_block, rows - first);
+  if (n_rows <= 0) return;
+  if (use_shared) {
+    for (int i = threadIdx.x; i < rows_per_block * width; i += blockDim.x) acc_shared[i] = 0.0;
+    __syncthreads();
+  }
+  const int slice = (paths + gridDim.y - 1) / gridDim.y;
+  const int slice_begin = min(paths, (int)blockIdx.y * slice);
+  const int slice_end = min(paths, (int)(blockIdx.y + 1) * slice);
+  const int r = threadIdx.x;
+  if (r < n_rows) {
+    const double* row = x + (first + r) * cols;
+    // A thread's row: a column of the shared accumulator, or its row of `out`, which other
+    // blocks add to only when the paths are split across blocks.
+    double* base = use_shared ? acc_shared + r : out + (first + r) * width;
+    const int stride = use_shared ? rows_per_block : 1;
+    const bool atomic = !use_shared && gridDim.y > 1;
+    for (int pi = slice_begin; pi < slice_end; ++pi) {
+      const LongPath path = load_long_path(path_ints, path_values, pi);
+      double* acc = base + (long)path.group * group_width * stride;
+#define ROW_PATH_CASE(M)                                                                                                  \
+  case M:                                                                                                                 \
+    row_path<M, PAIRS>(path, element_ints, element_zero, quadrature, tails, element_scales, row, thresholds, split_ints, \
+                       categories, w1, acc, stride, atomic);                                                              \
+    break;
+      switch (path.points) {
+        ROW_PATH_CASE(1)
+        ROW_PATH_CASE(2)
+        ROW_PATH_CASE(3)
+        ROW_PATH_CASE(4)
+        ROW_PATH_CASE(5)
+        ROW_PATH_CASE(6)
+        ROW_PATH_CASE(7)
+        ROW_PATH_CASE(8)
+        ROW_PATH_CASE(9)
+        ROW_PATH_CASE(10)
+        ROW_PATH_CASE(11)
+        ROW_PATH_CASE(12)
+        ROW_PATH_CASE(13)
+        ROW_PATH_CASE(14)
+        ROW_PATH_CASE(15)
+        ROW_PATH_CASE(16)
+        default:
+          break;  // the host gives these kernels paths of at most 32 elements (16 points)
+      }
+#undef ROW_PATH_CASE
+    }
+  }
+  if (use_shared) {
+    __syncthreads();
+    // Row-major over `out`, so consecutive threads write consecutive addresses.
+    for (int i = threadIdx.x; i < n_rows * width; i += blockDim.x) {
+      const int rr = i / width, c = i % width;
+      const double v = acc_shared[(long)c * rows_per_block + rr];
+      if (v != 0.0) add_to(out + (first + rr) * width + c, v, gridDim.y > 1);
+    }
+  }
+}
+
+// Register caps: the rule-size instances up to M = 8 (paths of up to 17 elements: trees of
+// depth 16) fit them; the larger ones, which only paths of 18 to 32 distinct features take,
+// spill to local memory rather than halve every launch's occupancy.
+extern "C" __global__ void __launch_bounds__(256, ROW_SHAP_MIN_BLOCKS) row_shap_kernel(const int* path_ints, const double* path_values, const int* element_ints,
+                                           const double* element_zero, const double* quadrature, const double* tails,
+                                           const double* element_scales, int paths, const double* thresholds,
+                                           const unsigned* split_ints, const unsigned* categories, const double* x,
+                                           long rows, int cols, int groups, int rows_per_block, int use_shared,
+                                           double* out) {
+  row_paths<false>(path_ints, path_values, element_ints, element_zero, quadrature, tails, element_scales, paths, thresholds,
+                   split_ints, categories, x, rows, cols, groups, rows_per_block, use_shared, out);
+}
+
+extern "C" __global__ void __launch_bounds__(256, ROW_PAIRS_MIN_BLOCKS) row_interactions_kernel(const int* path_ints, const double* path_values, const int* element_ints,
+                                                   const double* element_zero, const double* quadrature, const double* tails,
+                                                   const double* element_scales, int paths, const double* thresholds,
+                                                   const unsigned* split_ints, const unsigned* categories, const double* x,
+                                                   long rows, int cols, int groups, int rows_per_block, int use_shared,
+                                                   double* out) {
+  row_paths<true>(path_ints, path_values, element_ints, element_zero, quadrature, tails, element_scales, paths, thresholds,
+                  split_ints, categories, x, rows, cols, groups, rows_per_block, use_shared, out);
 }

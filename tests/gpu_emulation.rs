@@ -19,7 +19,7 @@ use common::random::{random_rows, spine_model, Rng};
 use common::{fixtures, max_row_rel_error, Fixture};
 use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
 use shapfusion::gpu::launch::{interaction_values, shap_values, DeviceLimits, Kernel, KernelCall, Launch};
-use shapfusion::gpu::PathProgram;
+use shapfusion::gpu::{PathLayout, PathProgram};
 use shapfusion::{Error, Result};
 
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/gpu_emulation");
@@ -80,6 +80,8 @@ fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedu
         Kernel::InteractionPairs => 1,
         Kernel::QuadratureShap => 2,
         Kernel::QuadratureInteractionPairs => 3,
+        Kernel::RowShap => 4,
+        Kernel::RowInteractionPairs => 5,
     };
     let out_len = call.plan.rows * call.width;
     let header: [i64; 16] = [
@@ -112,11 +114,14 @@ fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedu
     array(&mut bytes, &p.split_ints, u32::to_le_bytes);
     array(&mut bytes, &p.categories, u32::to_le_bytes);
     array(&mut bytes, call.x, f64::to_le_bytes);
-    array(&mut bytes, &p.long.path_ints, i32::to_le_bytes);
-    array(&mut bytes, &p.long.path_values, f64::to_le_bytes);
-    array(&mut bytes, &p.long.element_ints, i32::to_le_bytes);
-    array(&mut bytes, &p.long.element_zero, f64::to_le_bytes);
-    array(&mut bytes, &p.long.quadrature, f64::to_le_bytes);
+    let paths = if l.kernel.is_rows() { &p.rows } else { &p.long };
+    array(&mut bytes, &paths.path_ints, i32::to_le_bytes);
+    array(&mut bytes, &paths.path_values, f64::to_le_bytes);
+    array(&mut bytes, &paths.element_ints, i32::to_le_bytes);
+    array(&mut bytes, &paths.element_zero, f64::to_le_bytes);
+    array(&mut bytes, &paths.quadrature, f64::to_le_bytes);
+    array(&mut bytes, &paths.tails, f64::to_le_bytes);
+    array(&mut bytes, &paths.element_scales, f64::to_le_bytes);
     let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let (input, output) = (dir.path().join("launch.bin"), dir.path().join("out.bin"));
     std::fs::write(&input, bytes).map_err(|e| Error::io(&input, e))?;
@@ -164,12 +169,18 @@ fn the_emulator_computes_warp_operations_and_refuses_what_cuda_would_not_run() {
 }
 
 /// Which paths go to which kernel: `auto` (paths of up to 32 elements in warps), every path on
-/// the quadrature kernel, and a mix (paths over 4 elements on the quadrature kernel, both
-/// kernels adding into one output).
-const WARP_LIMITS: [(&str, usize); 3] = [("auto", 32), ("quadrature only", 0), ("mixed at 4", 4)];
+/// the long-path quadrature kernel, a mix (paths over 4 elements on the quadrature kernel, both
+/// kernels adding into one output), and the row kernels (a thread per row).
+const LAYOUTS: [(&str, PathLayout); 4] = [
+    ("auto", PathLayout::Warps { max_len: 32 }),
+    ("quadrature only", PathLayout::Warps { max_len: 0 }),
+    ("mixed at 4", PathLayout::Warps { max_len: 4 }),
+    ("rows", PathLayout::Rows),
+];
+const MIXED: PathLayout = PathLayout::Warps { max_len: 4 };
 
-fn program(f: &Fixture, warp_max_len: usize) -> PathProgram {
-    PathProgram::with_warp_limit(f.model.clone(), warp_max_len).unwrap().expect("no fixture is deeper than the engines' bound")
+fn program(f: &Fixture, layout: PathLayout) -> PathProgram {
+    PathProgram::with_layout(f.model.clone(), layout).unwrap().expect("no fixture is deeper than the engines' bound")
 }
 
 #[test]
@@ -179,11 +190,11 @@ fn the_cuda_shap_kernels_match_the_exact_engine_on_every_fixture_and_plan() {
         let block = f.block();
         let want = exact(&f).shap(&block).unwrap();
         let width = f.model.num_groups() * (f.model.num_features() + 1);
-        for (split, warp_max_len) in WARP_LIMITS {
-            let program = program(&f, warp_max_len);
+        for (split, layout) in LAYOUTS {
+            let program = program(&f, layout);
             for (i, (plan, mut limits)) in plans().into_iter().enumerate() {
                 // The mix on the H100 plan only: the other plans are the same code per kernel.
-                if warp_max_len == 4 && i > 0 {
+                if layout == MIXED && i > 0 {
                     continue;
                 }
                 if limits.max_launch_values == 0 {
@@ -206,8 +217,8 @@ fn the_cuda_interaction_kernels_match_the_exact_engine_on_every_fixture() {
         let block = f.block();
         let want = exact(&f).interactions(&block).unwrap();
         let width = f.model.num_groups() * (f.model.num_features() + 1).pow(2);
-        for (split, warp_max_len) in WARP_LIMITS {
-            let program = program(&f, warp_max_len);
+        for (split, layout) in LAYOUTS {
+            let program = program(&f, layout);
             // One schedule per fixture, alternating, so both run and the suite stays fast.
             let schedule = if k % 2 == 0 { Schedule::RoundRobin } else { Schedule::RandomWarps(k as u64) };
             let got = interaction_values(&program, &block, &DeviceLimits::new(132), &mut |call| emulate(&driver, call, schedule))
@@ -234,8 +245,8 @@ fn deep_random_ensembles_run_on_the_gpu_kernels_with_no_path_limit() {
             // Paths longer than a warp exist and go to the quadrature kernel, not the CPU.
             assert!(longest.long.count > 0, "depth 40 should give paths of more than 32 elements");
         }
-        for (split, warp_max_len) in [WARP_LIMITS[0], WARP_LIMITS[1]] {
-            let program = PathProgram::with_warp_limit(model.clone(), warp_max_len).unwrap().unwrap();
+        for (split, layout) in [LAYOUTS[0], LAYOUTS[1], LAYOUTS[3]] {
+            let program = PathProgram::with_layout(model.clone(), layout).unwrap().unwrap();
             let schedule = Schedule::RandomWarps(seed);
             let got = shap_values(&program, &block, &DeviceLimits::new(132), &mut |call| emulate(&driver, call, schedule))
                 .unwrap_or_else(|e| panic!("depth {depth} ({split}): {e}"));
@@ -254,10 +265,10 @@ fn deep_random_ensembles_run_on_the_gpu_kernels_with_no_path_limit() {
 fn one_row_batches_fill_the_device_by_splitting_the_bins() {
     let Some(driver) = compiled("driver") else { return };
     let f = fixtures().into_iter().find(|f| f.name == "xgb_multiclass").unwrap();
-    let program = program(&f, 32);
     let block = f.block();
     let exact = exact(&f);
-    for r in [0, 7, block.rows() - 1] {
+    for (r, layout) in [(0, LAYOUTS[0].1), (7, LAYOUTS[0].1), (block.rows() - 1, LAYOUTS[0].1), (3, PathLayout::Rows)] {
+        let program = program(&f, layout);
         let one = f.model.feature_block_from_values(1, block.row(r).to_vec()).unwrap();
         let got = shap_values(&program, &one, &DeviceLimits::new(132), &mut |call| {
             assert!(call.plan.launches[0].grid.1 > 1, "one row should split the bins across blocks: {:?}", call.plan);

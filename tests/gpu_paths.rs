@@ -9,7 +9,7 @@ use common::{fixtures, max_row_rel_error};
 use shapfusion::engine::Engine;
 use shapfusion::engine::{build_engine, Algorithm, EngineOptions};
 use shapfusion::gpu::launch::Output;
-use shapfusion::gpu::GpuEngine;
+use shapfusion::gpu::{GpuEngine, PathLayout};
 
 /// The CUDA source compiles with NVRTC (no GPU needed, only libnvrtc). CI installs NVRTC from
 /// PyPI and sets SHAPFUSION_REQUIRE_NVRTC=1 so that this cannot pass by skipping.
@@ -38,7 +38,7 @@ fn the_kernels_compile_with_nvrtc() {
 
 /// The GPU engine against the exact engine on every fixture and on deep random ensembles (paths
 /// longer than a warp), SHAP values and interactions, with the default split of paths between
-/// the kernels and with every path on the quadrature kernel. Runs only where a GPU is usable
+/// the kernels, with every path on the quadrature kernel, and with the row kernels. Runs only where a GPU is usable
 /// (benchmarks/gpu.sh runs it with SHAPFUSION_REQUIRE_GPU=1, which turns a missing GPU into a
 /// failure).
 #[test]
@@ -63,17 +63,17 @@ fn the_gpu_engine_matches_the_exact_engine_on_every_fixture() {
     for (name, model, block) in cases {
         let exact = build_engine(model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
         let width = model.num_groups() * (model.num_features() + 1);
-        for warp_max_len in [32, 0] {
-            let Some(gpu) = GpuEngine::with_warp_limit(model.clone(), warp_max_len).unwrap() else { continue };
+        for layout in [PathLayout::Warps { max_len: 32 }, PathLayout::Warps { max_len: 0 }, PathLayout::Rows] {
+            let Some(gpu) = GpuEngine::with_layout(model.clone(), layout).unwrap() else { continue };
             let (err, row) = max_row_rel_error(&gpu.shap(&block).unwrap().values, &exact.shap(&block).unwrap().values, width);
-            assert!(err <= 1e-9, "{name} (warp limit {warp_max_len}): GPU SHAP row {row} off by {err:e} of max|phi|");
+            assert!(err <= 1e-9, "{name} ({layout:?}): GPU SHAP row {row} off by {err:e} of max|phi|");
             worst = worst.max(err);
             let (err, row) = max_row_rel_error(
                 &gpu.interactions(&block).unwrap().values,
                 &exact.interactions(&block).unwrap().values,
                 width * (model.num_features() + 1),
             );
-            assert!(err <= 1e-9, "{name} (warp limit {warp_max_len}): GPU interactions row {row} off by {err:e}");
+            assert!(err <= 1e-9, "{name} ({layout:?}): GPU interactions row {row} off by {err:e}");
             worst = worst.max(err);
         }
     }

@@ -38,6 +38,8 @@ using std::trunc;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+// Register caps mean nothing on the CPU.
+#define __launch_bounds__(...)
 #define __shared__
 
 template <class T>

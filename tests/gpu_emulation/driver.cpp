@@ -5,12 +5,14 @@
 //   driver INPUT OUTPUT
 //
 // INPUT, little-endian: 16 i64 (kernel: 0 shap, 1 interactions, 2 quadrature shap, 3 quadrature
-// interactions; grid x, grid y; block threads; shared bytes; rows per block; use shared; units
-// (bins, or long paths); rows; cols; groups; schedule: 0 round robin, 1 random warps; seed;
-// output values; 2 unused), then twelve arrays, each a u64 count and the values: lane_ints
-// (i32), lane_reals (f64), bin_len (i32), thresholds (f64), split_ints (u32), categories (u32),
-// x (f64), long path_ints (i32), path_values (f64), element_ints (i32), element_zero (f64),
-// quadrature (f64). OUTPUT: the output values (f64). Exit status 3: the emulator refused the
+// interactions, 4 row shap, 5 row interactions; grid x, grid y; block threads; shared bytes;
+// rows per block; use shared; units (bins, long paths or the row kernels' paths); rows; cols;
+// groups; schedule: 0 round robin, 1 random warps; seed; output values; 2 unused), then
+// fourteen arrays, each a u64 count and the values: lane_ints (i32), lane_reals (f64), bin_len
+// (i32), thresholds (f64), split_ints (u32), categories (u32), x (f64), then the quadrature
+// kernel's paths (the long paths, or the row kernels'): path_ints (i32), path_values (f64),
+// element_ints (i32), element_zero (f64), quadrature (f64), tails (f64), element_scales (f64).
+// OUTPUT: the output values (f64). Exit status 3: the emulator refused the
 // launch (the reason on stderr); 2: bad input.
 #include "cuda_emulator.hpp"
 
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
   const auto element_ints = read_array<int>(in);
   const auto element_zero = read_array<double>(in);
   const auto quadrature = read_array<double>(in);
+  const auto tails = read_array<double>(in);
+  const auto element_scales = read_array<double>(in);
   std::fclose(in);
 
   const int kernel = int(h[0]);
@@ -69,7 +73,7 @@ int main(int argc, char** argv) {
   config.seed = uint64_t(h[12]);
   std::vector<double> out(size_t(h[13]) + 1, 0.0);  // zeroed, as the engine clears it
 
-  if (kernel < 0 || kernel > 3) bad_input("unknown kernel");
+  if (kernel < 0 || kernel > 5) bad_input("unknown kernel");
   emu::launch(config, acc_shared, [&] {
     switch (kernel) {
       case 0:
@@ -85,6 +89,17 @@ int main(int argc, char** argv) {
         quadrature_shap_kernel(path_ints.data(), path_values.data(), element_ints.data(), element_zero.data(),
                                quadrature.data(), units, thresholds.data(), split_ints.data(), categories.data(),
                                x.data(), rows, cols, groups, rows_per_block, use_shared, out.data());
+        break;
+      case 4:
+        row_shap_kernel(path_ints.data(), path_values.data(), element_ints.data(), element_zero.data(), quadrature.data(),
+                        tails.data(), element_scales.data(), units, thresholds.data(), split_ints.data(),
+                        categories.data(), x.data(), rows, cols, groups, rows_per_block, use_shared, out.data());
+        break;
+      case 5:
+        row_interactions_kernel(path_ints.data(), path_values.data(), element_ints.data(), element_zero.data(),
+                                quadrature.data(), tails.data(), element_scales.data(), units, thresholds.data(),
+                                split_ints.data(), categories.data(), x.data(), rows, cols, groups, rows_per_block,
+                                use_shared, out.data());
         break;
       default:
         quadrature_interactions_kernel(path_ints.data(), path_values.data(), element_ints.data(), element_zero.data(),

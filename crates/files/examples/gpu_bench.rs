@@ -1,7 +1,7 @@
 //! GPU engine against the CPU engine on the same machine: checks the GPU's values against the
-//! CPU engine, then times both, with the GPU's two kernels side by side: `auto` (paths of up to
-//! 32 elements on the warp kernel, longer ones on the quadrature kernel) and every path on the
-//! quadrature kernel. Run by `benchmarks/gpu.sh` on a GPU host (this example links only the
+//! CPU engine, then times both, with the GPU's two layouts of the paths of up to 32 elements
+//! side by side: `auto` (the warp kernels) and the row kernels (a thread per row); longer paths
+//! are on the long-path quadrature kernel in both. Run by `benchmarks/gpu.sh` on a GPU host (this example links only the
 //! engines and the GPU code, so a stripped build can be carried there).
 //!
 //! ```text
@@ -28,7 +28,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use shapfusion_core::engine::{build_engine, Algorithm, Engine, EngineOptions, FeatureBlock};
 use shapfusion_core::gpu::launch::Output;
-use shapfusion_core::gpu::GpuEngine;
+use shapfusion_core::gpu::{GpuEngine, PathLayout};
 use shapfusion_core::model::Model;
 use shapfusion_core::{ComputeSettings, Device};
 use shapfusion_files::pipeline::{explain_with_model, ExplainOptions};
@@ -152,14 +152,16 @@ struct Row {
     rows: usize,
     /// `auto`: warp kernel, quadrature for paths over 32 elements.
     auto_rate: f64,
-    /// Every path on the quadrature kernel.
-    quadrature_rate: f64,
+    /// The row kernels (a thread per row) for the paths of up to 32 elements.
+    rows_rate: f64,
+    /// The row kernels alone (CUDA events).
+    rows_kernel_rate: f64,
     cpu_rate: f64,
     /// `auto`'s kernels alone (the device's time in them, from CUDA events).
     kernel_rate: f64,
     /// `auto`'s device time: rows up, kernels, results down, in seconds per call.
     stages: [f64; 3],
-    /// Largest error of either GPU choice against the CPU engine, of max|φ| per row.
+    /// Largest error of either GPU layout against the CPU engine, of max|φ| per row.
     error: f64,
 }
 
@@ -181,7 +183,7 @@ fn write_results(
         "cpu_rows": o.cpu_rows,
         "kernels": table.iter().map(|r| serde_json::json!({
             "model": r.name, "output": r.what, "gpu_rows": r.rows, "gpu_auto_rows_per_s": r.auto_rate,
-            "gpu_quadrature_rows_per_s": r.quadrature_rate, "cpu_rows_per_s": r.cpu_rate, "max_error_of_max_phi": r.error,
+            "gpu_rows_kernels_rows_per_s": r.rows_rate, "gpu_rows_kernels_alone_rows_per_s": r.rows_kernel_rate, "cpu_rows_per_s": r.cpu_rate, "max_error_of_max_phi": r.error,
             "gpu_kernels_rows_per_s": r.kernel_rate, "gpu_seconds_a_call": {"up": r.stages[0], "kernels": r.stages[1], "down": r.stages[2]},
         })).collect::<Vec<_>>(),
         "end_to_end": end_to_end.iter().map(|(name, gpu, cpu)| serde_json::json!({
@@ -203,12 +205,12 @@ fn main() -> Result<(), Error> {
     for (name, model_path, rows_path) in &o.models {
         let model = Arc::new(Model::load(model_path)?);
         let setup = Instant::now();
-        let (Some(auto), Some(quadrature)) = (GpuEngine::new(model.clone())?, GpuEngine::with_warp_limit(model.clone(), 0)?) else {
+        let (Some(auto), Some(by_rows)) = (GpuEngine::new(model.clone())?, GpuEngine::with_layout(model.clone(), PathLayout::Rows)?) else {
             println!("{name}: the GPU engine cannot take this model (see the log); skipped");
             continue;
         };
         println!(
-            "{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, both kernels)",
+            "{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, both layouts)",
             model.trees().len(),
             model.num_features(),
             setup.elapsed().as_secs_f64()
@@ -237,15 +239,16 @@ fn main() -> Result<(), Error> {
                 let values = run(engine, what, &check)?;
                 Ok((values, start.elapsed().as_secs_f64()))
             };
-            let ((auto_values, auto_check_s), (quadrature_values, quadrature_check_s)) = (timed(&auto)?, timed(&quadrature)?);
-            let error = max_rel_error(&auto_values, &want, w).max(max_rel_error(&quadrature_values, &want, w));
+            let ((auto_values, auto_check_s), (rows_values, rows_check_s)) = (timed(&auto)?, timed(&by_rows)?);
+            let error = max_rel_error(&auto_values, &want, w).max(max_rel_error(&rows_values, &want, w));
             // Rows per timed call: up to `most`, cut to what --seconds takes at the check call's
             // rate (a slow kernel or model must not eat the host's lease).
             let sized = |check_s: f64| ((cpu_n as f64 * o.seconds / check_s.max(1e-9)) as usize).clamp(cpu_n, most.max(cpu_n));
-            let (gpu_n, quadrature_n) = (sized(auto_check_s), sized(quadrature_check_s));
+            let (gpu_n, rows_n) = (sized(auto_check_s), sized(rows_check_s));
             let block = rows(&model, rows_path, gpu_n)?;
             let output = if what == "shap" { Output::Shap } else { Output::InteractionPairs };
-            for (i, launches) in auto.plan(gpu_n, output)?.iter().enumerate().take(2) {
+            let plans = auto.plan(gpu_n, output)?.into_iter().take(2).chain(by_rows.plan(rows_n, output)?.into_iter().take(1));
+            for (i, launches) in plans.enumerate() {
                 for l in &launches.launches {
                     println!(
                         "{name} {what} plan: row launch {i} of rows {}..{}: {} grid {:?} x {} threads, {} rows a block, {} B shared{}",
@@ -265,23 +268,26 @@ fn main() -> Result<(), Error> {
             // Interactions also run the SHAP kernels (their diagonal): both kinds' stages count.
             let t = auto.take_stage_times();
             let calls = (o.repeats.max(1) + 1) as f64;
-            let quadrature_block = rows(&model, rows_path, quadrature_n)?;
-            let quadrature_s = median_seconds(o.repeats, || run(&quadrature, what, &quadrature_block).map(drop))?;
+            let rows_block = rows(&model, rows_path, rows_n)?;
+            by_rows.take_stage_times();
+            let rows_s = median_seconds(o.repeats, || run(&by_rows, what, &rows_block).map(drop))?;
+            let rows_times = by_rows.take_stage_times();
             let cpu_s = median_seconds(3, || run(cpu.as_ref(), what, &check).map(drop))?;
             let row = Row {
                 name: name.clone(),
                 what,
                 rows: gpu_n,
                 auto_rate: gpu_n as f64 / auto_s,
-                quadrature_rate: quadrature_n as f64 / quadrature_s,
+                rows_rate: rows_n as f64 / rows_s,
+                rows_kernel_rate: rows_n as f64 * calls / rows_times.kernels_s,
                 cpu_rate: cpu_n as f64 / cpu_s,
                 kernel_rate: gpu_n as f64 * calls / t.kernels_s,
                 stages: [t.upload_s / calls, t.kernels_s / calls, t.download_s / calls],
                 error,
             };
             println!(
-                "{name} {what}: GPU auto {:.0} rows/s (kernels alone {:.0}; a call: up {:.4}s, kernels {:.4}s, down {:.4}s, {} launches), ({gpu_n} rows), GPU quadrature {:.0} rows/s ({quadrature_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
-                row.auto_rate, row.kernel_rate, row.stages[0], row.stages[1], row.stages[2], t.launches, row.quadrature_rate, row.cpu_rate, row.error
+                "{name} {what}: GPU auto {:.0} rows/s (kernels alone {:.0}; a call: up {:.4}s, kernels {:.4}s, down {:.4}s, {} launches), ({gpu_n} rows), GPU row kernels {:.0} rows/s (kernels alone {:.0}; {rows_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
+                row.auto_rate, row.kernel_rate, row.stages[0], row.stages[1], row.stages[2], t.launches, row.rows_rate, row.rows_kernel_rate, row.cpu_rate, row.error
             );
             table.push(row);
         }
@@ -302,19 +308,20 @@ fn main() -> Result<(), Error> {
         end_to_end.push((name.clone(), gpu_rate, cpu_rate));
         write_results(&info, threads, &o, &table, &end_to_end)?;
     }
-    println!("\n| model | output | GPU auto rows/s | kernels alone rows/s | GPU quadrature rows/s | CPU rows/s ({threads} threads) | auto / CPU | quadrature / auto | max error vs CPU (of max|φ|) |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("\n| model | output | GPU warps rows/s | kernels alone | GPU row kernels rows/s | kernels alone | CPU rows/s ({threads} threads) | warps / CPU | row kernels / warps | max error vs CPU (of max|φ|) |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &table {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.1e} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.1e} |",
             r.name,
             r.what,
             r.auto_rate,
             r.kernel_rate,
-            r.quadrature_rate,
+            r.rows_rate,
+            r.rows_kernel_rate,
             r.cpu_rate,
             r.auto_rate / r.cpu_rate,
-            r.quadrature_rate / r.auto_rate,
+            r.rows_rate / r.auto_rate,
             r.error
         );
     }

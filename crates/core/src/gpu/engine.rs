@@ -9,7 +9,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use super::launch::{interaction_values, plan_launches, shap_values, DeviceLimits, Kernel, KernelCall, Output, RowLaunches};
 use super::paths::WARP_LANES;
-use super::warps::PathProgram;
+use super::warps::{PathLayout, PathProgram};
 use crate::engine::drivers::check_block;
 use crate::engine::{Attributions, Engine, FeatureBlock, Interactions};
 use crate::error::{Error, ErrorKind, Result};
@@ -54,6 +54,8 @@ struct Kernels {
     interactions: CudaFunction,
     quadrature_shap: CudaFunction,
     quadrature_interactions: CudaFunction,
+    row_shap: CudaFunction,
+    row_interactions: CudaFunction,
     multiprocessors: usize,
 }
 
@@ -64,6 +66,8 @@ impl Kernels {
             Kernel::InteractionPairs => &self.interactions,
             Kernel::QuadratureShap => &self.quadrature_shap,
             Kernel::QuadratureInteractionPairs => &self.quadrature_interactions,
+            Kernel::RowShap => &self.row_shap,
+            Kernel::RowInteractionPairs => &self.row_interactions,
         }
     }
 }
@@ -88,6 +92,8 @@ fn kernels() -> Result<&'static Kernels> {
                     interactions: function(Kernel::InteractionPairs.name())?,
                     quadrature_shap: function(Kernel::QuadratureShap.name())?,
                     quadrature_interactions: function(Kernel::QuadratureInteractionPairs.name())?,
+                    row_shap: function(Kernel::RowShap.name())?,
+                    row_interactions: function(Kernel::RowInteractionPairs.name())?,
                     multiprocessors,
                 })
             };
@@ -111,13 +117,36 @@ struct DeviceModel {
     thresholds: CudaSlice<f64>,
     split_ints: CudaSlice<u32>,
     categories: CudaSlice<u32>,
-    long_path_ints: CudaSlice<i32>,
-    long_path_values: CudaSlice<f64>,
-    long_element_ints: CudaSlice<i32>,
-    long_element_zero: CudaSlice<f64>,
-    quadrature: CudaSlice<f64>,
+    long: DevicePaths,
+    rows: DevicePaths,
     x: Option<CudaSlice<f64>>,
     out: Option<CudaSlice<f64>>,
+}
+
+/// The quadrature kernels' paths on the device (`PathProgram::long`, or `PathProgram::rows`
+/// with the row kernels' tables).
+struct DevicePaths {
+    path_ints: CudaSlice<i32>,
+    path_values: CudaSlice<f64>,
+    element_ints: CudaSlice<i32>,
+    element_zero: CudaSlice<f64>,
+    quadrature: CudaSlice<f64>,
+    tails: CudaSlice<f64>,
+    element_scales: CudaSlice<f64>,
+}
+
+impl DevicePaths {
+    fn upload(stream: &Arc<CudaStream>, paths: &super::quadrature::LongPaths) -> Result<Self> {
+        Ok(DevicePaths {
+            path_ints: upload(stream, &paths.path_ints)?,
+            path_values: upload(stream, &paths.path_values)?,
+            element_ints: upload(stream, &paths.element_ints)?,
+            element_zero: upload(stream, &paths.element_zero)?,
+            quadrature: upload(stream, &paths.quadrature)?,
+            tails: upload(stream, &paths.tails)?,
+            element_scales: upload(stream, &paths.element_scales)?,
+        })
+    }
 }
 
 /// Copies `values` to the device; empty arrays get one element (a zero-byte allocation fails).
@@ -171,8 +200,13 @@ impl GpuEngine {
     /// As [`GpuEngine::new`], with paths of more than `warp_max_len` elements on the quadrature
     /// kernel (0: every path; 32, the most, is what `new` does): for comparing the kernels.
     pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<Self>> {
+        GpuEngine::with_layout(model, PathLayout::Warps { max_len: warp_max_len })
+    }
+
+    /// As [`GpuEngine::new`], with the short paths on `layout`'s kernels.
+    pub fn with_layout(model: Arc<Model>, layout: PathLayout) -> Result<Option<Self>> {
         let kernels = kernels()?;
-        let Some(program) = PathProgram::with_warp_limit(model.clone(), warp_max_len)? else { return Ok(None) };
+        let Some(program) = PathProgram::with_layout(model.clone(), layout)? else { return Ok(None) };
         let s = &kernels.stream;
         // cudarc binds the context before each call as well; binding first tells a thread
         // without the context apart from a failing copy.
@@ -184,15 +218,12 @@ impl GpuEngine {
             thresholds: upload(s, &program.split_thresholds)?,
             split_ints: upload(s, &program.split_ints)?,
             categories: upload(s, &program.categories)?,
-            long_path_ints: upload(s, &program.long.path_ints)?,
-            long_path_values: upload(s, &program.long.path_values)?,
-            long_element_ints: upload(s, &program.long.element_ints)?,
-            long_element_zero: upload(s, &program.long.element_zero)?,
-            quadrature: upload(s, &program.long.quadrature)?,
+            long: DevicePaths::upload(s, &program.long)?,
+            rows: DevicePaths::upload(s, &program.rows)?,
             x: None,
             out: None,
         };
-        tracing::info!(warps = program.bins, long_paths = program.long.count, "GPU engine: model uploaded");
+        tracing::info!(warps = program.bins, row_paths = program.rows.count, long_paths = program.long.count, "GPU engine: model uploaded");
         Ok(Some(GpuEngine { model, program, device: Mutex::new(device), times: Mutex::new(StageTimes::default()) }))
     }
 
@@ -224,13 +255,12 @@ impl GpuEngine {
             let units = plan.kernel.units(program) as i32;
             let (rpb, use_shared) = (plan.rows_per_block as i32, i32::from(plan.use_shared));
             let mut launch = stream.launch_builder(kernels.function(plan.kernel));
-            if plan.kernel.is_quadrature() {
-                launch
-                    .arg(&device.long_path_ints)
-                    .arg(&device.long_path_values)
-                    .arg(&device.long_element_ints)
-                    .arg(&device.long_element_zero)
-                    .arg(&device.quadrature);
+            if plan.kernel.is_quadrature() || plan.kernel.is_rows() {
+                let paths = if plan.kernel.is_rows() { &device.rows } else { &device.long };
+                launch.arg(&paths.path_ints).arg(&paths.path_values).arg(&paths.element_ints).arg(&paths.element_zero).arg(&paths.quadrature);
+                if plan.kernel.is_rows() {
+                    launch.arg(&paths.tails).arg(&paths.element_scales);
+                }
             } else {
                 launch.arg(&device.lane_ints).arg(&device.lane_reals).arg(&device.bin_len);
             }
@@ -247,7 +277,7 @@ impl GpuEngine {
                 .arg(&use_shared)
                 .arg(&mut *out);
             // SAFETY: the argument list matches the kernel's signature in kernels/treeshap.cu
-            // (the warp and quadrature kernels differ only in their path arrays), and every
+            // (the warp, row and quadrature kernels differ only in their path arrays), and every
             // buffer holds what the kernel reads or writes for `n` rows.
             unsafe { launch.launch(config) }.map_err(gpu_error("launch the kernel"))?;
         }

@@ -38,11 +38,12 @@ impl Output {
         }
     }
 
-    /// The warp kernel and the quadrature kernel that compute this output.
-    pub fn kernels(self) -> [Kernel; 2] {
+    /// The warp, row and long-path kernels that compute this output (a program gives work to
+    /// the warp or the row kernel, and to the long-path kernel when it has long paths).
+    pub fn kernels(self) -> [Kernel; 3] {
         match self {
-            Output::Shap => [Kernel::Shap, Kernel::QuadratureShap],
-            Output::InteractionPairs => [Kernel::InteractionPairs, Kernel::QuadratureInteractionPairs],
+            Output::Shap => [Kernel::Shap, Kernel::RowShap, Kernel::QuadratureShap],
+            Output::InteractionPairs => [Kernel::InteractionPairs, Kernel::RowInteractionPairs, Kernel::QuadratureInteractionPairs],
         }
     }
 }
@@ -58,6 +59,10 @@ pub enum Kernel {
     QuadratureShap,
     /// `quadrature_interactions_kernel`: interaction pairs of the long paths.
     QuadratureInteractionPairs,
+    /// `row_shap_kernel`: SHAP values of the short paths, a thread per row.
+    RowShap,
+    /// `row_interactions_kernel`: interaction pairs of the short paths, a thread per row.
+    RowInteractionPairs,
 }
 
 impl Kernel {
@@ -68,32 +73,54 @@ impl Kernel {
             Kernel::InteractionPairs => "interactions_kernel",
             Kernel::QuadratureShap => "quadrature_shap_kernel",
             Kernel::QuadratureInteractionPairs => "quadrature_interactions_kernel",
+            Kernel::RowShap => "row_shap_kernel",
+            Kernel::RowInteractionPairs => "row_interactions_kernel",
         }
     }
 
-    /// Whether this is a quadrature kernel (one thread per row and long path).
+    /// Whether this is a long-path quadrature kernel (one thread per row and long path).
     pub fn is_quadrature(self) -> bool {
         matches!(self, Kernel::QuadratureShap | Kernel::QuadratureInteractionPairs)
     }
 
-    /// The units of `program` this kernel's blocks share out: warp bins, or long paths.
+    /// Whether this is a row kernel (one thread per row, a warp on one path at a time).
+    pub fn is_rows(self) -> bool {
+        matches!(self, Kernel::RowShap | Kernel::RowInteractionPairs)
+    }
+
+    /// The units of `program` this kernel's blocks share out: warp bins, long paths, or the
+    /// row kernels' paths.
     pub fn units(self, program: &PathProgram) -> usize {
         if self.is_quadrature() {
             program.long.count
+        } else if self.is_rows() {
+            program.rows.count
         } else {
             program.bins
         }
     }
 
-    /// Units one block takes at once: a bin per warp, or a path per thread.
+    /// Units one block takes at least, when the units are split across blocks: a bin per
+    /// warp, a long path per thread, or for the row kernels a run of paths long enough that
+    /// the block's one pass over its shared accumulator stays small beside them.
     fn units_per_block(self) -> usize {
         if self.is_quadrature() {
             BLOCK_THREADS as usize
+        } else if self.is_rows() {
+            ROW_PATHS_PER_BLOCK
         } else {
             BLOCK_THREADS as usize / 32
         }
     }
 }
+
+/// Fewest paths a block of the row kernels takes when the paths are split across blocks.
+pub const ROW_PATHS_PER_BLOCK: usize = 64;
+/// Most rows (threads) in a block of the row kernels.
+pub const ROW_BLOCK_THREADS: usize = 256;
+/// Fewest rows (threads, one warp) in a block of the row kernels that gathers in shared memory;
+/// a wider output goes to global memory directly, from blocks of [`ROW_BLOCK_THREADS`].
+pub const ROW_MIN_BLOCK_THREADS: usize = 32;
 
 /// What the plan may use of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,33 +170,50 @@ pub struct RowLaunches {
 }
 
 /// The launches that cover `rows` rows of `width` output values each, for `units` of work per
-/// kernel (bins of the warp kernel, paths of the quadrature kernel; a kernel with none is not
-/// launched): rows per block as many as fit the shared accumulator (at most 32; the global
-/// atomics path when not even one row fits), and when rows are few, the units split across
-/// blocks along y so the device is still filled (4 blocks per SM).
+/// kernel (bins of the warp kernel, paths of the quadrature and row kernels; a kernel with none
+/// is not launched), and when rows are few, the units split across blocks along y so the
+/// device is still filled (4 blocks per SM). Rows per block: for the warp and long-path
+/// kernels, as many as fit the shared accumulator (at most 32; the global atomics path when not
+/// even one row fits); for the row kernels, a thread per row, as many as fit (a power of two
+/// from 32 to 256; else 256 rows adding to global memory).
 pub fn plan_launches(rows: usize, width: usize, units: &[(Kernel, usize)], limits: &DeviceLimits) -> Vec<RowLaunches> {
     if rows == 0 || width == 0 {
         return Vec::new();
     }
     let per_launch = (limits.max_launch_values / width).max(1);
     let fits = limits.shared_bytes / (width * 8);
-    let (rows_per_block, use_shared) = if fits >= 1 { (fits.min(MAX_ROWS_PER_BLOCK), true) } else { (MAX_ROWS_PER_BLOCK, false) };
+    // (threads, rows per block, shared) of each kernel family.
+    let shape = |kernel: Kernel| {
+        if kernel.is_rows() {
+            let threads =
+                (ROW_MIN_BLOCK_THREADS.trailing_zeros()..=ROW_BLOCK_THREADS.trailing_zeros()).rev().map(|b| 1usize << b).find(|&t| t <= fits);
+            match threads {
+                Some(t) => (t, t, true),
+                None => (ROW_BLOCK_THREADS, ROW_BLOCK_THREADS, false),
+            }
+        } else if fits >= 1 {
+            (BLOCK_THREADS as usize, fits.min(MAX_ROWS_PER_BLOCK), true)
+        } else {
+            (BLOCK_THREADS as usize, MAX_ROWS_PER_BLOCK, false)
+        }
+    };
     (0..rows)
         .step_by(per_launch)
         .map(|first_row| {
             let n = per_launch.min(rows - first_row);
-            let blocks = n.div_ceil(rows_per_block);
             let wanted = 4 * limits.multiprocessors;
             let launches = units
                 .iter()
                 .filter(|(_, count)| *count > 0)
                 .map(|&(kernel, count)| {
+                    let (threads, rows_per_block, use_shared) = shape(kernel);
+                    let blocks = n.div_ceil(rows_per_block);
                     let max_slices = count.div_ceil(kernel.units_per_block()).max(1);
                     let slices = wanted.div_ceil(blocks).clamp(1, max_slices.min(MAX_GRID_Y));
                     Launch {
                         kernel,
                         grid: (blocks as u32, slices as u32),
-                        block_threads: BLOCK_THREADS,
+                        block_threads: threads as u32,
                         shared_bytes: if use_shared { (rows_per_block * width * 8) as u32 } else { 0 },
                         rows_per_block,
                         use_shared,
@@ -303,5 +347,35 @@ mod tests {
         let kernels: Vec<Kernel> = both[0].launches.iter().map(|l| l.kernel).collect();
         assert_eq!(kernels, [Kernel::Shap, Kernel::QuadratureShap]);
         assert_eq!(both[0].launches[1].grid.1 as usize, 600usize.div_ceil(BLOCK_THREADS as usize));
+    }
+
+    #[test]
+    fn the_row_kernels_take_a_thread_per_row_and_as_many_rows_as_the_accumulator_holds() {
+        let limits = DeviceLimits::new(132);
+        let rows = |rows: usize, width: usize, paths: usize| plan_launches(rows, width, &[(Kernel::RowShap, paths)], &limits);
+        // Every block: one thread per row, a power of two from a warp to 256, shared memory for
+        // its rows' accumulator within the limit, and blocks covering every row.
+        for width in [1, 9, 55, 81, 129, 192, 193, 3025] {
+            for plan in rows(10_000, width, 5_000) {
+                let l = plan.launches[0];
+                assert_eq!(l.block_threads as usize, l.rows_per_block, "width {width}");
+                assert!(l.rows_per_block.is_power_of_two() && (32..=256).contains(&l.rows_per_block), "width {width}: {l:?}");
+                assert!(l.grid.0 as usize * l.rows_per_block >= plan.rows);
+                if l.use_shared {
+                    assert_eq!(l.shared_bytes as usize, l.rows_per_block * width * 8);
+                    assert!(l.shared_bytes as usize <= limits.shared_bytes);
+                    // The most rows that fit: twice as many would not.
+                    assert!(l.rows_per_block == 256 || 2 * l.shared_bytes as usize > limits.shared_bytes, "width {width}: {l:?}");
+                } else {
+                    // Not even one warp's rows fit: straight to global memory.
+                    assert!(32 * width * 8 > limits.shared_bytes && l.shared_bytes == 0, "width {width}");
+                }
+            }
+        }
+        // One row: the paths split across blocks, at least ROW_PATHS_PER_BLOCK each.
+        let one = rows(1, 9, 10_000)[0].launches[0];
+        assert_eq!(one.grid.0, 1);
+        assert_eq!(one.grid.1 as usize, 10_000usize.div_ceil(ROW_PATHS_PER_BLOCK));
+        assert_eq!(rows(1, 9, 10)[0].launches[0].grid.1, 1);
     }
 }

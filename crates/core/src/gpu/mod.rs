@@ -3,8 +3,9 @@
 //!
 //! * `paths`: GPUTreeShap's preprocessing on the CPU (path extraction, merging, bin packing);
 //! * `warps`: [`PathProgram`], the paths as the kernels' flat arrays (short paths packed in
-//!   warps), and a lane-by-lane CPU simulation of the warp kernels;
-//! * `quadrature`: the long paths' layout and the Gauss-Legendre rules of the quadrature kernels;
+//!   warps, or for the row kernels), and a lane-by-lane CPU simulation of the warp kernels;
+//! * `quadrature`: the quadrature kernels' path layout (long paths; the row kernels' paths) and
+//!   their Gauss-Legendre rules;
 //! * [`launch`]: the launch plan and the host steps around launches, shared by the engine and
 //!   the CPU emulation of the CUDA source (`tests/gpu_emulation.rs`);
 //! * `engine`: [`GpuEngine`], which compiles `kernels/treeshap.cu` with NVRTC and runs it.
@@ -17,7 +18,7 @@ mod warps;
 
 pub use engine::{compile_kernels, prepare, GpuEngine, StageTimes, KERNEL_SOURCE};
 pub use quadrature::{LongPaths, LONG_ELEMENT_INTS, LONG_PATH_INTS, LONG_PATH_MAX_ELEMENTS};
-pub use warps::{PathProgram, IDLE_LANE, LANE_INTS, LANE_REALS, ROOT_LANE, SPLIT_INTS};
+pub use warps::{PathLayout, PathProgram, IDLE_LANE, LANE_INTS, LANE_REALS, ROOT_LANE, SPLIT_INTS};
 
 /// What the GPU probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]

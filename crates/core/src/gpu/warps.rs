@@ -68,8 +68,12 @@ pub struct PathProgram {
     pub split_ints: Vec<u32>,
     /// Category bitsets of the categorical splits, 32 codes per word.
     pub categories: Vec<u32>,
-    /// The paths too long for a warp, for the quadrature kernels (splits in the table above).
+    /// The paths too long for a warp, for the long-path quadrature kernels (splits in the
+    /// table above).
     pub long: LongPaths,
+    /// Under [`PathLayout::Rows`], the paths of at most 32 elements, for the row kernels
+    /// (one thread per row; empty under [`PathLayout::Warps`]).
+    pub rows: LongPaths,
     /// Model features (F).
     pub features: usize,
     /// Output groups (G).
@@ -78,18 +82,39 @@ pub struct PathProgram {
     pub bias: Vec<f64>,
 }
 
+/// Which kernels take a model's paths of at most 32 elements (longer ones always go to the
+/// long-path quadrature kernels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathLayout {
+    /// GPUTreeShap's layout: the paths of at most `max_len` elements (at most 32) packed into
+    /// warps, a lane per element, EXTEND and UNWOUNDSUM across lanes; longer ones on the
+    /// long-path kernels (0 puts every path there).
+    Warps {
+        /// The longest path a warp takes.
+        max_len: usize,
+    },
+    /// The row kernels: a thread per row, the warp's threads on one path at a time, each
+    /// path's values a Gauss-Legendre sum with no division (`quadrature.rs`).
+    Rows,
+}
+
 impl PathProgram {
     /// The program of `model`'s paths: extracted and merged; paths of at most 32 elements
     /// packed into warps, longer ones for the quadrature kernels. `None` (with a log line) when
     /// a tree is deeper than the engines' recursion bound: the caller computes on the CPU.
     pub fn for_model(model: Arc<Model>) -> Result<Option<PathProgram>> {
-        PathProgram::with_warp_limit(model, WARP_LANES)
+        PathProgram::with_layout(model, PathLayout::Warps { max_len: WARP_LANES })
     }
 
     /// As [`PathProgram::for_model`], with paths of more than `warp_max_len` elements (at most
     /// 32) given to the quadrature kernels: 0 runs every path there, 32 is what `auto` does.
     /// For comparing the kernels, and for testing the quadrature kernels on short paths.
     pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<PathProgram>> {
+        PathProgram::with_layout(model, PathLayout::Warps { max_len: warp_max_len })
+    }
+
+    /// As [`PathProgram::for_model`], with the short paths laid out for `layout`'s kernels.
+    pub fn with_layout(model: Arc<Model>, layout: PathLayout) -> Result<Option<PathProgram>> {
         // Each path keeps every split on it, so a deep chain (legal in the file formats) would
         // need memory quadratic in its depth; such models run on the CPU's `linear`.
         let depth = model.trees().iter().map(crate::model::Tree::depth).max().unwrap_or(0);
@@ -106,20 +131,26 @@ impl PathProgram {
                 "GPU engine: a path has {len} elements, more than the {LONG_PATH_MAX_ELEMENTS} the quadrature kernels take"
             )));
         }
-        let warp_max_len = warp_max_len.min(WARP_LANES);
-        let (short, long): (Vec<usize>, Vec<usize>) = (0..lengths.len()).partition(|&p| lengths[p] <= warp_max_len);
-        let short_lengths: Vec<usize> = short.iter().map(|&p| lengths[p]).collect();
-        let bins = pack(&short_lengths, WARP_LANES).expect("paths longer than a warp were set apart");
-        let bins: Vec<Vec<usize>> = bins.into_iter().map(|b| b.into_iter().map(|i| short[i]).collect()).collect();
+        let short_max_len = match layout {
+            PathLayout::Warps { max_len } => max_len.min(WARP_LANES),
+            PathLayout::Rows => WARP_LANES,
+        };
+        let (short, long): (Vec<usize>, Vec<usize>) = (0..lengths.len()).partition(|&p| lengths[p] <= short_max_len);
         if !long.is_empty() {
             tracing::debug!(paths = long.len(), longest = long.iter().map(|&p| lengths[p]).max(), "GPU engine: long paths on the quadrature kernels");
         }
-        Ok(Some(PathProgram::new(&set, &bins, &long)))
+        if layout == PathLayout::Rows {
+            return Ok(Some(PathProgram::new(&set, &[], &long, &short)));
+        }
+        let short_lengths: Vec<usize> = short.iter().map(|&p| lengths[p]).collect();
+        let bins = pack(&short_lengths, WARP_LANES).expect("paths longer than a warp were set apart");
+        let bins: Vec<Vec<usize>> = bins.into_iter().map(|b| b.into_iter().map(|i| short[i]).collect()).collect();
+        Ok(Some(PathProgram::new(&set, &bins, &long, &[])))
     }
 
-    /// Lays out `set`'s paths: the warp kernels' `bins` (as `pack` chose them) and the
-    /// quadrature kernels' `long` paths.
-    pub(crate) fn new(set: &PathSet, bins: &[Vec<usize>], long: &[usize]) -> Self {
+    /// Lays out `set`'s paths: the warp kernels' `bins` (as `pack` chose them), the long-path
+    /// kernels' `long` paths and the row kernels' `rows`.
+    pub(crate) fn new(set: &PathSet, bins: &[Vec<usize>], long: &[usize], rows: &[usize]) -> Self {
         let lanes = bins.len() * WARP_LANES;
         let mut program = PathProgram {
             bins: bins.len(),
@@ -130,6 +161,7 @@ impl PathProgram {
             split_ints: Vec::new(),
             categories: Vec::new(),
             long: LongPaths::default(),
+            rows: LongPaths::default(),
             features: set.model.num_features(),
             groups: set.model.num_groups(),
             bias: set.bias.clone(),
@@ -165,19 +197,30 @@ impl PathProgram {
             }
             program.bin_len.push(longest as i32);
         }
-        // Longest first, so the threads of a warp take paths of similar length.
-        let mut long = long.to_vec();
-        long.sort_by_key(|&p| std::cmp::Reverse(set.paths[p].elements.len()));
-        for p in long {
+        let mut long_paths = std::mem::take(&mut program.long);
+        program.push_quadrature_paths(set, long, &mut long_paths);
+        long_paths.finish(false);
+        let mut row_paths = std::mem::take(&mut program.rows);
+        program.push_quadrature_paths(set, rows, &mut row_paths);
+        row_paths.finish(true);
+        (program.long, program.rows) = (long_paths, row_paths);
+        program
+    }
+
+    /// Adds `paths` of `set` to `to`, longest first: neighbouring threads of the long-path
+    /// kernels take paths of similar length, and the row kernels meet paths of one rule size
+    /// in runs.
+    fn push_quadrature_paths(&mut self, set: &PathSet, paths: &[usize], to: &mut LongPaths) {
+        let mut paths = paths.to_vec();
+        paths.sort_by_key(|&p| std::cmp::Reverse(set.paths[p].elements.len()));
+        for p in paths {
             let path = &set.paths[p];
-            program.long.push_path(path.elements.len(), path.group, path.value);
+            to.push_path(path.elements.len(), path.group, path.value);
             for e in &path.elements {
-                let splits = program.push_splits(set, e);
-                program.long.push_element(e.feature.map_or(ROOT_LANE, |f| f as i32), splits, e.zero_fraction);
+                let splits = self.push_splits(set, e);
+                to.push_element(e.feature.map_or(ROOT_LANE, |f| f as i32), splits, e.zero_fraction);
             }
         }
-        program.long.finish();
-        program
     }
 
     /// Adds an element's splits to the split table; returns their range.
