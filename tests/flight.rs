@@ -117,13 +117,13 @@ async fn pool_of_three_equals_local_explain_on_every_fixture() {
     let e = pool.explain(&missing, None, OutputKind::Shap, input).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     assert!(e.to_string().contains("no_such_model.json"), "{e}");
-    // The work was spread: every worker served rows.
+    // The work was spread: every worker served rows, and nothing is left running. (The failed
+    // call's other chunks were cancelled when the first failed: a worker learns of a cancel
+    // when the client's reset reaches it, so it may take a moment to count them out.)
     for w in &workers {
-        let mut c = client(&w.url, None).await;
-        let body = c.do_action(Action::new("stats", "")).await.unwrap().next().await.unwrap().unwrap();
-        let stats: WorkerStats = serde_json::from_slice(&body).unwrap();
+        let stats = settled_worker_stats(&w.url).await;
         assert!(stats.rows > 0, "{} served nothing: {stats:?}", w.url);
-        assert_eq!(stats.in_flight, 0);
+        assert_eq!(stats.in_flight, 0, "{}: requests still running: {stats:?}", w.url);
     }
 }
 
@@ -419,16 +419,7 @@ async fn dropping_a_query_cancels_its_requests() {
     query.abort();
     assert!(query.await.unwrap_err().is_cancelled());
     // The worker sees its calls end (in_flight back to 0) long before the rows could be done.
-    let mut c = client(&w.url, None).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let stats = loop {
-        let body = c.do_action(Action::new("stats", "")).await.unwrap().next().await.unwrap().unwrap();
-        let stats: WorkerStats = serde_json::from_slice(&body).unwrap();
-        if stats.in_flight == 0 || Instant::now() > deadline {
-            break stats;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let stats = settled_worker_stats(&w.url).await;
     assert_eq!(stats.in_flight, 0, "requests still running after the query was dropped: {stats:?}");
     assert!((stats.rows as usize) < batch.num_rows(), "the worker finished every row anyway: {stats:?}");
     assert_eq!(pool.status()[0].in_flight, 0);
@@ -617,6 +608,19 @@ fn rows_bytes(batch: &RecordBatch) -> usize {
 async fn worker_stats(url: &str) -> WorkerStats {
     let reply: Vec<Bytes> = client(url, None).await.do_action(Action::new("stats", "")).await.unwrap().try_collect().await.unwrap();
     serde_json::from_slice(&reply[0]).unwrap()
+}
+
+/// A worker's stats once no request is running, or after 10 s, whichever is first: cancelled
+/// calls end on the worker when the client's reset reaches it, a moment after the client moved on.
+async fn settled_worker_stats(url: &str) -> WorkerStats {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = worker_stats(url).await;
+        if stats.in_flight == 0 || Instant::now() > deadline {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 #[cfg(test)]
 use super::launch::{Kernel, KernelCall};
 use super::paths::{extract, pack, PathElement, PathSet, WARP_LANES};
-use super::quadrature::{LongPaths, LONG_PATH_MAX_ELEMENTS};
+use super::quadrature::{quadrature_points, LongPaths, LONG_PATH_MAX_ELEMENTS};
 use crate::error::Result;
 use crate::model::Model;
 use crate::model::{MissingType, SplitRule};
@@ -129,6 +129,15 @@ impl PathProgram {
             // elements); kept so the kernels' local arrays can never overflow.
             return Err(crate::error::Error::Unsupported(format!(
                 "GPU engine: a path has {len} elements, more than the {LONG_PATH_MAX_ELEMENTS} the quadrature kernels take"
+            )));
+        }
+        // The kernels index elements, their splits and the row kernels' scales (up to 16 per
+        // element) with 32-bit integers.
+        let elements: usize = lengths.iter().sum();
+        let splits: usize = set.paths.iter().flat_map(|p| &p.elements).map(|e| e.splits.len()).sum();
+        if elements.saturating_mul(quadrature_points(WARP_LANES) + 1).max(splits) > i32::MAX as usize {
+            return Err(crate::error::Error::Unsupported(format!(
+                "GPU engine: the model's paths have {elements} elements and {splits} splits, more than the kernels' 32-bit indices reach; compute on the CPU"
             )));
         }
         let short_max_len = match layout {

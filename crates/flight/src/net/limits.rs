@@ -463,7 +463,13 @@ impl Admission {
     }
 
     /// `stream`, holding `permit` until it ends, and ended with `DeadlineExceeded` once the
-    /// deadline has passed; an error item marks the request failed.
+    /// deadline has passed; an error item marks the request failed and ends the stream, its
+    /// permit freed before the error goes out.
+    ///
+    /// Why before: gRPC ends a response at its first error, and tonic stops polling the stream
+    /// there but drops it only later, with the response body, which can be after the client
+    /// has the error. A client that reads the server's stats on seeing the error (a pool
+    /// checking that nothing is left running) would still count the request.
     pub fn bounded<T: Send + 'static>(&self, stream: StatusStream<T>, permit: Permit) -> StatusStream<T> {
         let deadline = self.limits.deadline;
         let name = self.names.deadline.clone();
@@ -477,6 +483,7 @@ impl Admission {
                     item = stream.next() => item.map(|item| {
                         if item.is_err() {
                             permit.fail();
+                            return (item, (stream, sleep, None)); // the permit drops here
                         }
                         (item, (stream, sleep, Some(permit)))
                     }),
@@ -533,6 +540,24 @@ mod tests {
         assert_eq!(items[0].as_ref().unwrap_err().code(), tonic::Code::DeadlineExceeded);
         let stats = admission.stats();
         assert_eq!((stats.running, stats.served, stats.failed), (0, 1, 1));
+        assert!(admission.admit("a").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_error_item_frees_the_slot_before_it_goes_out_and_ends_the_stream() {
+        let admission = Admission::new(RequestLimits { max_concurrent: 1, ..Default::default() });
+        let permit = admission.admit("a").await.unwrap();
+        let items: StatusStream<u32> =
+            Box::pin(futures::stream::iter([Ok(1), Err(Status::not_found("no such model")), Ok(2)]).chain(futures::stream::pending()));
+        let mut bounded = admission.bounded(items, permit);
+        assert_eq!(bounded.next().await.unwrap().unwrap(), 1);
+        assert_eq!(admission.stats().running, 1);
+        // The error, with the stream still held (as tonic holds it after sending the status):
+        // the slot is already free and the request counted as failed.
+        assert_eq!(bounded.next().await.unwrap().unwrap_err().code(), tonic::Code::NotFound);
+        let stats = admission.stats();
+        assert_eq!((stats.running, stats.failed), (0, 1));
+        assert!(bounded.next().await.is_none(), "nothing follows an error");
         assert!(admission.admit("a").await.is_ok());
     }
 
