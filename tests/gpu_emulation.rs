@@ -177,7 +177,7 @@ const LAYOUTS: [(&str, PathLayout); 4] = [
     ("mixed at 4", PathLayout::Warps { max_len: 4 }),
     ("rows", PathLayout::Rows),
 ];
-const MIXED: PathLayout = PathLayout::Warps { max_len: 4 };
+const MIXED: PathLayout = LAYOUTS[2].1;
 
 fn program(f: &Fixture, layout: PathLayout) -> PathProgram {
     PathProgram::with_layout(f.model.clone(), layout).unwrap().expect("no fixture is deeper than the engines' bound")

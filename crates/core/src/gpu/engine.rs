@@ -194,16 +194,11 @@ impl GpuEngine {
     /// a log line saying why) when a tree is deeper than the engines' recursion bound: the
     /// caller uses the CPU. An error when there is no usable GPU.
     pub fn new(model: Arc<Model>) -> Result<Option<Self>> {
-        GpuEngine::with_warp_limit(model, WARP_LANES)
+        GpuEngine::with_layout(model, PathLayout::Warps { max_len: WARP_LANES })
     }
 
-    /// As [`GpuEngine::new`], with paths of more than `warp_max_len` elements on the quadrature
-    /// kernel (0: every path; 32, the most, is what `new` does): for comparing the kernels.
-    pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<Self>> {
-        GpuEngine::with_layout(model, PathLayout::Warps { max_len: warp_max_len })
-    }
-
-    /// As [`GpuEngine::new`], with the short paths on `layout`'s kernels.
+    /// As [`GpuEngine::new`], with the short paths on `layout`'s kernels: for comparing the
+    /// kernels (`PathLayout::Warps { max_len: 0 }` puts every path on the quadrature kernel).
     pub fn with_layout(model: Arc<Model>, layout: PathLayout) -> Result<Option<Self>> {
         let kernels = kernels()?;
         let Some(program) = PathProgram::with_layout(model.clone(), layout)? else { return Ok(None) };

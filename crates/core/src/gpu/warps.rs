@@ -106,14 +106,8 @@ impl PathProgram {
         PathProgram::with_layout(model, PathLayout::Warps { max_len: WARP_LANES })
     }
 
-    /// As [`PathProgram::for_model`], with paths of more than `warp_max_len` elements (at most
-    /// 32) given to the quadrature kernels: 0 runs every path there, 32 is what `auto` does.
-    /// For comparing the kernels, and for testing the quadrature kernels on short paths.
-    pub fn with_warp_limit(model: Arc<Model>, warp_max_len: usize) -> Result<Option<PathProgram>> {
-        PathProgram::with_layout(model, PathLayout::Warps { max_len: warp_max_len })
-    }
-
-    /// As [`PathProgram::for_model`], with the short paths laid out for `layout`'s kernels.
+    /// As [`PathProgram::for_model`], with the short paths laid out for `layout`'s kernels: for
+    /// comparing the kernels, and for testing the quadrature kernels on short paths.
     pub fn with_layout(model: Arc<Model>, layout: PathLayout) -> Result<Option<PathProgram>> {
         // Each path keeps every split on it, so a deep chain (legal in the file formats) would
         // need memory quadratic in its depth; such models run on the CPU's `linear`.
