@@ -2,7 +2,8 @@
 //! Linear TreeSHAP), with the Shapley weights integrated by the Gauss–Legendre rule of
 //! [`quadrature`](super::quadrature); sixteen rows at a time, one per SIMD lane (four for a
 //! call of two to four rows: see [`SMALL_LANES`]; a row alone, for its SHAP values, takes two
-//! flat passes over the splits in post-order instead: see [`row`]).
+//! flat passes over the splits in post-order instead: see [`row`], and where a chunk's trees
+//! share their shape, eight of them at once, a tree per lane: see [`tree_lanes`]).
 //!
 //! Notation as in `quadrature`: on a leaf's path, feature j has merged cover fraction `z_j` and
 //! is hot (`o_j = 1`) when the row follows every split on it, cold (`o_j = 0`) otherwise. With
@@ -74,6 +75,7 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 mod row;
+mod tree_lanes;
 
 use super::block::FeatureBlock;
 use super::decision::Decision;
@@ -120,8 +122,9 @@ const fn in_small_lane_groups(rows: usize) -> bool {
     rows <= SMALL_LANES
 }
 
-/// Whether a call of `rows` rows takes, for its SHAP values, a lane group of one and
-/// [`row::walk_alone`] (interactions keep [`SMALL_LANES`]): the one rule the dispatch and its tests read.
+/// Whether a call of `rows` rows takes, for its SHAP values, a lane group of one, its chunks'
+/// [`tree_lanes::ChunkPlan`] and [`row::walk_alone`] for the trees no group holds
+/// (interactions keep [`SMALL_LANES`]): the one rule the dispatch and its tests read.
 const fn walks_alone(rows: usize) -> bool {
     rows == 1
 }
@@ -445,6 +448,9 @@ pub(crate) struct Linear {
     /// Interactions only, at their first call: per chunk, the pair sums its walks can write
     /// ([`Linear::pair_entries`]).
     pair_entries: OnceLock<Vec<PairEntries>>,
+    /// A row alone, SHAP values only, at its first call: per chunk, the trees it walks eight at
+    /// a time ([`tree_lanes`]).
+    row_plans: OnceLock<Vec<tree_lanes::ChunkPlan>>,
 }
 
 /// The entries of a lane group's pair sums (`groups × F × F`, entry `group·F·F + j·F + i`) that
@@ -481,7 +487,7 @@ impl Linear {
             .map(|(t, (tree, prep))| LinearTree::parts(tree, prep, t, index))
             .collect::<Result<Vec<_>>>()?;
         let trees = parts.into_iter().flatten().collect();
-        let linear = Linear { prepared, trees, index, pair_entries: OnceLock::new() };
+        let linear = Linear { prepared, trees, index, pair_entries: OnceLock::new(), row_plans: OnceLock::new() };
         linear.check_scratch(false)?;
         Ok(linear)
     }
@@ -590,6 +596,10 @@ struct Scratch<const N: usize> {
     walk: WalkStack<N>,
     /// The one-row walk's values ([`row::walk_alone`]).
     row: row::RowScratch,
+    /// The values of a row alone's walks of trees in the lanes ([`tree_lanes`]), and each
+    /// group's terms until they are added in the chunk's order.
+    group: tree_lanes::GroupScratch,
+    group_terms: Vec<Vec<f64>>,
 }
 
 /// The explicit stack of the walk, one level per depth.
@@ -1072,7 +1082,30 @@ unsafe fn explain_task<const PAIRS: bool, const AVX2: bool, const N: usize>(
     groups: usize,
     s: &mut Scratch<N>,
     mut tail: Option<&mut Scratch<SMALL_LANES>>,
+    plan: Option<&tree_lanes::ChunkPlan>,
 ) {
+    if let Some(plan) = plan.filter(|_| groups == 1) {
+        // A row alone (one lane group of one, SHAP values): the groups' walks first, then
+        // every tree's terms in the chunk's order (see `tree_lanes`).
+        debug_assert!(N == 1 && !PAIRS && tail.is_none() && plan.place.len() == trees.len());
+        let (f, model) = (p.model.num_features(), p.model.trees());
+        s.group_terms.resize_with(plan.groups.len(), Vec::new);
+        for (group, terms) in plan.groups.iter().zip(&mut s.group_terms) {
+            group.walk(model, &s.xs[..f], terms, &mut s.group);
+        }
+        for (lt, place) in trees.iter().zip(&plan.place) {
+            match *place {
+                Some((g, member)) => {
+                    let at = model[lt.source].group;
+                    plan.groups[g as usize].add_terms(member as usize, &s.group_terms[g as usize], &mut s.phi[at * f..(at + 1) * f]);
+                }
+                // SAFETY: the caller's promise.
+                None if !lt.splits.is_empty() => unsafe { walk_points::<PAIRS, AVX2, N>(p, lt, groups, s) },
+                None => {}
+            }
+        }
+        return;
+    }
     for lt in trees {
         if lt.splits.is_empty() {
             continue; // a lone leaf attributes nothing
@@ -1158,9 +1191,10 @@ unsafe fn explain_task_avx512<const PAIRS: bool, const N: usize>(
     groups: usize,
     s: &mut Scratch<N>,
     tail: Option<&mut Scratch<SMALL_LANES>>,
+    plan: Option<&tree_lanes::ChunkPlan>,
 ) {
     // SAFETY: AVX-512F implies AVX2.
-    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s, tail) }
+    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s, tail, plan) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -1171,9 +1205,10 @@ unsafe fn explain_task_avx2<const PAIRS: bool, const N: usize>(
     groups: usize,
     s: &mut Scratch<N>,
     tail: Option<&mut Scratch<SMALL_LANES>>,
+    plan: Option<&tree_lanes::ChunkPlan>,
 ) {
     // SAFETY: this copy runs only where the CPU has AVX2.
-    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s, tail) }
+    unsafe { explain_task::<PAIRS, true, N>(p, trees, groups, s, tail, plan) }
 }
 
 /// Which compiled copy of the walk this CPU runs (decided once): `groups` lane groups of `s`
@@ -1184,17 +1219,18 @@ fn dispatch<const PAIRS: bool, const N: usize>(
     groups: usize,
     s: &mut Scratch<N>,
     tail: Option<&mut Scratch<SMALL_LANES>>,
+    plan: Option<&tree_lanes::ChunkPlan>,
 ) {
     #[cfg(target_arch = "x86_64")]
     match simd_level() {
         // SAFETY: the CPU has the features (`simd_level` detected them).
-        SimdLevel::Avx512 => return unsafe { explain_task_avx512::<PAIRS, N>(p, trees, groups, s, tail) },
+        SimdLevel::Avx512 => return unsafe { explain_task_avx512::<PAIRS, N>(p, trees, groups, s, tail, plan) },
         // SAFETY: as above.
-        SimdLevel::Avx2 => return unsafe { explain_task_avx2::<PAIRS, N>(p, trees, groups, s, tail) },
+        SimdLevel::Avx2 => return unsafe { explain_task_avx2::<PAIRS, N>(p, trees, groups, s, tail, plan) },
         SimdLevel::Portable => {}
     }
     // SAFETY: the portable copy needs no CPU feature.
-    unsafe { explain_task::<PAIRS, false, N>(p, trees, groups, s, tail) }
+    unsafe { explain_task::<PAIRS, false, N>(p, trees, groups, s, tail, plan) }
 }
 
 /// Adds `part` to `total`, lane by lane.
@@ -1326,7 +1362,13 @@ impl Linear {
             self.zero_chunk::<PAIRS, SMALL_LANES>(1, tail);
         }
         let trees = &self.trees[chunk * TREES_PER_CHUNK..((chunk + 1) * TREES_PER_CHUNK).min(self.trees.len())];
-        dispatch::<PAIRS, N>(&self.prepared, trees, wide_groups, wide, tail);
+        let plan = (N == 1 && !PAIRS).then(|| &self.row_plans()[chunk]);
+        dispatch::<PAIRS, N>(&self.prepared, trees, wide_groups, wide, tail, plan);
+    }
+
+    /// Per chunk, how a row alone walks its trees (see [`tree_lanes`]), laid out at the first call.
+    fn row_plans(&self) -> &[tree_lanes::ChunkPlan] {
+        self.row_plans.get_or_init(|| self.trees.chunks(TREES_PER_CHUNK).map(tree_lanes::ChunkPlan::new).collect())
     }
 
     /// Zeroes the totals for `lane_groups` of `s`.
@@ -1924,18 +1966,106 @@ mod tests {
         let rows = 3 * LANES;
         let values: Vec<f64> = (0..rows * features).map(|i| if i % 17 == 0 { f64::NAN } else { ((i * 7919) % 1000) as f64 / 1000.0 }).collect();
         let all = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
+        on_one_and_two_threads(&engine, &all, |threads, shap| {
+            assert_eq!(engine.shares_trees(1, false), threads > 1, "{threads} threads share one row's trees");
+            for r in [0, 5, LANES + 7, rows - 1] {
+                let alone = FeatureBlock::new(1, features, values[r * features..(r + 1) * features].to_vec(), Precision::F64);
+                assert_eq!(bits(engine.shap(&alone).unwrap().row(0, 0)), bits(shap.row(r, 0)), "{threads} threads, row {r}");
+            }
+        });
+    }
+
+    /// `check(threads, SHAP values of block)` in a pool of one thread and in one of two, after
+    /// checking that the model attributes something.
+    fn on_one_and_two_threads(engine: &Linear, block: &FeatureBlock, check: impl Fn(usize, &Attributions) + Sync) {
         for threads in [1, 2] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             pool.install(|| {
-                let shap = engine.shap(&all).unwrap();
+                let shap = engine.shap(block).unwrap();
                 assert!(shap.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
-                assert_eq!(engine.shares_trees(1, false), threads > 1, "{threads} threads share one row's trees");
-                for r in [0, 5, LANES + 7, rows - 1] {
-                    let alone = FeatureBlock::new(1, features, values[r * features..(r + 1) * features].to_vec(), Precision::F64);
-                    assert_eq!(bits(engine.shap(&alone).unwrap().row(0, 0)), bits(shap.row(r, 0)), "{threads} threads, row {r}");
-                }
+                check(threads, &shap);
             });
         }
+    }
+
+    /// A tree of `depth` over `features` features whose branches stop at random below depth 2
+    /// (every tree a shape of its own).
+    fn ragged(seed: &mut u64, features: u32, depth: usize) -> Tree {
+        let mut t = full_tree(seed, depth, |_, u| (u * features as f64) as u32);
+        // Cut: a split drawn to stop becomes a leaf, its subtree left out by a rebuild below.
+        let mut nodes = vec![t.nodes[0].clone()];
+        let mut stack = vec![(0usize, 0usize, 0usize)];
+        while let Some((old, new, d)) = stack.pop() {
+            let node = t.nodes[old].clone();
+            if node.is_leaf() || (d >= 2 && uniform(seed) < 0.2) {
+                nodes[new] = Node::leaf(uniform(seed) - 0.5, node.cover);
+                continue;
+            }
+            let (l, r) = (nodes.len(), nodes.len() + 1);
+            nodes.push(t.nodes[node.left as usize].clone());
+            nodes.push(t.nodes[node.right as usize].clone());
+            (nodes[new].left, nodes[new].right) = (l as u32, r as u32);
+            stack.push((node.left as usize, l, d + 1));
+            stack.push((node.right as usize, r, d + 1));
+        }
+        t.nodes = nodes;
+        t
+    }
+
+    #[test]
+    fn a_row_alone_walks_trees_in_lanes_with_the_bits_of_a_large_block() {
+        let (features, mut seed) = (14usize, 91u64);
+        // Full trees (one shape), ragged ones (stand-ins in their groups' lanes) and lopsided
+        // ones (parts of several point counts), over three output groups; every fifth split
+        // LightGBM's rule with zero as missing (a generic test).
+        let mut trees: Vec<Tree> =
+            (0..2 * TREES_PER_CHUNK + 9).map(|i| if i % 3 == 0 { tree(&mut seed, 6, 7) } else { ragged(&mut seed, features as u32, 7) }).collect();
+        trees.extend([10, features].map(|width| lopsided(width, &mut seed)));
+        for (i, t) in trees.iter_mut().enumerate() {
+            t.group = i % 3;
+        }
+        for (i, node) in trees.iter_mut().flat_map(|t| t.nodes.iter_mut()).enumerate().filter(|(i, n)| i % 5 == 0 && !n.is_leaf()) {
+            node.rule = SplitRule::LgbLessEqual { threshold: ((i * 7) % 100) as f64 / 100.0, missing: crate::model::MissingType::Zero };
+        }
+        let mut parts = crate::test_support::numeric_parts(features, trees, 0.0);
+        (parts.num_groups, parts.base_margin, parts.objective) = (3, vec![0.1, 0.2, 0.3], "multi:softprob".into());
+        let model = Model::new(parts, "a test model").unwrap();
+        let prepared = Arc::new(PreparedModel::new(Arc::new(model)).unwrap());
+        let engine = Linear::new(prepared.clone()).unwrap();
+        let (mut grouped, mut stand_ins, mut generic) = (0, 0, 0);
+        for plan in engine.row_plans() {
+            let (t, s, g) = plan.census();
+            (grouped, stand_ins, generic) = (grouped + t, stand_ins + s, generic + g);
+        }
+        assert!(
+            grouped >= TREES_PER_CHUNK && stand_ins > 0 && generic > 0,
+            "trees in lanes {grouped}, stand-in nodes {stand_ins}, generic lanes {generic}"
+        );
+        assert!(engine.row_plans().iter().any(|plan| plan.place.iter().any(Option::is_none)), "some trees walk flat");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+        let rows = 2 * LANES + 3;
+        let values: Vec<f64> = (0..rows * features)
+            .map(|i| match i % 13 {
+                0 => f64::NAN,
+                1 => 0.0,
+                _ => ((i * 7919) % 1000) as f64 / 1000.0,
+            })
+            .collect();
+        let all = FeatureBlock::new(rows, features, values.clone(), Precision::F64);
+        on_one_and_two_threads(&engine, &all, |threads, shap| {
+            for r in [0, 1, 9, LANES + 4, rows - 1] {
+                let row = &values[r * features..(r + 1) * features];
+                let alone = FeatureBlock::new(1, features, row.to_vec(), Precision::F64);
+                let one = engine.shap(&alone).unwrap();
+                for g in 0..3 {
+                    assert_eq!(bits(one.row(0, g)), bits(shap.row(r, g)), "{threads} threads, row {r}, output {g}");
+                }
+                let xs: Vec<Lanes<1>> = row.iter().map(|&x| Lanes([x])).collect();
+                for plan in engine.row_plans() {
+                    plan.assert_directions_agree(prepared.model.trees(), &xs);
+                }
+            }
+        });
     }
 
     /// Every compiled copy of the walk for lane groups of `N` rows gives the same bits.
@@ -1968,12 +2098,12 @@ mod tests {
             (bits(&s.phi), bits(&s.pairs))
         };
         // SAFETY (every portable copy here): it needs no CPU feature.
-        let baseline = run(&|s| unsafe { explain_task::<true, false, N>(&prepared, &engine.trees, groups, s, None) });
+        let baseline = run(&|s| unsafe { explain_task::<true, false, N>(&prepared, &engine.trees, groups, s, None, None) });
         assert!(baseline.0.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "the model attributes something");
         assert!(baseline.1.iter().any(|&b| f64::from_bits(b).abs() > 1e-3), "and has interactions");
         assert_eq!(
             baseline.0,
-            run(&|s| unsafe { explain_task::<false, false, N>(&prepared, &engine.trees, groups, s, None) }).0,
+            run(&|s| unsafe { explain_task::<false, false, N>(&prepared, &engine.trees, groups, s, None, None) }).0,
             "SHAP values without pairs"
         );
         // SHAP values walk a copy per point count; the general copy gives the same bits.
@@ -1994,19 +2124,19 @@ mod tests {
             let fma = std::arch::is_x86_feature_detected!("fma");
             if fma && std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU has AVX2 and FMA.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true, N>(&prepared, &engine.trees, groups, s, None) }), "AVX2");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx2::<true, N>(&prepared, &engine.trees, groups, s, None, None) }), "AVX2");
                 assert_eq!(
                     baseline.0,
-                    run(&|s| unsafe { explain_task_avx2::<false, N>(&prepared, &engine.trees, groups, s, None) }).0,
+                    run(&|s| unsafe { explain_task_avx2::<false, N>(&prepared, &engine.trees, groups, s, None, None) }).0,
                     "AVX2, SHAP values"
                 );
             }
             if fma && std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F and FMA.
-                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true, N>(&prepared, &engine.trees, groups, s, None) }), "AVX-512");
+                assert_eq!(baseline, run(&|s| unsafe { explain_task_avx512::<true, N>(&prepared, &engine.trees, groups, s, None, None) }), "AVX-512");
                 assert_eq!(
                     baseline.0,
-                    run(&|s| unsafe { explain_task_avx512::<false, N>(&prepared, &engine.trees, groups, s, None) }).0,
+                    run(&|s| unsafe { explain_task_avx512::<false, N>(&prepared, &engine.trees, groups, s, None, None) }).0,
                     "AVX-512, SHAP values"
                 );
             }

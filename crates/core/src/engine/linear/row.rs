@@ -29,7 +29,7 @@ use crate::engine::decision::Decision;
 use crate::model::Tree;
 
 /// No split (a leaf child, the root's parent, a feature's first split).
-const NONE: u32 = u32::MAX;
+pub(super) const NONE: u32 = u32::MAX;
 
 /// A compiled tree (or part) laid out for [`walk_alone`]: its splits in post-order, with their
 /// parents, children and nearest split above on the same feature as post-order indices.
@@ -76,26 +76,10 @@ impl RowTree {
     /// Lays out `lt`'s splits (preorder, as the lane walk keeps them) in post-order.
     pub(super) fn new(lt: &LinearTree) -> RowTree {
         let n = lt.splits.len();
-        // Post-order of the preorder indices (left child first, as the walk goes), without
-        // recursion: a tree's depth comes from its file.
-        let mut order = Vec::with_capacity(n);
-        let mut stack: Vec<(u32, u8)> = if n > 0 { vec![(0, 0)] } else { Vec::new() };
-        while let Some(&mut (at, ref mut stage)) = stack.last_mut() {
-            if *stage < 2 {
-                let side = *stage as usize;
-                *stage += 1;
-                if let Child::Split(c) = lt.splits[at as usize].children[side] {
-                    stack.push((c, 0));
-                }
-            } else {
-                order.push(at);
-                stack.pop();
-            }
-        }
-        let mut position = vec![NONE; n];
-        for (post, &pre) in order.iter().enumerate() {
-            position[pre as usize] = post as u32;
-        }
+        let (order, position) = post_order(n, |at, side| match lt.splits[at as usize].children[side] {
+            Child::Split(c) => Some(c),
+            Child::Leaf(_) => None,
+        });
         let mut splits: Vec<RowSplit> = order
             .iter()
             .map(|&pre| {
@@ -153,6 +137,32 @@ impl RowTree {
             .collect();
         RowTree { splits, inv_prev }
     }
+}
+
+/// The post-order of a tree of `n` nodes numbered in preorder from its root 0 (left child
+/// first, as the walk goes), without recursion (a tree's depth comes from its file): the nodes
+/// in post-order, and each node's place in it. `child(node, side)` is the node's child there,
+/// `None` for a leaf.
+pub(super) fn post_order(n: usize, child: impl Fn(u32, usize) -> Option<u32>) -> (Vec<u32>, Vec<u32>) {
+    let mut order = Vec::with_capacity(n);
+    let mut stack: Vec<(u32, u8)> = if n > 0 { vec![(0, 0)] } else { Vec::new() };
+    while let Some(&mut (at, ref mut stage)) = stack.last_mut() {
+        if *stage < 2 {
+            let side = *stage as usize;
+            *stage += 1;
+            if let Some(c) = child(at, side) {
+                stack.push((c, 0));
+            }
+        } else {
+            order.push(at);
+            stack.pop();
+        }
+    }
+    let mut position = vec![NONE; n];
+    for (post, &pre) in order.iter().enumerate() {
+        position[pre as usize] = post as u32;
+    }
+    (order, position)
 }
 
 /// Per-split values of [`walk_alone`], reused across trees: [`padded`]`(K)` values a slot, for
