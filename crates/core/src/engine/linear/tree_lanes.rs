@@ -16,7 +16,8 @@
 //!
 //! Bits: every value of a lane takes the operations, in the order, that [`row`](super::row)'s
 //! walk (and so the lane walk) gives it for its tree; where the walk takes one of three forms of
-//! a split's B and terms, the lanes compute all three and keep their own by bits. A split's
+//! a split's B and terms, the lanes compute each form some lane takes and keep their own by
+//! bits. A split's
 //! terms are kept, and added to the row's sums after the group's walk, tree by tree in the
 //! chunk's order and each tree's splits in post-order: the order the flat walk adds them. So a
 //! row has the same bits here as in any lane group (tested in `linear`'s tests).
@@ -666,11 +667,11 @@ unsafe fn directions_avx2(
 
 #[cfg(test)]
 impl ChunkPlan {
-    /// What the plan's groups hold: trees in groups, nodes where a lane is a stand-in below a
-    /// leaf of its tree, lanes with a generic test.
+    /// What the plan's groups hold: trees in groups, nodes where a member's lane is a stand-in
+    /// below a leaf of its tree, lanes with a generic test.
     pub(super) fn census(&self) -> (usize, usize, usize) {
         let trees = self.groups.iter().map(|g| g.sources.len()).sum();
-        let stand_ins = self.groups.iter().flat_map(|g| &g.nodes).filter(|node| node.stand_in.iter().take(L).any(|&s| s)).count();
+        let stand_ins = self.groups.iter().map(|g| g.nodes.iter().filter(|node| node.stand_in[..g.sources.len()].contains(&true)).count()).sum();
         let generic = self.groups.iter().flat_map(|g| &g.tests).map(|t| t.generic.count_ones() as usize).sum();
         (trees, stand_ins, generic)
     }
