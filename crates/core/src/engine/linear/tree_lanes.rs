@@ -224,11 +224,10 @@ impl ChunkPlan {
     /// splits are worth more than its shape (both at [`NODE_COST`]).
     pub(super) fn new(trees: &[LinearTree]) -> ChunkPlan {
         let mut plan = ChunkPlan { groups: Vec::new(), place: vec![None; trees.len()] };
-        // Per point count: the open group's members, its shape's nodes and its splits.
-        let mut open: Vec<(Vec<u32>, usize, usize)> = (0..=8).map(|_| (Vec::new(), 0, 0)).collect();
-        let close = |plan: &mut ChunkPlan, (members, nodes, splits): (Vec<u32>, usize, usize)| {
-            if members.len() >= MIN_TREES && splits as f64 > NODE_COST * nodes as f64 {
-                let drafts = union(trees, &members, usize::MAX).expect("no limit");
+        // Per point count: the open group's members, its shape and its splits.
+        let mut open: Vec<(Vec<u32>, Vec<Draft>, usize)> = (0..=8).map(|_| (Vec::new(), Vec::new(), 0)).collect();
+        let close = |plan: &mut ChunkPlan, (members, drafts, splits): (Vec<u32>, Vec<Draft>, usize)| {
+            if members.len() >= MIN_TREES && splits as f64 > NODE_COST * drafts.len() as f64 {
                 let g = plan.groups.len() as u32;
                 for (lane, &m) in members.iter().enumerate() {
                     plan.place[m as usize] = Some((g, lane as u32));
@@ -241,16 +240,17 @@ impl ChunkPlan {
             if size == 0 || size > MAX_NODES || !(1..=8).contains(&k) {
                 continue;
             }
-            let (members, nodes, splits) = &mut open[k];
+            let (members, drafts, splits) = &mut open[k];
             let mut with = members.clone();
             with.push(i as u32);
-            // The shape may grow by less than the tree's splits' worth of group nodes.
-            let limit = (*nodes + (size as f64 / NODE_COST).ceil() as usize).min(MAX_NODES + 1);
-            let grown = if members.is_empty() { Some(size) } else { union(trees, &with, limit).map(|drafts| drafts.len()) };
-            match grown {
-                Some(grown) if grown < limit || members.is_empty() => (*members, *nodes, *splits) = (with, grown, *splits + size),
-                _ => {
-                    let full = std::mem::replace(&mut open[k], (vec![i as u32], size, size));
+            // The shape may grow by less than the tree's splits' worth of group nodes (a tree
+            // alone is its own shape).
+            let limit = if members.is_empty() { usize::MAX } else { (drafts.len() + (size as f64 / NODE_COST).ceil() as usize).min(MAX_NODES + 1) };
+            match union(trees, &with, limit).filter(|grown| grown.len() < limit) {
+                Some(grown) => (*members, *drafts, *splits) = (with, grown, *splits + size),
+                None => {
+                    let alone = union(trees, &[i as u32], usize::MAX).expect("no limit");
+                    let full = std::mem::replace(&mut open[k], (vec![i as u32], alone, size));
                     close(&mut plan, full);
                 }
             }
@@ -375,6 +375,34 @@ impl TreeGroup {
         TreeGroup { sources, points, nodes, tests, max_feature, inv_prev, t: first.t.clone(), w: first.w.clone(), adds }
     }
 
+    /// The row `xs` (lane 0)'s directions at every node into `directions` (see
+    /// [`GroupScratch`]; n + 1 values, the last the stand-ins' `prev`): by the AVX2 copy where
+    /// the CPU has it, unless `portable`.
+    fn directions<const N: usize>(&self, model: &[Tree], xs: &[Lanes<N>], directions: &mut [u64], portable: bool) {
+        let n = self.nodes.len();
+        assert_eq!(directions.len(), n + 1, "TreeGroup: a direction per node and one more");
+        // Every feature is a feature of the row: the copies read them unchecked.
+        assert!((self.max_feature as usize) < xs.len(), "TreeGroup: a row of every feature");
+        directions[n] = LEFT_AND_HOT;
+        let (x, stride) = (xs.as_ptr().cast::<f64>(), size_of::<Lanes<N>>() / size_of::<f64>());
+        let generic = |p: usize, lane: usize, x: f64| match (&self.nodes[p].generic, self.sources.get(lane)) {
+            (Some(generic), Some(&tree)) => generic[lane].map(|decision| decision.goes_left(&model[tree], x)),
+            _ => None,
+        };
+        // SAFETY (both copies): every feature is below `xs.len()` (asserted above) and a
+        // `Lanes<N>` holds its N values from its start, so feature × stride indexes the row's
+        // value from `x`; every `prev` is at most n (`TreeGroup::new`) and `directions` holds
+        // n + 1 (asserted).
+        #[cfg(target_arch = "x86_64")]
+        if !portable && crate::engine::simd::simd_level() != crate::engine::simd::SimdLevel::Portable {
+            // (and the CPU has AVX2: every level but the portable one)
+            return unsafe { directions_avx2(&self.tests, &generic, x, stride, directions) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = portable;
+        unsafe { directions_portable(&self.tests, &generic, x, stride, directions) }
+    }
+
     /// Adds member `member`'s terms from the last [`walk`](Self::walk) to `phi` (one sum per
     /// feature of the member's output group), in the member's post-order.
     pub(super) fn add_terms<const N: usize>(&self, member: usize, terms: &[f64], phi: &mut [Lanes<N>]) {
@@ -446,33 +474,9 @@ impl TreeGroup {
             terms.resize(n * L, 0.0);
         }
         let (values, coefficients, directions) = (&mut s.values[..n * SLOTS * K], &mut s.coefficients[..n], &mut s.directions[..n + 1]);
-        directions[n] = LEFT_AND_HOT;
-        // Every feature is a feature of the row: the directions read them unchecked.
-        assert!((self.max_feature as usize) < xs.len(), "TreeGroup: a row of every feature");
-        let (x_base, x_stride) = (xs.as_ptr().cast::<f64>(), size_of::<Lanes<N>>() / size_of::<f64>());
         let at = |node: usize, slot: usize, k: usize| (node * SLOTS + slot) * K + k;
-        let trees: [Option<&Tree>; L] = std::array::from_fn(|lane| self.sources.get(lane).map(|&m| &model[m]));
-
         // The row's directions at every node, before the pass down reads them as vectors.
-        let generic = |p: usize, lane: usize, x: f64| match (&self.nodes[p].generic, trees[lane]) {
-            (Some(generic), Some(tree)) => generic[lane].map(|decision| decision.goes_left(tree, x)),
-            _ => None,
-        };
-        // SAFETY (both copies): every feature is below `xs.len()` (asserted above) and a
-        // `Lanes<N>` holds its N values from its start, so feature × stride indexes the row's
-        // value from `x_base`; every `prev` is at most n (`TreeGroup::new`) and `directions`
-        // holds n + 1.
-        #[cfg(target_arch = "x86_64")]
-        if crate::engine::simd::simd_level() != crate::engine::simd::SimdLevel::Portable {
-            // (and the CPU has AVX2: every level but the portable one)
-            unsafe { directions_avx2(&self.tests, &generic, x_base, x_stride, directions) };
-        } else {
-            unsafe { directions_portable(&self.tests, &generic, x_base, x_stride, directions) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        unsafe {
-            directions_portable(&self.tests, &generic, x_base, x_stride, directions)
-        };
+        self.directions(model, xs, directions, false);
 
         // The root's A is the quadrature weights, so the terms come out integrated.
         for k in 0..K {
@@ -676,30 +680,16 @@ impl ChunkPlan {
         (trees, stand_ins, generic)
     }
 
-    /// Asserts that both copies of the directions pass agree on the row `xs` in every group.
+    /// Asserts that both copies of the directions pass agree on the row `xs` in every group
+    /// (the AVX2 copy where the CPU has it).
     pub(super) fn assert_directions_agree<const N: usize>(&self, model: &[Tree], xs: &[Lanes<N>]) {
         for group in &self.groups {
             let n = group.nodes.len();
-            let trees: Vec<&Tree> = group.sources.iter().map(|&s| &model[s]).collect();
-            let generic = |p: usize, lane: usize, x: f64| match (&group.nodes[p].generic, trees.get(lane)) {
-                (Some(generic), Some(tree)) => generic[lane].map(|decision| decision.goes_left(tree, x)),
-                _ => None,
-            };
-            assert!((group.max_feature as usize) < xs.len());
-            let (x, stride) = (xs.as_ptr().cast::<f64>(), size_of::<Lanes<N>>() / size_of::<f64>());
-            let mut portable = vec![0u64; n + 1];
-            portable[n] = LEFT_AND_HOT;
-            // SAFETY: the features are below xs.len() (asserted), every prev at most n.
-            unsafe { directions_portable(&group.tests, &generic, x, stride, &mut portable) };
+            let (mut portable, mut chosen) = (vec![0u64; n + 1], vec![0u64; n + 1]);
+            group.directions(model, xs, &mut portable, true);
+            group.directions(model, xs, &mut chosen, false);
             assert!(portable[..n].iter().any(|&d| d & SPREAD[0xff] != 0), "some lane goes left");
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                let mut avx2 = vec![0u64; n + 1];
-                avx2[n] = LEFT_AND_HOT;
-                // SAFETY: as above, and the CPU has AVX2.
-                unsafe { directions_avx2(&group.tests, &generic, x, stride, &mut avx2) };
-                assert_eq!(portable, avx2, "the AVX2 directions");
-            }
+            assert_eq!(portable, chosen, "the AVX2 directions");
         }
     }
 }
