@@ -37,6 +37,10 @@
 //
 // The row kernels' accumulator in shared memory is [width][rows_per_block] (a thread's row is
 // a column: the threads of a warp touch consecutive words), and blockDim.x == rows_per_block.
+// With use_shared 2 the block's rows follow it, [cols][rows_per_block], copied from `x` when
+// the block starts; with 3 the accumulator is in global memory, the block's own region of
+// [width][rows_per_block] after the output's `rows * width` values (blocks in order y, x),
+// cleared by the block. The other kernels take use_shared as 0 or not.
 //
 // Work split: blockIdx.x takes `rows_per_block` rows, blockIdx.y a slice of the units (bins for
 // the warp kernels, paths for the quadrature kernels); each warp of the block walks its share
@@ -136,12 +140,13 @@ __device__ bool follows(const double* thresholds, const unsigned* split_ints, co
 }
 
 // Whether the row follows every split of a path element (its one fraction is 1); the root
-// element (feature < 0) is always followed.
-__device__ __forceinline__ bool follows_element(int feature, int split_begin, int split_end, const double* row,
+// element (feature < 0) is always followed. The row's feature f is row[f * stride]: 1 for a
+// row of `x`, the block's rows for the rows the row kernels stage in shared memory.
+__device__ __forceinline__ bool follows_element(int feature, int split_begin, int split_end, const double* row, int stride,
                                                 const double* thresholds, const unsigned* split_ints,
                                                 const unsigned* categories) {
   if (feature < 0) return true;
-  const double v = row[feature];
+  const double v = row[(long)feature * stride];
   for (int s = split_begin; s < split_end; ++s)
     if (!follows(thresholds, split_ints, categories, s, v)) return false;
   return true;
@@ -149,7 +154,7 @@ __device__ __forceinline__ bool follows_element(int feature, int split_begin, in
 
 __device__ __forceinline__ double one_fraction(const Lane& l, const double* row, const double* thresholds,
                                                const unsigned* split_ints, const unsigned* categories) {
-  return follows_element(l.feature, l.split_begin, l.split_end, row, thresholds, split_ints, categories) ? 1.0 : 0.0;
+  return follows_element(l.feature, l.split_begin, l.split_end, row, 1, thresholds, split_ints, categories) ? 1.0 : 0.0;
 }
 
 // 1/k for k = 1 .. LANES + 1 (entry 0 unused). The warp kernels multiply by these instead of
@@ -181,7 +186,9 @@ __device__ __forceinline__ double extend_paths(const Lane& l, double zero, doubl
 // removed. The loop bound is uniform across the warp so every lane joins every shuffle. `one` is
 // 0 or 1 (a row follows an element's splits or not; a null player's is 1), so dividing by
 // (i + 1) * one is multiplying by 1 / (i + 1); with `one` 0 the sum's common factor 1 / zero is
-// applied once, after the loop.
+// applied once, after the loop. An element no training cover reaches (zero 0) that the row does
+// not follow (one 0) makes every weight of its path 0, so the path adds nothing: its own sum is
+// 0 too, not 0 / 0 (CatBoost's depthwise trees have such branches).
 __device__ __forceinline__ double unwound_sum(const Lane& l, double zero, double one, double w, int max_len) {
   const int depth = l.len - 1;
   double next = __shfl_sync(FULL_MASK, w, l.start + depth);
@@ -198,7 +205,7 @@ __device__ __forceinline__ double unwound_sum(const Lane& l, double zero, double
       }
     }
   }
-  if (one == 0.0) total /= zero;
+  if (one == 0.0) total = (zero == 0.0) ? 0.0 : total / zero;
   return total * (double)(depth + 1);
 }
 
@@ -345,7 +352,7 @@ __device__ void long_path_ones(const LongPath& path, const int* element_ints, co
   for (int w = 0; w < LONG_PATH_WORDS; ++w) ones[w] = 0u;
   for (int j = 0; j < path.len; ++j) {
     const int* e = element_ints + (long)(path.first + j) * LONG_ELEMENT_INTS;
-    if (follows_element(e[0], e[1], e[2], row, thresholds, split_ints, categories)) ones[j / 32] |= 1u << (j % 32);
+    if (follows_element(e[0], e[1], e[2], row, 1, thresholds, split_ints, categories)) ones[j / 32] |= 1u << (j % 32);
   }
 }
 
@@ -476,18 +483,18 @@ extern "C" __global__ void quadrature_interactions_kernel(const int* path_ints, 
 // into them is a constant after unrolling; the path's rule size picks the instance (uniform
 // across the warp: all its threads are on the same path).
 
-// Adds v at p: plain when the thread owns p (its row's column of the shared accumulator, or its
+// Adds v at p: plain when the thread owns p (its row's column of the block's accumulator, or its
 // row of `out` when no other block adds to it), else atomically.
 __device__ __forceinline__ void add_to(double* p, double v, bool atomic) {
   if (atomic) atomicAdd(p, v);
   else *p += v;
 }
 
-// P_k for this thread's row at the rule's M nodes `t` (weights `w`); returns which elements
-// the row follows, bit j for element j.
+// P_k for this thread's row (feature f at row[f * stride]) at the rule's M nodes `t` (weights
+// `w`); returns which elements the row follows, bit j for element j.
 template <int M>
 __device__ __forceinline__ unsigned row_path_products(const LongPath& path, const int* element_ints, const double* element_zero,
-                                                      const double* t, const double* w, const double* row,
+                                                      const double* t, const double* w, const double* row, int row_stride,
                                                       const double* thresholds, const unsigned* split_ints,
                                                       const unsigned* categories, double* p) {
 #pragma unroll
@@ -496,7 +503,7 @@ __device__ __forceinline__ unsigned row_path_products(const LongPath& path, cons
   for (int j = 0; j < path.len; ++j) {
     const int* e = element_ints + (long)(path.first + j) * LONG_ELEMENT_INTS;
     if (e[0] < 0) continue;  // the root element: factor 1
-    const bool follows_j = follows_element(e[0], e[1], e[2], row, thresholds, split_ints, categories);
+    const bool follows_j = follows_element(e[0], e[1], e[2], row, row_stride, thresholds, split_ints, categories);
     ones |= (follows_j ? 1u : 0u) << j;
     const double z = element_zero[path.first + j];
     const double d = (follows_j ? 1.0 : 0.0) - z;
@@ -513,10 +520,12 @@ __device__ __forceinline__ void row_scales(bool follows_e, const double* scales,
   for (int k = 0; k < M; ++k) h[k] = follows_e ? scales[k] : minus_tails[k];
 }
 
-// One path's values for one row, added to `acc` (the row's group; `stride` between features).
+// One path's values for one row (feature f at row[f * row_stride]), added to `acc` (the row's
+// group; `stride` between its values).
 template <int M, bool PAIRS>
 __device__ void row_path(const LongPath& path, const int* element_ints, const double* element_zero, const double* quadrature,
-                         const double* tails, const double* element_scales, const double* row, const double* thresholds,
+                         const double* tails, const double* element_scales, const double* row, int row_stride,
+                         const double* thresholds,
                          const unsigned* split_ints, const unsigned* categories, int w1, double* acc, int stride,
                          bool atomic) {
   // The rule in registers before any store: the compiler cannot keep loads across the adds to
@@ -530,7 +539,8 @@ __device__ void row_path(const LongPath& path, const int* element_ints, const do
     minus_tails[k] = -tails[rule_pair + k];
   }
   double p[M];
-  const unsigned ones = row_path_products<M>(path, element_ints, element_zero, t, w, row, thresholds, split_ints, categories, p);
+  const unsigned ones =
+      row_path_products<M>(path, element_ints, element_zero, t, w, row, row_stride, thresholds, split_ints, categories, p);
   for (int i = 0; i < path.len; ++i) {
     const int* ei = element_ints + (long)(path.first + i) * LONG_ELEMENT_INTS;
     if (ei[0] < 0) continue;
@@ -583,8 +593,28 @@ __device__ void row_paths(const int* path_ints, const double* path_values, const
   const long first = (long)blockIdx.x * rows_per_block;
   const int n_rows = (int)min((long)rows_per_block, rows - first);
   if (n_rows <= 0) return;
-  if (use_shared) {
-    for (int i = threadIdx.x; i < rows_per_block * width; i += blockDim.x) acc_shared[i] = 0.0;
+  // Where the block's sums gather, [width][rows_per_block] (a thread's row is a column):
+  // shared memory (use_shared 1 and 2), or for an output too wide for it (3) the block's own
+  // region of global memory after the output, so that a warp's adds touch 256 consecutive bytes
+  // rather than 32 lines a row's width apart; with 0, each thread adds to its row of `out`.
+  const bool gather = use_shared != 0;
+  const long block_values = (long)rows_per_block * width;
+  double* acc_block =
+      use_shared == 3 ? out + rows * width + ((long)blockIdx.y * gridDim.x + blockIdx.x) * block_values : acc_shared;
+  // use_shared 2: the block's rows are staged after the accumulator, laid out [feature][row].
+  // A thread reads its own row's features; from `x` (row-major) the 32 threads of a warp would
+  // read 32 addresses `cols` values apart, one L1 wavefront per cache line they span (16 for 8
+  // features, 32 from 16 on), at every element of every path; from the staged rows they read
+  // consecutive words.
+  const bool stage = use_shared == 2;
+  double* staged = stage ? acc_shared + block_values : nullptr;
+  if (gather) {
+    for (long i = threadIdx.x; i < block_values; i += blockDim.x) acc_block[i] = 0.0;
+    if (stage)
+      for (int i = threadIdx.x; i < n_rows * cols; i += blockDim.x) {
+        const int rr = i % n_rows, f = i / n_rows;
+        staged[(long)f * rows_per_block + rr] = x[(first + rr) * cols + f];
+      }
     __syncthreads();
   }
   const int slice = (paths + gridDim.y - 1) / gridDim.y;
@@ -592,19 +622,20 @@ __device__ void row_paths(const int* path_ints, const double* path_values, const
   const int slice_end = min(paths, (int)(blockIdx.y + 1) * slice);
   const int r = threadIdx.x;
   if (r < n_rows) {
-    const double* row = x + (first + r) * cols;
-    // A thread's row: a column of the shared accumulator, or its row of `out`, which other
+    const double* row = stage ? staged + r : x + (first + r) * cols;
+    const int row_stride = stage ? rows_per_block : 1;
+    // A thread's row: a column of the block's accumulator, or its row of `out`, which other
     // blocks add to only when the paths are split across blocks.
-    double* base = use_shared ? acc_shared + r : out + (first + r) * width;
-    const int stride = use_shared ? rows_per_block : 1;
-    const bool atomic = !use_shared && gridDim.y > 1;
+    double* base = gather ? acc_block + r : out + (first + r) * width;
+    const int stride = gather ? rows_per_block : 1;
+    const bool atomic = !gather && gridDim.y > 1;
     for (int pi = slice_begin; pi < slice_end; ++pi) {
       const LongPath path = load_long_path(path_ints, path_values, pi);
       double* acc = base + (long)path.group * group_width * stride;
 #define ROW_PATH_CASE(M)                                                                                                  \
   case M:                                                                                                                 \
-    row_path<M, PAIRS>(path, element_ints, element_zero, quadrature, tails, element_scales, row, thresholds, split_ints, \
-                       categories, w1, acc, stride, atomic);                                                              \
+    row_path<M, PAIRS>(path, element_ints, element_zero, quadrature, tails, element_scales, row, row_stride, thresholds,  \
+                       split_ints, categories, w1, acc, stride, atomic);                                                  \
     break;
       switch (path.points) {
         ROW_PATH_CASE(1)
@@ -629,12 +660,12 @@ __device__ void row_paths(const int* path_ints, const double* path_values, const
 #undef ROW_PATH_CASE
     }
   }
-  if (use_shared) {
+  if (gather) {
     __syncthreads();
     // Row-major over `out`, so consecutive threads write consecutive addresses.
-    for (int i = threadIdx.x; i < n_rows * width; i += blockDim.x) {
-      const int rr = i / width, c = i % width;
-      const double v = acc_shared[(long)c * rows_per_block + rr];
+    for (long i = threadIdx.x; i < (long)n_rows * width; i += blockDim.x) {
+      const int rr = (int)(i / width), c = (int)(i % width);
+      const double v = acc_block[(long)c * rows_per_block + rr];
       if (v != 0.0) add_to(out + (first + rr) * width + c, v, gridDim.y > 1);
     }
   }

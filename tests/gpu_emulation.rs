@@ -83,7 +83,8 @@ fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedu
         Kernel::RowShap => 4,
         Kernel::RowInteractionPairs => 5,
     };
-    let out_len = call.plan.rows * call.width;
+    // The output, and after it the region the launch's blocks gather in, if any.
+    let out_len = call.plan.rows * call.width + l.scratch_values(call.width);
     let header: [i64; 16] = [
         kernel,
         l.grid.0 as i64,
@@ -91,7 +92,7 @@ fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedu
         l.block_threads as i64,
         l.shared_bytes as i64,
         l.rows_per_block as i64,
-        i64::from(l.use_shared),
+        i64::from(l.shared_mode()),
         l.kernel.units(p) as i64,
         call.plan.rows as i64,
         p.features as i64,
@@ -99,7 +100,7 @@ fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedu
         kind,
         seed as i64,
         out_len as i64,
-        0,
+        (call.plan.rows * call.width) as i64,
         0,
     ];
     let mut bytes: Vec<u8> = header.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -130,7 +131,7 @@ fn emulate_launch(driver: &Path, call: &KernelCall, l: &Launch, schedule: Schedu
         return Err(Error::Unsupported(format!("{}: {} ({})", l.kernel.name(), String::from_utf8_lossy(&run.stderr).trim(), run.status)));
     }
     let raw = std::fs::read(&output).map_err(|e| Error::io(&output, e))?;
-    Ok(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
+    Ok(raw.chunks_exact(8).take(call.plan.rows * call.width).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
 }
 
 /// Device shapes the launch plan is tried on.
@@ -141,6 +142,8 @@ fn plans() -> Vec<(&'static str, DeviceLimits)> {
         ("one SM", DeviceLimits::new(1)),
         ("global atomics (no shared memory)", DeviceLimits { shared_bytes: 0, ..h100 }),
         ("launches of 7 rows", DeviceLimits { max_launch_values: 0, ..h100 }),
+        ("row kernels without their block layouts", DeviceLimits { row_block_layouts: false, ..h100 }),
+        ("no shared memory nor block layouts", DeviceLimits { shared_bytes: 0, row_block_layouts: false, ..h100 }),
     ]
 }
 
@@ -186,6 +189,9 @@ fn program(f: &Fixture, layout: PathLayout) -> PathProgram {
 #[test]
 fn the_cuda_shap_kernels_match_the_exact_engine_on_every_fixture_and_plan() {
     let Some(driver) = compiled("driver") else { return };
+    // Row kernel launches run with each place their sums gather (`Gather`: none, shared memory,
+    // shared with the rows, a region of global memory).
+    let mut modes = [false; 4];
     for f in fixtures() {
         let block = f.block();
         let want = exact(&f).shap(&block).unwrap();
@@ -201,13 +207,17 @@ fn the_cuda_shap_kernels_match_the_exact_engine_on_every_fixture_and_plan() {
                     limits.max_launch_values = 7 * width;
                 }
                 let schedule = if i % 2 == 0 { Schedule::RoundRobin } else { Schedule::RandomWarps(i as u64) };
-                let got = shap_values(&program, &block, &limits, &mut |call| emulate(&driver, call, schedule))
-                    .unwrap_or_else(|e| panic!("{} ({split}) on {plan}: {e}", f.name));
+                let got = shap_values(&program, &block, &limits, &mut |call| {
+                    call.plan.launches.iter().filter(|l| l.kernel.is_rows()).for_each(|l| modes[l.shared_mode() as usize] = true);
+                    emulate(&driver, call, schedule)
+                })
+                .unwrap_or_else(|e| panic!("{} ({split}) on {plan}: {e}", f.name));
                 let (err, row) = max_row_rel_error(&got.values, &want.values, width);
                 assert!(err <= 1e-9, "{} ({split}) on {plan} ({schedule:?}): row {row} off by {err:e} of max|phi|", f.name);
             }
         }
     }
+    assert_eq!(modes, [true; 4], "row kernel launches gathering their sums in each place: {modes:?}");
 }
 
 #[test]

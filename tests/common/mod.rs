@@ -81,14 +81,26 @@ pub fn fixtures() -> Vec<Fixture> {
         .collect()
 }
 
-/// Largest |a - b| over a row, relative to the largest |b| of that row (floored at 1e-12).
+/// Largest |a - b| over a row, relative to the largest |b| of that row (floored at 1e-12); NaN
+/// (the first such row) where a value is NaN in one and not the other: `f64::max` drops a NaN,
+/// so a plain fold would pass a NaN result as no error.
 pub fn max_row_rel_error(a: &[f64], b: &[f64], row_width: usize) -> (f64, usize) {
     assert_eq!(a.len(), b.len(), "lengths differ");
     let mut worst = (0.0, 0);
     for (r, (ra, rb)) in a.chunks(row_width).zip(b.chunks(row_width)).enumerate() {
         let scale = rb.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
-        let err = ra.iter().zip(rb).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale;
-        if err > worst.0 || err.is_nan() {
+        let mut err = 0.0f64;
+        for (x, y) in ra.iter().zip(rb) {
+            if x == y || (x.is_nan() && y.is_nan()) {
+                continue;
+            }
+            let diff = (x - y).abs();
+            if diff.is_nan() {
+                return (f64::NAN, r);
+            }
+            err = err.max(diff / scale);
+        }
+        if err > worst.0 {
             worst = (err, r);
         }
     }

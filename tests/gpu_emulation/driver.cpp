@@ -7,13 +7,17 @@
 // INPUT, little-endian: 16 i64 (kernel: 0 shap, 1 interactions, 2 quadrature shap, 3 quadrature
 // interactions, 4 row shap, 5 row interactions; grid x, grid y; block threads; shared bytes;
 // rows per block; use shared; units (bins, long paths or the row kernels' paths); rows; cols;
-// groups; schedule: 0 round robin, 1 random warps; seed; output values; 2 unused), then
+// groups; schedule: 0 round robin, 1 random warps; seed; values of the output buffer; values of
+// the output, the rest of the buffer being the blocks' regions (use shared 3); 1 unused), then
 // fourteen arrays, each a u64 count and the values: lane_ints (i32), lane_reals (f64), bin_len
 // (i32), thresholds (f64), split_ints (u32), categories (u32), x (f64), then the quadrature
 // kernel's paths (the long paths, or the row kernels'): path_ints (i32), path_values (f64),
 // element_ints (i32), element_zero (f64), quadrature (f64), tails (f64), element_scales (f64).
-// OUTPUT: the output values (f64). Exit status 3: the emulator refused the
+// OUTPUT: the output buffer's values (f64). Exit status 3: the emulator refused the
 // launch (the reason on stderr); 2: bad input.
+#include <algorithm>
+#include <limits>
+
 #include "cuda_emulator.hpp"
 
 #include "../../kernels/treeshap.cu"
@@ -71,7 +75,12 @@ int main(int argc, char** argv) {
   const int cols = int(h[9]), groups = int(h[10]);
   config.schedule = h[11] == 1 ? emu::Schedule::RandomWarps : emu::Schedule::RoundRobin;
   config.seed = uint64_t(h[12]);
-  std::vector<double> out(size_t(h[13]) + 1, 0.0);  // zeroed, as the engine clears it
+  // The output zeroed, as the engine clears it; after it (h[14] values on) the region some
+  // launches' blocks gather in, which the engine leaves as the last batch did and each block
+  // clears: NaN here, so a block that does not shows.
+  std::vector<double> out(size_t(h[13]) + 1, 0.0);
+  if (h[14] < 0 || h[14] > h[13]) bad_input("the output is larger than its buffer");
+  std::fill(out.begin() + h[14], out.begin() + h[13], std::numeric_limits<double>::quiet_NaN());
 
   if (kernel < 0 || kernel > 5) bad_input("unknown kernel");
   emu::launch(config, acc_shared, [&] {

@@ -56,14 +56,18 @@ pub(crate) fn block_rows(block: &FeatureBlock, from: usize, to: usize) -> Featur
     FeatureBlock::new(to - from, block.cols(), block.values()[from * block.cols()..to * block.cols()].to_vec(), crate::model::Precision::F64)
 }
 
-/// Largest |a − b| over a row relative to that row's largest |b| (floored at 1e-12), and the row.
+/// Largest |a − b| over a row relative to that row's largest |b| (floored at 1e-12), and the
+/// row; NaN (the first such row) where a value is NaN in one and not the other.
 pub(crate) fn max_row_rel_error(a: &[f64], b: &[f64], row_width: usize) -> (f64, usize) {
     assert_eq!(a.len(), b.len(), "lengths differ");
     let mut worst = (0.0, 0);
     for (r, (ra, rb)) in a.chunks(row_width).zip(b.chunks(row_width)).enumerate() {
         let scale = rb.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
-        let err = ra.iter().zip(rb).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale;
-        if err > worst.0 || err.is_nan() {
+        let err = crate::test_support::max_abs_diff(ra, rb) / scale;
+        if err.is_nan() {
+            return (err, r);
+        }
+        if err > worst.0 {
             worst = (err, r);
         }
     }

@@ -56,3 +56,21 @@ pub(crate) fn full_tree(seed: &mut u64, depth: usize, mut feature: impl FnMut(us
     }
     Tree { nodes, category_words: vec![], group: 0, weight: 1.0 }
 }
+
+/// Largest |a − b| over the pairs, NaN where one value of a pair is NaN and the other is not
+/// (`f64::max` drops a NaN, so a fold with it would pass a NaN result as no error).
+pub(crate) fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let mut worst = 0.0f64;
+    for (x, y) in a.iter().zip(b) {
+        if x == y || (x.is_nan() && y.is_nan()) {
+            continue;
+        }
+        let diff = (x - y).abs();
+        if diff.is_nan() {
+            return f64::NAN;
+        }
+        worst = worst.max(diff);
+    }
+    worst
+}

@@ -1,7 +1,9 @@
 //! GPU engine against the CPU engine on the same machine: checks the GPU's values against the
 //! CPU engine, then times both, with the GPU's two layouts of the paths of up to 32 elements
-//! side by side: `auto` (the warp kernels) and the row kernels (a thread per row); longer paths
-//! are on the long-path quadrature kernel in both. Run by `benchmarks/gpu.sh` on a GPU host (this example links only the
+//! side by side: `auto` (the warp kernels) and the row kernels (a thread per row), these with
+//! their block layouts (the default: a block's rows staged in shared memory, or its sums in a
+//! region of global memory of its own; `GpuEngine::row_block_layouts`) and without; longer
+//! paths are on the long-path quadrature kernel in all. Run by `benchmarks/gpu.sh` on a GPU host (this example links only the
 //! engines and the GPU code, so a stripped build can be carried there).
 //!
 //! ```text
@@ -133,15 +135,24 @@ fn end_to_end_rate(model: &Arc<Model>, input: &std::path::Path, rows: usize, dev
     Ok(rows as f64 / summary.seconds)
 }
 
-/// Largest |a − b| of a row over the largest |b| of that row.
+/// Largest |a − b| of a row over the largest |b| of that row; NaN where a value is NaN on one
+/// side only (`f64::max` drops a NaN, so a plain fold would report no error).
 fn max_rel_error(a: &[f64], b: &[f64], width: usize) -> f64 {
-    a.chunks(width)
-        .zip(b.chunks(width))
-        .map(|(ra, rb)| {
-            let scale = rb.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
-            ra.iter().zip(rb).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
-        })
-        .fold(0.0, |m: f64, e| if e.is_nan() { f64::NAN } else { m.max(e) })
+    let mut worst = 0.0f64;
+    for (ra, rb) in a.chunks(width).zip(b.chunks(width)) {
+        let scale = rb.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
+        for (x, y) in ra.iter().zip(rb) {
+            if x == y || (x.is_nan() && y.is_nan()) {
+                continue;
+            }
+            let error = (x - y).abs() / scale;
+            if error.is_nan() {
+                return f64::NAN;
+            }
+            worst = worst.max(error);
+        }
+    }
+    worst
 }
 
 /// One model and output: rows/s of each GPU kernel choice and of the CPU engine.
@@ -156,6 +167,8 @@ struct Row {
     rows_rate: f64,
     /// The row kernels alone (CUDA events).
     rows_kernel_rate: f64,
+    /// The row kernels alone without their block layouts.
+    rows_plain_kernel_rate: f64,
     cpu_rate: f64,
     /// `auto`'s kernels alone (the device's time in them, from CUDA events).
     kernel_rate: f64,
@@ -183,7 +196,7 @@ fn write_results(
         "cpu_rows": o.cpu_rows,
         "kernels": table.iter().map(|r| serde_json::json!({
             "model": r.name, "output": r.what, "gpu_rows": r.rows, "gpu_auto_rows_per_s": r.auto_rate,
-            "gpu_rows_kernels_rows_per_s": r.rows_rate, "gpu_rows_kernels_alone_rows_per_s": r.rows_kernel_rate, "cpu_rows_per_s": r.cpu_rate, "max_error_of_max_phi": r.error,
+            "gpu_rows_kernels_rows_per_s": r.rows_rate, "gpu_rows_kernels_alone_rows_per_s": r.rows_kernel_rate, "gpu_rows_kernels_without_block_layouts_alone_rows_per_s": r.rows_plain_kernel_rate, "cpu_rows_per_s": r.cpu_rate, "max_error_of_max_phi": r.error,
             "gpu_kernels_rows_per_s": r.kernel_rate, "gpu_seconds_a_call": {"up": r.stages[0], "kernels": r.stages[1], "down": r.stages[2]},
         })).collect::<Vec<_>>(),
         "end_to_end": end_to_end.iter().map(|(name, gpu, cpu)| serde_json::json!({
@@ -205,12 +218,16 @@ fn main() -> Result<(), Error> {
     for (name, model_path, rows_path) in &o.models {
         let model = Arc::new(Model::load(model_path)?);
         let setup = Instant::now();
-        let (Some(auto), Some(by_rows)) = (GpuEngine::new(model.clone())?, GpuEngine::with_layout(model.clone(), PathLayout::Rows)?) else {
+        let (Some(auto), Some(by_rows), Some(plain)) = (
+            GpuEngine::new(model.clone())?,
+            GpuEngine::with_layout(model.clone(), PathLayout::Rows)?,
+            GpuEngine::with_layout(model.clone(), PathLayout::Rows)?.map(|e| e.row_block_layouts(false)),
+        ) else {
             println!("{name}: the GPU engine cannot take this model (see the log); skipped");
             continue;
         };
         println!(
-            "{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, both layouts)",
+            "{name}: {} trees, {} features; GPU set-up {:.2}s (compile + upload, three engines)",
             model.trees().len(),
             model.num_features(),
             setup.elapsed().as_secs_f64()
@@ -240,14 +257,20 @@ fn main() -> Result<(), Error> {
                 Ok((values, start.elapsed().as_secs_f64()))
             };
             let ((auto_values, auto_check_s), (rows_values, rows_check_s)) = (timed(&auto)?, timed(&by_rows)?);
-            let error = max_rel_error(&auto_values, &want, w).max(max_rel_error(&rows_values, &want, w));
+            let (plain_values, _) = timed(&plain)?;
+            let error = max_rel_error(&auto_values, &want, w).max(max_rel_error(&rows_values, &want, w)).max(max_rel_error(&plain_values, &want, w));
             // Rows per timed call: up to `most`, cut to what --seconds takes at the check call's
             // rate (a slow kernel or model must not eat the host's lease).
             let sized = |check_s: f64| ((cpu_n as f64 * o.seconds / check_s.max(1e-9)) as usize).clamp(cpu_n, most.max(cpu_n));
             let (gpu_n, rows_n) = (sized(auto_check_s), sized(rows_check_s));
             let block = rows(&model, rows_path, gpu_n)?;
             let output = if what == "shap" { Output::Shap } else { Output::InteractionPairs };
-            let plans = auto.plan(gpu_n, output)?.into_iter().take(2).chain(by_rows.plan(rows_n, output)?.into_iter().take(1));
+            let plans = auto
+                .plan(gpu_n, output)?
+                .into_iter()
+                .take(2)
+                .chain(by_rows.plan(rows_n, output)?.into_iter().take(1))
+                .chain(plain.plan(rows_n, output)?.into_iter().take(1));
             for (i, launches) in plans.enumerate() {
                 for l in &launches.launches {
                     println!(
@@ -259,7 +282,7 @@ fn main() -> Result<(), Error> {
                         l.block_threads,
                         l.rows_per_block,
                         l.shared_bytes,
-                        if l.use_shared { "" } else { " (global atomics)" }
+                        ["; sums added to the output", "", "; rows staged", "; sums in a region of global memory a block"][l.shared_mode() as usize]
                     );
                 }
             }
@@ -272,6 +295,9 @@ fn main() -> Result<(), Error> {
             by_rows.take_stage_times();
             let rows_s = median_seconds(o.repeats, || run(&by_rows, what, &rows_block).map(drop))?;
             let rows_times = by_rows.take_stage_times();
+            plain.take_stage_times();
+            median_seconds(o.repeats, || run(&plain, what, &rows_block).map(drop))?;
+            let plain_times = plain.take_stage_times();
             let cpu_s = median_seconds(3, || run(cpu.as_ref(), what, &check).map(drop))?;
             let row = Row {
                 name: name.clone(),
@@ -280,14 +306,15 @@ fn main() -> Result<(), Error> {
                 auto_rate: gpu_n as f64 / auto_s,
                 rows_rate: rows_n as f64 / rows_s,
                 rows_kernel_rate: rows_n as f64 * calls / rows_times.kernels_s,
+                rows_plain_kernel_rate: rows_n as f64 * calls / plain_times.kernels_s,
                 cpu_rate: cpu_n as f64 / cpu_s,
                 kernel_rate: gpu_n as f64 * calls / t.kernels_s,
                 stages: [t.upload_s / calls, t.kernels_s / calls, t.download_s / calls],
                 error,
             };
             println!(
-                "{name} {what}: GPU auto {:.0} rows/s (kernels alone {:.0}; a call: up {:.4}s, kernels {:.4}s, down {:.4}s, {} launches), ({gpu_n} rows), GPU row kernels {:.0} rows/s (kernels alone {:.0}; {rows_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
-                row.auto_rate, row.kernel_rate, row.stages[0], row.stages[1], row.stages[2], t.launches, row.rows_rate, row.rows_kernel_rate, row.cpu_rate, row.error
+                "{name} {what}: GPU auto {:.0} rows/s (kernels alone {:.0}; a call: up {:.4}s, kernels {:.4}s, down {:.4}s, {} launches), ({gpu_n} rows), GPU row kernels {:.0} rows/s (kernels alone {:.0}, {:.0} without their block layouts; {rows_n} rows), CPU {:.0} rows/s ({cpu_n} rows), max error {:.1e}",
+                row.auto_rate, row.kernel_rate, row.stages[0], row.stages[1], row.stages[2], t.launches, row.rows_rate, row.rows_kernel_rate, row.rows_plain_kernel_rate, row.cpu_rate, row.error
             );
             table.push(row);
         }
@@ -308,20 +335,22 @@ fn main() -> Result<(), Error> {
         end_to_end.push((name.clone(), gpu_rate, cpu_rate));
         write_results(&info, threads, &o, &table, &end_to_end)?;
     }
-    println!("\n| model | output | GPU warps rows/s | kernels alone | GPU row kernels rows/s | kernels alone | CPU rows/s ({threads} threads) | warps / CPU | row kernels / warps | max error vs CPU (of max|φ|) |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("\n| model | output | GPU warps rows/s | kernels alone | GPU row kernels rows/s | kernels alone | row kernels without block layouts, kernels alone | CPU rows/s ({threads} threads) | warps / CPU | row kernels / warps | block layouts / without | max error vs CPU (of max|φ|) |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &table {
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.1e} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}x | {:.2}x | {:.2}x | {:.1e} |",
             r.name,
             r.what,
             r.auto_rate,
             r.kernel_rate,
             r.rows_rate,
             r.rows_kernel_rate,
+            r.rows_plain_kernel_rate,
             r.cpu_rate,
             r.auto_rate / r.cpu_rate,
             r.rows_rate / r.auto_rate,
+            r.rows_kernel_rate / r.rows_plain_kernel_rate,
             r.error
         );
     }

@@ -153,7 +153,7 @@ mod tests {
     use super::*;
     use crate::engine::{build_engine, build_interventional, build_path_dependent, Algorithm, EngineOptions};
     use crate::model::Precision;
-    use crate::test_support::{full_tree, numeric_parts, uniform};
+    use crate::test_support::{full_tree, max_abs_diff, numeric_parts, uniform};
 
     /// A binary "forest" as scikit-learn's trees file gives it: per estimator, the tree of
     /// class 0 then its twin of class 1, leaves `p` and `1 - p`, each weighted 1/trees.
@@ -182,11 +182,6 @@ mod tests {
         FeatureBlock::new(rows, features, values, Precision::F64)
     }
 
-    fn max_diff(a: &[f64], b: &[f64]) -> f64 {
-        assert_eq!(a.len(), b.len());
-        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
-    }
-
     #[test]
     fn the_first_class_derived_matches_computing_it() {
         let (mut seed, features) = (7u64, 6);
@@ -202,16 +197,16 @@ mod tests {
             let alone = build_path_dependent(Arc::new(second.clone()), algorithm, None, &options).unwrap();
             let (s1, s2) = (once.shap(&x).unwrap(), both.shap(&x).unwrap());
             assert_eq!((s1.groups, s1.rows), (2, 40));
-            assert!(max_diff(&s1.values, &s2.values) < 1e-13, "{algorithm}: SHAP values");
+            assert!(max_abs_diff(&s1.values, &s2.values) < 1e-13, "{algorithm}: SHAP values");
             // The second class is the inner engine's, bit for bit.
             let inner = alone.shap(&x).unwrap();
             for r in 0..40 {
                 assert_eq!(s1.row(r, 1), inner.row(r, 0));
             }
             let (i1, i2) = (once.interactions(&x).unwrap(), both.interactions(&x).unwrap());
-            assert!(max_diff(&i1.values, &i2.values) < 1e-13, "{algorithm}: interaction values");
+            assert!(max_abs_diff(&i1.values, &i2.values) < 1e-13, "{algorithm}: interaction values");
             let (p1, p2) = (once.predict(&x).unwrap(), both.predict(&x).unwrap());
-            assert!(max_diff(&p1.values, &p2.values) < 1e-13, "{algorithm}: margins");
+            assert!(max_abs_diff(&p1.values, &p2.values) < 1e-13, "{algorithm}: margins");
             // Additivity of the derived class: each row's values sum to its margin.
             for r in 0..40 {
                 let sum: f64 = s1.row(r, 0).iter().sum();
@@ -227,7 +222,7 @@ mod tests {
             assert!(complementary_outputs(&unpaired).is_none());
             let both = build_interventional(Arc::new(unpaired), &background, algorithm, &options).unwrap();
             // Covers do not enter interventional values, so the two must agree.
-            assert!(max_diff(&once.shap(&x).unwrap().values, &both.shap(&x).unwrap().values) < 1e-13, "{algorithm}: interventional");
+            assert!(max_abs_diff(&once.shap(&x).unwrap().values, &both.shap(&x).unwrap().values) < 1e-13, "{algorithm}: interventional");
         }
     }
 

@@ -1689,7 +1689,7 @@ impl Linear {
 mod tests {
     use super::*;
     use crate::model::{Node, Precision, SplitRule};
-    use crate::test_support::{full_tree, numeric_model, uniform};
+    use crate::test_support::{full_tree, max_abs_diff, numeric_model, uniform};
 
     /// A full tree of `depth` over few features (so paths repeat them), with uneven covers.
     fn tree(seed: &mut u64, features: u32, depth: usize) -> Tree {
@@ -1753,11 +1753,11 @@ mod tests {
         let block = FeatureBlock::new(rows, features, values, Precision::F64);
         let reference = super::super::treeshap::TreeShap::new(prepared.clone()).unwrap();
         let (got, want) = (engine.shap(&block).unwrap(), reference.shap(&block).unwrap());
-        let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let worst = max_abs_diff(&got.values, &want.values);
         assert!(worst <= 1e-12, "SHAP values off the reference by {worst:e}");
         assert!(want.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
         let (got, want) = (engine.interactions(&block).unwrap(), reference.interactions(&block).unwrap());
-        let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let worst = max_abs_diff(&got.values, &want.values);
         assert!(worst <= 1e-12, "interaction values off the reference by {worst:e}");
     }
 
@@ -1804,7 +1804,7 @@ mod tests {
         assert_eq!(bits(&one.values), bits(&two.values), "interactions on 1 and 2 threads");
         let want = super::super::treeshap::TreeShap::new(prepared).unwrap().interactions(&block).unwrap();
         let scale = want.values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        let worst = one.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let worst = max_abs_diff(&one.values, &want.values);
         assert!(scale > 1e-3 && worst <= 1e-12 * scale.max(1.0), "interactions off treeshap's by {worst:e} (largest {scale:e})");
     }
 
@@ -1838,7 +1838,7 @@ mod tests {
             assert_eq!(one.2, three.2, "{rows} rows: interactions on 1 and 3 threads");
             // And the values are the reference's.
             let (got, want) = (engine.shap(&block).unwrap(), reference.shap(&block).unwrap());
-            let worst = got.values.iter().zip(&want.values).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            let worst = max_abs_diff(&got.values, &want.values);
             assert!(worst <= 1e-12, "{rows} rows: SHAP values off the reference by {worst:e}");
             assert!(want.values.iter().any(|v| v.abs() > 1e-3), "the model attributes something");
         }

@@ -187,6 +187,8 @@ pub struct GpuEngine {
     program: PathProgram,
     device: Mutex<DeviceModel>,
     times: Mutex<StageTimes>,
+    /// [`DeviceLimits::row_block_layouts`] for this engine's plans.
+    row_block_layouts: bool,
 }
 
 impl GpuEngine {
@@ -219,7 +221,15 @@ impl GpuEngine {
             out: None,
         };
         tracing::info!(warps = program.bins, row_paths = program.rows.count, long_paths = program.long.count, "GPU engine: model uploaded");
-        Ok(Some(GpuEngine { model, program, device: Mutex::new(device), times: Mutex::new(StageTimes::default()) }))
+        Ok(Some(GpuEngine { model, program, device: Mutex::new(device), times: Mutex::new(StageTimes::default()), row_block_layouts: true }))
+    }
+
+    /// This engine with the row kernels' block layouts (the default: see
+    /// [`DeviceLimits::row_block_layouts`]) or without them (rows read from the batch, sums too
+    /// wide for shared memory added to the output): for measuring what they gain (`gpu_bench`).
+    pub fn row_block_layouts(mut self, on: bool) -> Self {
+        self.row_block_layouts = on;
+        self
     }
 
     /// Runs the planned launches over some rows on the device: the rows up, each kernel into
@@ -239,7 +249,9 @@ impl GpuEngine {
         if !call.x.is_empty() {
             stream.memcpy_htod(call.x, &mut x.slice_mut(0..call.x.len())).map_err(gpu_error("copy rows to the device"))?;
         }
-        let out = buffer(stream, &mut device.out, n * width)?;
+        // The output, and after it the regions some launches' blocks gather in (each block
+        // clears its own).
+        let out = buffer(stream, &mut device.out, call.plan.buffer_values(width))?;
         stream.memset_zeros(&mut out.slice_mut(0..n * width)).map_err(gpu_error("clear the output"))?;
         let uploaded = event("record a timing event")?;
         let program = call.program;
@@ -248,7 +260,7 @@ impl GpuEngine {
             let config =
                 LaunchConfig { grid_dim: (plan.grid.0, plan.grid.1, 1), block_dim: (plan.block_threads, 1, 1), shared_mem_bytes: plan.shared_bytes };
             let units = plan.kernel.units(program) as i32;
-            let (rpb, use_shared) = (plan.rows_per_block as i32, i32::from(plan.use_shared));
+            let (rpb, use_shared) = (plan.rows_per_block as i32, plan.shared_mode());
             let mut launch = stream.launch_builder(kernels.function(plan.kernel));
             if plan.kernel.is_quadrature() || plan.kernel.is_rows() {
                 let paths = if plan.kernel.is_rows() { &device.rows } else { &device.long };
@@ -303,11 +315,11 @@ impl GpuEngine {
     pub fn plan(&self, rows: usize, output: Output) -> Result<Vec<RowLaunches>> {
         let width = output.width(self.program.features, self.program.groups);
         let units = output.kernels().map(|k| (k, k.units(&self.program)));
-        Ok(plan_launches(rows, width, &units, &self.limits()?))
+        Ok(plan_launches(rows, width, self.program.features, &units, &self.limits()?))
     }
 
     fn limits(&self) -> Result<DeviceLimits> {
-        Ok(DeviceLimits::new(kernels()?.multiprocessors))
+        Ok(DeviceLimits { row_block_layouts: self.row_block_layouts, ..DeviceLimits::new(kernels()?.multiprocessors) })
     }
 }
 

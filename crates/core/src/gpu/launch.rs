@@ -122,6 +122,16 @@ pub const ROW_BLOCK_THREADS: usize = 256;
 /// a wider output goes to global memory directly, from blocks of [`ROW_BLOCK_THREADS`].
 pub const ROW_MIN_BLOCK_THREADS: usize = 32;
 
+/// Rows (threads) of a block of the row kernels whose `bytes_a_row` of shared memory fit
+/// `shared_bytes`: the most, a power of two from [`ROW_MIN_BLOCK_THREADS`] to
+/// [`ROW_BLOCK_THREADS`]; `None` when not even a warp's rows fit.
+fn row_block_threads(bytes_a_row: usize, shared_bytes: usize) -> Option<usize> {
+    (ROW_MIN_BLOCK_THREADS.trailing_zeros()..=ROW_BLOCK_THREADS.trailing_zeros())
+        .rev()
+        .map(|b| 1usize << b)
+        .find(|&t| t.saturating_mul(bytes_a_row) <= shared_bytes)
+}
+
 /// What the plan may use of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceLimits {
@@ -131,13 +141,40 @@ pub struct DeviceLimits {
     pub shared_bytes: usize,
     /// Most output values per launch.
     pub max_launch_values: usize,
+    /// Whether blocks of the row kernels use their block-local layouts: their rows staged in
+    /// shared memory beside the accumulator where both fit ([`Gather::SharedWithRows`]), and
+    /// sums too wide for shared memory gathered in a region of global memory of their own
+    /// ([`Gather::BlockRegion`]). Off only to measure what they gain.
+    pub row_block_layouts: bool,
 }
 
 impl DeviceLimits {
     /// The defaults for a device with `multiprocessors` SMs.
     pub fn new(multiprocessors: usize) -> Self {
-        DeviceLimits { multiprocessors: multiprocessors.max(1), shared_bytes: SHARED_BYTES, max_launch_values: MAX_LAUNCH_VALUES }
+        DeviceLimits {
+            multiprocessors: multiprocessors.max(1),
+            shared_bytes: SHARED_BYTES,
+            max_launch_values: MAX_LAUNCH_VALUES,
+            row_block_layouts: true,
+        }
     }
+}
+
+/// Where a block's sums gather before they reach the output: the kernels' `use_shared`
+/// argument (the discriminant). The warp and long-path kernels take the first two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gather {
+    /// Nowhere: each sum goes to the output (atomically where blocks share rows).
+    Output = 0,
+    /// An accumulator in shared memory.
+    Shared = 1,
+    /// An accumulator in shared memory, with the block's rows staged after it (row kernels): a
+    /// warp reads its rows' features as consecutive words instead of one word a row apart each.
+    SharedWithRows = 2,
+    /// An accumulator in a region of global memory of the block's own, after the output and
+    /// laid out as the shared one (row kernels, for outputs too wide for shared memory): a
+    /// warp's additions touch consecutive words instead of one line a row apart each.
+    BlockRegion = 3,
 }
 
 /// One kernel launch.
@@ -149,12 +186,34 @@ pub struct Launch {
     pub grid: (u32, u32),
     /// Threads per block.
     pub block_threads: u32,
-    /// Dynamic shared memory per block, in bytes (0 when the global-atomics path is used).
+    /// Dynamic shared memory per block, in bytes (0 when the sums do not gather there).
     pub shared_bytes: u32,
     /// Rows one block takes.
     pub rows_per_block: usize,
+    /// Where the block's sums gather.
+    pub gather: Gather,
+}
+
+impl Launch {
     /// Whether sums gather in shared memory before going to global memory.
-    pub use_shared: bool,
+    pub fn use_shared(&self) -> bool {
+        matches!(self.gather, Gather::Shared | Gather::SharedWithRows)
+    }
+
+    /// The kernel's `use_shared` argument. (A kernel source from before the row kernels' block
+    /// layouts takes 2 as 1 and does not know 3, so an A/B run against one must turn them off.)
+    pub fn shared_mode(&self) -> i32 {
+        self.gather as i32
+    }
+
+    /// Values of global memory after the output that the launch's blocks gather in
+    /// ([`Gather::BlockRegion`]: one region of `rows_per_block × width` a block), else 0.
+    pub fn scratch_values(&self, width: usize) -> usize {
+        match self.gather {
+            Gather::BlockRegion => self.grid.0 as usize * self.grid.1 as usize * self.rows_per_block * width,
+            _ => 0,
+        }
+    }
 }
 
 /// The launches over rows `first_row .. first_row + rows` of a batch: one per kernel with work,
@@ -169,54 +228,89 @@ pub struct RowLaunches {
     pub launches: Vec<Launch>,
 }
 
-/// The launches that cover `rows` rows of `width` output values each, for `units` of work per
-/// kernel (bins of the warp kernel, paths of the quadrature and row kernels; a kernel with none
-/// is not launched), and when rows are few, the units split across blocks along y so the
-/// device is still filled (4 blocks per SM). Rows per block: for the warp and long-path
-/// kernels, as many as fit the shared accumulator (at most 32; the global atomics path when not
-/// even one row fits); for the row kernels, a thread per row, as many as fit (a power of two
-/// from 32 to 256; else 256 rows adding to global memory).
-pub fn plan_launches(rows: usize, width: usize, units: &[(Kernel, usize)], limits: &DeviceLimits) -> Vec<RowLaunches> {
+impl RowLaunches {
+    /// Values the launches need in their output buffer: the output, `rows × width`, and the
+    /// largest region after it that a launch gathers in (launches run one after another).
+    pub fn buffer_values(&self, width: usize) -> usize {
+        self.rows * width + self.launches.iter().map(|l| l.scratch_values(width)).max().unwrap_or(0)
+    }
+}
+
+/// The launches that cover `rows` rows of `features` feature values and `width` output values
+/// each, for `units` of work per kernel (bins of the warp kernel, paths of the quadrature and
+/// row kernels; a kernel with none is not launched), and when rows are few, the units split
+/// across blocks along y so the device is still filled (4 blocks per SM). Rows per block: for
+/// the warp and long-path kernels, as many as fit the shared accumulator (at most 32; the
+/// global atomics path when not even one row fits); for the row kernels, a thread per row, as
+/// many as fit (a power of two from 32 to 256) with the rows staged beside the accumulator,
+/// else with the accumulator alone, else 32 rows gathering in a region of global memory of
+/// their own (see [`Gather`] and [`DeviceLimits::row_block_layouts`]; without them, 256 rows
+/// adding to the output). A launch that gathers in global memory takes half the rows, and its
+/// blocks split the paths only as far as their regions take no more memory than the output may,
+/// so that both stay within `max_launch_values` (rows too wide for that add to the output).
+pub fn plan_launches(rows: usize, width: usize, features: usize, units: &[(Kernel, usize)], limits: &DeviceLimits) -> Vec<RowLaunches> {
     if rows == 0 || width == 0 {
         return Vec::new();
     }
-    let per_launch = (limits.max_launch_values / width).max(1);
     let fits = limits.shared_bytes / (width * 8);
-    // (threads, rows per block, shared) of each kernel family.
+    let layouts = limits.row_block_layouts;
+    // (threads, rows per block, gather, values a row of shared memory) of each kernel family.
     let shape = |kernel: Kernel| {
         if kernel.is_rows() {
-            let threads =
-                (ROW_MIN_BLOCK_THREADS.trailing_zeros()..=ROW_BLOCK_THREADS.trailing_zeros()).rev().map(|b| 1usize << b).find(|&t| t <= fits);
-            match threads {
-                Some(t) => (t, t, true),
-                None => (ROW_BLOCK_THREADS, ROW_BLOCK_THREADS, false),
+            let staged = layouts.then(|| row_block_threads((width + features) * 8, limits.shared_bytes)).flatten();
+            match (staged, row_block_threads(width * 8, limits.shared_bytes)) {
+                (Some(t), _) => (t, t, Gather::SharedWithRows, width + features),
+                (None, Some(t)) => (t, t, Gather::Shared, width),
+                // A warp's rows a block: the regions of blocks that split the paths (when rows
+                // are few) then stay within the memory the output takes.
+                (None, None) if layouts => (ROW_MIN_BLOCK_THREADS, ROW_MIN_BLOCK_THREADS, Gather::BlockRegion, 0),
+                (None, None) => (ROW_BLOCK_THREADS, ROW_BLOCK_THREADS, Gather::Output, 0),
             }
         } else if fits >= 1 {
-            (BLOCK_THREADS as usize, fits.min(MAX_ROWS_PER_BLOCK), true)
+            (BLOCK_THREADS as usize, fits.min(MAX_ROWS_PER_BLOCK), Gather::Shared, width)
         } else {
-            (BLOCK_THREADS as usize, MAX_ROWS_PER_BLOCK, false)
+            (BLOCK_THREADS as usize, MAX_ROWS_PER_BLOCK, Gather::Output, 0)
         }
     };
+    let kernels: Vec<_> = units.iter().filter(|(_, count)| *count > 0).map(|&(kernel, count)| (kernel, count, shape(kernel))).collect();
+    let in_region = kernels.iter().any(|(_, _, (_, _, gather, _))| *gather == Gather::BlockRegion);
+    let per_launch = match limits.max_launch_values / width {
+        // Half the rows, whole blocks of them: the regions then take what the output does.
+        rows if in_region && rows >= 2 * ROW_MIN_BLOCK_THREADS => rows / 2 / ROW_MIN_BLOCK_THREADS * ROW_MIN_BLOCK_THREADS,
+        rows if in_region => rows / 2,
+        rows => rows,
+    }
+    .max(1);
+    // The most values the regions of a launch's blocks may take: what the output may.
+    let region_values = limits.max_launch_values / 2;
     (0..rows)
         .step_by(per_launch)
         .map(|first_row| {
             let n = per_launch.min(rows - first_row);
             let wanted = 4 * limits.multiprocessors;
-            let launches = units
+            let launches = kernels
                 .iter()
-                .filter(|(_, count)| *count > 0)
-                .map(|&(kernel, count)| {
-                    let (threads, rows_per_block, use_shared) = shape(kernel);
+                .map(|&(kernel, count, (threads, rows_per_block, gather, shared_values))| {
                     let blocks = n.div_ceil(rows_per_block);
                     let max_slices = count.div_ceil(kernel.units_per_block()).max(1);
-                    let slices = wanted.div_ceil(blocks).clamp(1, max_slices.min(MAX_GRID_Y));
+                    let mut slices = wanted.div_ceil(blocks).clamp(1, max_slices.min(MAX_GRID_Y));
+                    let mut gather = gather;
+                    if gather == Gather::BlockRegion {
+                        // A region a block: as many slices as the regions' memory allows, and
+                        // none where one slice's would take more (rows wider than any model's
+                        // interactions but a few thousand features'): those add to the output.
+                        match region_values / (blocks * rows_per_block * width) {
+                            0 => gather = Gather::Output,
+                            most => slices = slices.min(most),
+                        }
+                    }
                     Launch {
                         kernel,
                         grid: (blocks as u32, slices as u32),
                         block_threads: threads as u32,
-                        shared_bytes: if use_shared { (rows_per_block * width * 8) as u32 } else { 0 },
+                        shared_bytes: (rows_per_block * shared_values * 8) as u32,
                         rows_per_block,
-                        use_shared,
+                        gather,
                     }
                 })
                 .collect();
@@ -256,7 +350,7 @@ pub fn run_kernels(
     check_output(rows, width, "values")?;
     let mut values: Option<Vec<f64>> = None;
     let units = output.kernels().map(|k| (k, k.units(program)));
-    for plan in plan_launches(rows, width, &units, limits) {
+    for plan in plan_launches(rows, width, f, &units, limits) {
         if plan.launches.is_empty() {
             continue; // a model without paths: nothing to add
         }
@@ -321,7 +415,7 @@ mod tests {
         let limits = DeviceLimits::new(132);
         let warps = |bins| [(Kernel::Shap, bins), (Kernel::QuadratureShap, 0)];
         for (rows, width, bins) in [(1, 9, 40), (1000, 9, 40), (100_000, 33, 500), (5, 20_000, 3)] {
-            let plan = plan_launches(rows, width, &warps(bins), &limits);
+            let plan = plan_launches(rows, width, width - 1, &warps(bins), &limits);
             assert_eq!(plan.iter().map(|l| l.rows).sum::<usize>(), rows);
             assert!(plan.windows(2).all(|w| w[0].first_row + w[0].rows == w[1].first_row));
             for rl in &plan {
@@ -329,21 +423,22 @@ mod tests {
                 for l in &rl.launches {
                     assert!(l.shared_bytes as usize <= SHARED_BYTES && (l.grid.1 as usize) <= MAX_GRID_Y);
                     assert!(l.grid.0 as usize * l.rows_per_block >= rl.rows);
-                    assert_eq!(l.use_shared, l.shared_bytes > 0);
+                    assert_eq!(l.use_shared(), l.shared_bytes > 0);
+                    assert!(matches!(l.gather, Gather::Output | Gather::Shared), "only the row kernels use block layouts");
                 }
             }
         }
         // A row too wide for shared memory takes the global-atomics path; few rows split bins.
-        let wide = plan_launches(5, 20_000, &warps(3), &limits)[0].launches[0];
-        assert!(!wide.use_shared && wide.shared_bytes == 0);
-        let few = plan_launches(1, 9, &warps(400), &limits)[0].launches[0];
+        let wide = plan_launches(5, 20_000, 19_999, &warps(3), &limits)[0].launches[0];
+        assert!(wide.gather == Gather::Output && wide.shared_bytes == 0);
+        let few = plan_launches(1, 9, 8, &warps(400), &limits)[0].launches[0];
         assert!(few.grid.1 > 1 && few.grid.1 as usize <= 400usize.div_ceil(8));
-        let forced = plan_launches(100, 9, &warps(40), &DeviceLimits { shared_bytes: 0, ..limits });
-        assert!(forced.iter().flat_map(|rl| &rl.launches).all(|l| !l.use_shared));
-        let cut = plan_launches(100, 9, &warps(40), &DeviceLimits { max_launch_values: 9 * 30, ..limits });
+        let forced = plan_launches(100, 9, 8, &warps(40), &DeviceLimits { shared_bytes: 0, ..limits });
+        assert!(forced.iter().flat_map(|rl| &rl.launches).all(|l| !l.use_shared()));
+        let cut = plan_launches(100, 9, 8, &warps(40), &DeviceLimits { max_launch_values: 9 * 30, ..limits });
         assert_eq!(cut.len(), 4);
         // Both kinds of work: two launches over the same rows; long paths slice by threads.
-        let both = plan_launches(1, 9, &[(Kernel::Shap, 400), (Kernel::QuadratureShap, 600)], &limits);
+        let both = plan_launches(1, 9, 8, &[(Kernel::Shap, 400), (Kernel::QuadratureShap, 600)], &limits);
         let kernels: Vec<Kernel> = both[0].launches.iter().map(|l| l.kernel).collect();
         assert_eq!(kernels, [Kernel::Shap, Kernel::QuadratureShap]);
         assert_eq!(both[0].launches[1].grid.1 as usize, 600usize.div_ceil(BLOCK_THREADS as usize));
@@ -351,31 +446,104 @@ mod tests {
 
     #[test]
     fn the_row_kernels_take_a_thread_per_row_and_as_many_rows_as_the_accumulator_holds() {
-        let limits = DeviceLimits::new(132);
-        let rows = |rows: usize, width: usize, paths: usize| plan_launches(rows, width, &[(Kernel::RowShap, paths)], &limits);
+        let h100 = DeviceLimits::new(132);
+        let plan = |rows: usize, width: usize, features: usize, paths: usize, limits: &DeviceLimits| {
+            plan_launches(rows, width, features, &[(Kernel::RowShap, paths)], limits)
+        };
+        let rows = |rows: usize, width: usize, paths: usize| plan(rows, width, width - 1, paths, &h100);
         // Every block: one thread per row, a power of two from a warp to 256, shared memory for
-        // its rows' accumulator within the limit, and blocks covering every row.
-        for width in [1, 9, 55, 81, 129, 192, 193, 3025] {
-            for plan in rows(10_000, width, 5_000) {
-                let l = plan.launches[0];
-                assert_eq!(l.block_threads as usize, l.rows_per_block, "width {width}");
-                assert!(l.rows_per_block.is_power_of_two() && (32..=256).contains(&l.rows_per_block), "width {width}: {l:?}");
-                assert!(l.grid.0 as usize * l.rows_per_block >= plan.rows);
-                if l.use_shared {
-                    assert_eq!(l.shared_bytes as usize, l.rows_per_block * width * 8);
-                    assert!(l.shared_bytes as usize <= limits.shared_bytes);
-                    // The most rows that fit: twice as many would not.
-                    assert!(l.rows_per_block == 256 || 2 * l.shared_bytes as usize > limits.shared_bytes, "width {width}: {l:?}");
-                } else {
-                    // Not even one warp's rows fit: straight to global memory.
-                    assert!(32 * width * 8 > limits.shared_bytes && l.shared_bytes == 0, "width {width}");
+        // its rows' accumulator (and, where they fit too, its rows) within the limit, and blocks
+        // covering every row. (width, features): SHAP values of one group, interactions of 8
+        // and 54 features, SHAP values and interactions of 5 groups of 20.
+        let shapes = [(1, 0), (9, 8), (55, 54), (81, 8), (105, 20), (129, 128), (192, 191), (193, 192), (2205, 20), (3025, 54)];
+        for layouts in [true, false] {
+            let limits = DeviceLimits { row_block_layouts: layouts, ..h100 };
+            for (width, features) in shapes {
+                let what = format!("width {width}, {features} features, block layouts {layouts}");
+                let bytes = |values: usize, rows: usize| values * rows * 8;
+                for plan in plan(10_000, width, features, 5_000, &limits) {
+                    let l = plan.launches[0];
+                    assert_eq!(l.block_threads as usize, l.rows_per_block, "{what}");
+                    assert!(l.rows_per_block.is_power_of_two() && (32..=256).contains(&l.rows_per_block), "{what}: {l:?}");
+                    assert!(l.grid.0 as usize * l.rows_per_block >= plan.rows);
+                    assert!(l.shared_bytes as usize <= limits.shared_bytes, "{what}: {l:?}");
+                    // Each block's shared memory holds what its mode says, for the most rows that
+                    // fit: twice as many would not.
+                    let per_block = |values: usize| {
+                        assert_eq!(l.shared_bytes as usize, bytes(values, l.rows_per_block), "{what}: {l:?}");
+                        assert!(l.rows_per_block == 256 || bytes(values, 2 * l.rows_per_block) > limits.shared_bytes, "{what}: {l:?}");
+                    };
+                    // Not even one warp's accumulator fits: global memory, with the output and
+                    // the blocks' regions together within the limit.
+                    let global = || {
+                        assert!(bytes(width, 32) > limits.shared_bytes && l.shared_bytes == 0, "{what}");
+                        assert!(plan.buffer_values(width) <= limits.max_launch_values, "{what}");
+                    };
+                    match l.gather {
+                        Gather::SharedWithRows => {
+                            assert!(layouts, "{what}");
+                            per_block(width + features);
+                        }
+                        Gather::Shared => {
+                            // Staged, not even a warp's rows would fit.
+                            assert!(!layouts || bytes(width + features, 32) > limits.shared_bytes, "{what}");
+                            per_block(width);
+                        }
+                        Gather::BlockRegion => {
+                            assert!(layouts && l.rows_per_block == 32, "{what}: {l:?}");
+                            assert_eq!(l.scratch_values(width), (l.grid.0 * l.grid.1) as usize * 32 * width);
+                            global();
+                        }
+                        Gather::Output => {
+                            assert!(!layouts && l.rows_per_block == 256, "{what}: {l:?}");
+                            global();
+                        }
+                    }
                 }
             }
         }
+        // The shapes of the suite's models: 256 rows a block with their rows for medium-8f's SHAP
+        // values, 64 for its interactions; a warp's for 54 features; 128 features' SHAP values
+        // keep their accumulator without their rows; wide interactions gather in global memory,
+        // in launches of half the rows.
+        let modes = shapes.map(|(width, features)| {
+            let l = plan(10_000, width, features, 5_000, &h100)[0].launches[0];
+            (l.rows_per_block, l.gather)
+        });
+        assert_eq!(modes[1], (256, Gather::SharedWithRows));
+        assert_eq!(modes[2], (32, Gather::SharedWithRows));
+        assert_eq!(modes[3], (64, Gather::SharedWithRows));
+        assert_eq!(modes[5], (32, Gather::Shared));
+        assert_eq!(modes[9], (32, Gather::BlockRegion));
+        let wide = |layouts| {
+            let limits = DeviceLimits { row_block_layouts: layouts, ..h100 };
+            plan(100_000, 3025, 54, 5_000, &limits).iter().map(|rl| rl.rows).max().unwrap()
+        };
+        assert_eq!(wide(true), MAX_LAUNCH_VALUES / 3025 / 2 / 32 * 32);
+        assert_eq!(wide(false), MAX_LAUNCH_VALUES / 3025);
         // One row: the paths split across blocks, at least ROW_PATHS_PER_BLOCK each.
         let one = rows(1, 9, 10_000)[0].launches[0];
         assert_eq!(one.grid.0, 1);
         assert_eq!(one.grid.1 as usize, 10_000usize.div_ceil(ROW_PATHS_PER_BLOCK));
         assert_eq!(rows(1, 9, 10)[0].launches[0].grid.1, 1);
+        // A wide output's rows, few or many: blocks split the paths (at least 64 paths each,
+        // 4 blocks an SM at most) as far as their regions take no more memory than the output
+        // may; rows too wide for even one slice's regions add to the output.
+        let slices_for = |blocks: usize| (4 * 132usize).div_ceil(blocks).min(10_000usize.div_ceil(ROW_PATHS_PER_BLOCK));
+        for (rows, width, gather, slices) in [
+            (1, 3025, Gather::BlockRegion, slices_for(1)),
+            (10_000, 3025, Gather::BlockRegion, slices_for(10_000usize.div_ceil(32))),
+            (1 << 20, 3025, Gather::BlockRegion, 1),
+            (1, 1 << 26, Gather::Output, slices_for(1)),
+        ] {
+            let launches = plan(rows, width, 54, 10_000, &h100);
+            let first = launches[0].launches[0];
+            assert_eq!((first.gather, first.grid.1 as usize), (gather, slices), "{rows} rows of {width}: {first:?}");
+            for rl in launches {
+                let l = rl.launches[0];
+                assert!(rl.buffer_values(width) <= MAX_LAUNCH_VALUES, "{rows} rows of {width}: {l:?}");
+                assert!(l.grid.1 as usize <= slices_for(l.grid.0 as usize), "{rows} rows of {width}: {l:?}");
+            }
+        }
     }
 }

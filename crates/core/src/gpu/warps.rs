@@ -527,7 +527,9 @@ impl WarpState {
                     }
                 }
                 if one == 0.0 {
-                    total /= zero;
+                    // As the kernel: an element no training cover reaches and the row does not
+                    // follow zeroes the path (every weight is 0), and its own sum too.
+                    total = if zero == 0.0 { 0.0 } else { total / zero };
                 }
                 total * (depth + 1) as f64
             })
