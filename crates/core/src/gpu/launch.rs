@@ -119,7 +119,8 @@ pub const ROW_PATHS_PER_BLOCK: usize = 64;
 /// Most rows (threads) in a block of the row kernels.
 pub const ROW_BLOCK_THREADS: usize = 256;
 /// Fewest rows (threads, one warp) in a block of the row kernels that gathers in shared memory;
-/// a wider output goes to global memory directly, from blocks of [`ROW_BLOCK_THREADS`].
+/// a wider output gathers in a region of global memory, from blocks of this many rows (see
+/// [`Gather::BlockRegion`]).
 pub const ROW_MIN_BLOCK_THREADS: usize = 32;
 
 /// Rows (threads) of a block of the row kernels whose `bytes_a_row` of shared memory fit
