@@ -258,7 +258,11 @@ fn main() -> Result<(), Error> {
             };
             let ((auto_values, auto_check_s), (rows_values, rows_check_s)) = (timed(&auto)?, timed(&by_rows)?);
             let (plain_values, _) = timed(&plain)?;
-            let error = max_rel_error(&auto_values, &want, w).max(max_rel_error(&rows_values, &want, w)).max(max_rel_error(&plain_values, &want, w));
+            // The largest of the three, NaN if any is (`f64::max` would drop it).
+            let error = [&auto_values, &rows_values, &plain_values]
+                .map(|values| max_rel_error(values, &want, w))
+                .into_iter()
+                .fold(0.0, |m: f64, e| if m.is_nan() || e.is_nan() { f64::NAN } else { m.max(e) });
             // Rows per timed call: up to `most`, cut to what --seconds takes at the check call's
             // rate (a slow kernel or model must not eat the host's lease).
             let sized = |check_s: f64| ((cpu_n as f64 * o.seconds / check_s.max(1e-9)) as usize).clamp(cpu_n, most.max(cpu_n));
