@@ -5,7 +5,7 @@
 #   fuzz/run.sh build                                 (build the targets only: CI builds them
 #                                                      early, in the background, and fuzzes later)
 #
-# Targets: xgboost_json, xgboost_ubjson, lightgbm_text, catboost_json, shapfusion_json, spark_ml (the
+# Targets: xgboost_json, xgboost_ubjson, lightgbm_text, catboost_json, catboost_cbm, shapfusion_json, spark_ml (the
 # model readers) and input_rows (the readers of rows to explain). Each starts from the committed files
 # (tests/fixtures/**, the crafted corpus, and fuzz/regressions/<target>/) plus what earlier
 # runs found, kept in $FUZZ_WORK (default ~/.cache/shapfusion/fuzz). An input that crashes,
@@ -23,7 +23,7 @@ fi
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(xgboost_json xgboost_ubjson lightgbm_text catboost_json shapfusion_json spark_ml input_rows)
+[[ ${#targets[@]} -gt 0 ]] || targets=(xgboost_json xgboost_ubjson lightgbm_text catboost_json catboost_cbm shapfusion_json spark_ml input_rows)
 work="${FUZZ_WORK:-$HOME/.cache/shapfusion/fuzz}"
 
 # What `cargo fuzz build --sanitizer none` passes: coverage counters, comparison tracing and
@@ -47,6 +47,7 @@ fuzz_one() {
     xgboost_ubjson) pattern='*.ubj' ;;
     lightgbm_text) pattern='*.txt' ;;
     catboost_json) pattern='*/cb_*/model.json' ;;
+    catboost_cbm) pattern='*/cb_*/model.cbm' ;;
     shapfusion_json) pattern='*/skl_*/model.json' ;;
     spark_ml) pattern='' ;;
     input_rows) pattern='*.parquet' ;;

@@ -193,6 +193,50 @@ fn new_formats_match_their_references_within_1e_6() {
     assert!(seen >= 15, "scikit-learn, CatBoost and Spark ML fixtures missing: {seen} found");
 }
 
+/// CatBoost's binary format (`model.cbm`, saved beside each CatBoost fixture's JSON from the same
+/// trained model): the same model as the JSON, so the same bits of SHAP values, interactions and
+/// predictions, on oblivious and non-symmetric trees, one-hot categories, missing values and
+/// several outputs. A model with CTR splits is refused, pointing at the JSON export.
+#[test]
+fn catboost_binary_files_give_the_bits_of_their_json() {
+    let (mut read, mut refused) = (0, 0);
+    for f in fixtures().into_iter().filter(|f| f.dir.join("model.cbm").exists()) {
+        let cbm = f.dir.join("model.cbm");
+        let model = match shapfusion::load_model(&cbm) {
+            Ok(model) => Arc::new(model),
+            Err(e) => {
+                let message = e.to_string();
+                assert!(f.name.contains("ctr"), "{}: {message}", f.name);
+                assert!(message.contains("model.cbm") && message.contains("CTR") && message.contains("format=\"json\""), "{message}");
+                refused += 1;
+                continue;
+            }
+        };
+        assert_eq!(model.format(), shapfusion::model::ModelFormat::CatboostBinary);
+        assert_eq!(model.feature_names(), f.model.feature_names(), "{}", f.name);
+        assert_eq!(model.feature_kinds(), f.model.feature_kinds(), "{}", f.name);
+        assert_eq!(model.base_margin(), f.model.base_margin(), "{}", f.name);
+        assert_eq!(model.categories(), f.model.categories(), "{}", f.name);
+        assert!(model.trees() == f.model.trees(), "{}: the trees differ from the JSON's", f.name);
+        assert_eq!((model.objective(), model.library_version()), (f.model.objective(), f.model.library_version()), "{}", f.name);
+        let block = f.block();
+        for a in [Algorithm::TreeShap, Algorithm::Linear] {
+            let ours = build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap();
+            let json = engine(&f, a);
+            assert_eq!(ours.shap(&block).unwrap().values, json.shap(&block).unwrap().values, "{} {a}", f.name);
+            assert_eq!(ours.interactions(&block).unwrap().values, json.interactions(&block).unwrap().values, "{} {a}", f.name);
+        }
+        let (mut mine, mut theirs) = (vec![0.0; model.num_groups()], vec![0.0; model.num_groups()]);
+        for r in 0..block.rows() {
+            model.predict_row(block.row(r), &mut mine);
+            f.model.predict_row(block.row(r), &mut theirs);
+            assert_eq!(mine, theirs, "{} row {r}", f.name);
+        }
+        read += 1;
+    }
+    assert!(read >= 9 && refused >= 3, "CatBoost binary fixtures: {read} read, {refused} refused");
+}
+
 /// Path-dependent Banzhaf values and Banzhaf interaction values against WOODELF's own, and over
 /// a background Banzhaf values and both indices' interaction values
 /// (`tests/make_banzhaf_fixtures.py`: XGBoost and LightGBM, with and without missing values);

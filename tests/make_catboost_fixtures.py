@@ -3,6 +3,7 @@
 
 Each fixture holds
   model.json       the model as CatBoost saves it: ``model.save_model(path, format="json")``
+  model.cbm        the same model in CatBoost's binary format: ``model.save_model(path)``
   input.parquet    the rows to explain (NaN where the model was trained with missing values)
   expected.json    CatBoost's own outputs: ``get_feature_importance(type="ShapValues")`` and
                    ``"ShapInteractionValues"`` (float64; the bias row and column in XGBoost's
@@ -41,10 +42,17 @@ def data(n: int, f: int, seed: int, nan: float = 0.0):
     return regression_rows(n, f, SEED + seed, nan)
 
 
+def save(model, d) -> None:
+    """The model in both of CatBoost's formats shapfusion reads: its JSON and its own binary
+    format (``.cbm``, what ``save_model`` writes by default), saved from the trained model."""
+    model.save_model(str(d / "model.json"), format="json")
+    model.save_model(str(d / "model.cbm"))
+
+
 def write(out, name: str, model, X, interactions: bool = True, cat_features=None) -> None:
     d = out / name
     d.mkdir(parents=True)
-    model.save_model(str(d / "model.json"), format="json")
+    save(model, d)
     if cat_features:
         names = list(X.columns)
         pq.write_table(pa.Table.from_pandas(X, preserve_index=False), d / "input.parquet")
@@ -205,7 +213,7 @@ def write_non_symmetric(out, name: str, model, X, cat_features=None) -> None:
     """A non-symmetric model's fixture: brute-force values, CatBoost's own beside them."""
     d = out / name
     d.mkdir(parents=True)
-    model.save_model(str(d / "model.json"), format="json")
+    save(model, d)
     model_json = json.loads((d / "model.json").read_text())
     if cat_features:
         names = list(X.columns)

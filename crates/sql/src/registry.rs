@@ -590,7 +590,14 @@ mod tests {
         let r = ModelRegistry::new(None);
         r.register("a", "/nowhere/a.json").unwrap();
         let e = r.resolve("fraud", Some("/no/such/dir")).unwrap_err().to_string();
-        for needle in ["\"fraud\"", "registered models (a)", "/no/such/dir/fraud.json", "/no/such/dir/fraud.ubj", "/no/such/dir/fraud.txt"] {
+        for needle in [
+            "\"fraud\"",
+            "registered models (a)",
+            "/no/such/dir/fraud.json",
+            "/no/such/dir/fraud.ubj",
+            "/no/such/dir/fraud.txt",
+            "/no/such/dir/fraud.cbm",
+        ] {
             assert!(e.contains(needle), "{needle} not in {e}");
         }
     }

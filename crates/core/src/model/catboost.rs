@@ -1,4 +1,5 @@
-//! CatBoost model reader: the JSON of `model.save_model(path, format="json")` (CatBoost 1.x).
+//! CatBoost model reader: the JSON of `model.save_model(path, format="json")` (CatBoost 1.x), and
+//! the binary `.cbm` of `model.save_model(path)` through the same JSON ([`super::catboost_cbm`]).
 //!
 //! Models grown with `grow_policy="Depthwise"` or `"Lossguide"` hold ordinary (non-symmetric)
 //! trees under `trees`: nested objects, an internal node `{"split", "left", "right"}` (left
@@ -31,6 +32,7 @@
 
 use serde_json::Value;
 
+use super::catboost_cbm::Refusal;
 use super::catboost_ctr::Ctrs;
 use super::{
     check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
@@ -43,15 +45,30 @@ use crate::error::{Error, Result};
 pub(super) const TOP_LEVEL_KEYS: [&str; 5] = ["ctr_data", "features_info", "model_info", "oblivious_trees", "scale_and_bias"];
 
 /// Deepest oblivious tree read (CatBoost allows 16).
-const MAX_DEPTH: usize = 20;
+pub(super) const MAX_DEPTH: usize = 20;
 
 /// Cover of a leaf no training row reached.
 pub const EMPTY_LEAF_COVER: f64 = 1e-200;
 
 pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let file = ModelFile::new(name, ModelFormat::CatboostJson);
-    let err = |detail: String| file.error(detail);
     let root: Value = serde_json::from_slice(bytes).map_err(|e| file.json_error(e))?;
+    from_value(&root, file)
+}
+
+/// A `.cbm` file: its model core rewritten as CatBoost's JSON of the same model, then read as that.
+pub(super) fn from_cbm_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
+    let file = ModelFile::new(name, ModelFormat::CatboostBinary);
+    let root = super::catboost_cbm::to_json(bytes).map_err(|refusal| match refusal {
+        Refusal::Invalid(detail) => file.error(detail),
+        Refusal::NotRead(detail) => file.unsupported(detail),
+    })?;
+    from_value(&root, file)
+}
+
+/// The model of CatBoost's JSON `root`; errors name `file` (the JSON, or the `.cbm` it came from).
+pub(super) fn from_value(root: &Value, file: ModelFile) -> Result<ModelParts> {
+    let err = |detail: String| file.error(detail);
     let info = root.get("features_info").ok_or_else(|| err("missing field features_info".into()))?;
 
     // Features: float features by their flat (input column) index; categorical ones are named
@@ -111,6 +128,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     let mut ctrs = Ctrs::read(info, root.get("ctr_data"), &cat_name, &float_name, first_ctr_split_index).map_err(&err)?;
     if let Some(identifier) = ctrs.merged_table() {
         // Read as CatBoost reads the file (one table for them all), which is what it predicts with.
+        let name = file.name();
         tracing::warn!(
             "{name}: CTR {identifier} is listed several times with one table: CatBoost's JSON of a multi-target (MultiRMSE) model keeps one table for each target's CTRs, so CatBoost's own predictions from this file differ from the trained model's; shapfusion explains the file as CatBoost predicts with it"
         );
@@ -118,7 +136,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     // Every category a split tests has its code before any CTR split's set is made (a CTR split
     // sends the categories its table does not hold one way): one-hot values first, then the
     // categories of the CTR tables.
-    for split in splits_of(&root) {
+    for split in splits_of(root) {
         if split.get("split_type").and_then(Value::as_str) == Some("OneHotFeature") {
             let (Some(flat), Some(hash)) =
                 (split.get("cat_feature_index").and_then(Value::as_u64).and_then(cat_column), split.get("value").and_then(category_hash))
@@ -168,7 +186,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
         .and_then(|v| v.split("CatBoost release ").nth(1))
         .and_then(|v| v.split(['.', ' ']).take(3).collect::<Vec<_>>().join(".").into());
     Ok(ModelParts {
-        format: ModelFormat::CatboostJson,
+        format: file.format(),
         library_version: version.map(|v: String| v.trim_end_matches('.').to_string()),
         objective,
         categories: hashes.into_iter().map(|h| h.map(Categories::CatboostHashes)).collect(),

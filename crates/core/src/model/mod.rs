@@ -8,6 +8,7 @@
 //! the model.
 
 mod catboost;
+mod catboost_cbm;
 mod catboost_ctr;
 pub mod cityhash;
 mod lightgbm;
@@ -84,6 +85,9 @@ pub enum ModelFormat {
     LightgbmText,
     /// CatBoost `save_model("*.json", format="json")`.
     CatboostJson,
+    /// CatBoost `save_model("*.cbm")`, its default: the binary format (FlatBuffers), read
+    /// through the JSON of the same model (CTR splits: from the JSON only, for now).
+    CatboostBinary,
     /// The shapfusion trees file (`shapfusion.save_model`, for scikit-learn estimators), a
     /// documented, versioned JSON form of plain node arrays: `docs/src/trees-file.md`.
     ShapfusionJson,
@@ -94,11 +98,12 @@ pub enum ModelFormat {
 impl ModelFormat {
     /// Every format the readers take, in the order a model directory is searched: the one list
     /// behind the readers, the model directory lookup, help texts and docs.
-    pub const ALL: [ModelFormat; 6] = [
+    pub const ALL: [ModelFormat; 7] = [
         ModelFormat::XgboostJson,
         ModelFormat::XgboostUbjson,
         ModelFormat::LightgbmText,
         ModelFormat::CatboostJson,
+        ModelFormat::CatboostBinary,
         ModelFormat::ShapfusionJson,
         ModelFormat::SparkMl,
     ];
@@ -110,6 +115,7 @@ impl ModelFormat {
             ModelFormat::XgboostUbjson => "XGBoost UBJSON",
             ModelFormat::LightgbmText => "LightGBM text",
             ModelFormat::CatboostJson => "CatBoost JSON",
+            ModelFormat::CatboostBinary => "CatBoost binary",
             ModelFormat::ShapfusionJson => "shapfusion trees JSON",
             ModelFormat::SparkMl => "Spark ML model directory",
         }
@@ -121,6 +127,7 @@ impl ModelFormat {
             ModelFormat::XgboostJson | ModelFormat::CatboostJson | ModelFormat::ShapfusionJson => "json",
             ModelFormat::XgboostUbjson => "ubj",
             ModelFormat::LightgbmText => "txt",
+            ModelFormat::CatboostBinary => "cbm",
             ModelFormat::SparkMl => "",
         }
     }
@@ -140,8 +147,12 @@ impl ModelFormat {
 
 /// The model files' extensions, each once, in [`ModelFormat::ALL`]'s order (Spark ML models are
 /// directories and have none).
-pub const MODEL_EXTENSIONS: [&str; 3] =
-    [ModelFormat::XgboostJson.extension(), ModelFormat::XgboostUbjson.extension(), ModelFormat::LightgbmText.extension()];
+pub const MODEL_EXTENSIONS: [&str; 4] = [
+    ModelFormat::XgboostJson.extension(),
+    ModelFormat::XgboostUbjson.extension(),
+    ModelFormat::LightgbmText.extension(),
+    ModelFormat::CatboostBinary.extension(),
+];
 
 impl fmt::Display for ModelFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -631,6 +642,7 @@ impl Model {
             ModelFormat::XgboostUbjson => xgboost::from_ubjson_bytes(bytes, name)?,
             ModelFormat::LightgbmText => lightgbm::from_text_bytes(bytes, name)?,
             ModelFormat::CatboostJson => catboost::from_json_bytes(bytes, name)?,
+            ModelFormat::CatboostBinary => catboost::from_cbm_bytes(bytes, name)?,
             ModelFormat::ShapfusionJson => neutral::from_json_bytes(bytes, name)?,
             ModelFormat::SparkMl => {
                 return Err(Error::ModelFormat {
@@ -663,7 +675,11 @@ impl Model {
     pub fn unseen_category(&self) -> UnseenCategory {
         match self.format {
             ModelFormat::XgboostJson | ModelFormat::XgboostUbjson => UnseenCategory::Error,
-            ModelFormat::LightgbmText | ModelFormat::CatboostJson | ModelFormat::ShapfusionJson | ModelFormat::SparkMl => UnseenCategory::Missing,
+            ModelFormat::LightgbmText
+            | ModelFormat::CatboostJson
+            | ModelFormat::CatboostBinary
+            | ModelFormat::ShapfusionJson
+            | ModelFormat::SparkMl => UnseenCategory::Missing,
         }
     }
 
@@ -872,6 +888,11 @@ impl<'a> ModelFile<'a> {
         self.format
     }
 
+    /// The file's name, as errors give it.
+    pub(crate) fn name(&self) -> &'a str {
+        self.name
+    }
+
     /// The file is not a valid model of its format: `detail` says what is wrong where.
     pub(crate) fn error(&self, detail: impl Into<String>) -> Error {
         Error::ModelFormat { path: self.name.into(), format: self.format.name(), detail: detail.into() }
@@ -896,6 +917,9 @@ impl<'a> ModelFile<'a> {
 
 /// Guesses the format from the first bytes of the content (not the file extension).
 pub fn detect_format(bytes: &[u8]) -> Option<ModelFormat> {
+    if bytes.starts_with(catboost_cbm::MAGIC) {
+        return Some(ModelFormat::CatboostBinary);
+    }
     let start = bytes.iter().position(|b| !b.is_ascii_whitespace())?;
     let rest = &bytes[start..];
     if rest[0] == b'{' {
@@ -946,6 +970,7 @@ mod tests {
         assert_eq!(detect_format(b"{L\x00\x00\x00\x00\x00\x00\x00\x07learner"), Some(ModelFormat::XgboostUbjson));
         assert_eq!(detect_format(b"{i\x07learner"), Some(ModelFormat::XgboostUbjson));
         assert_eq!(detect_format(b"tree\nversion=v4\n"), Some(ModelFormat::LightgbmText));
+        assert_eq!(detect_format(b"CBM1\x10\x39\x00\x00"), Some(ModelFormat::CatboostBinary));
         assert_eq!(detect_format(b"hello"), None);
         assert_eq!(detect_format(b""), None);
     }
