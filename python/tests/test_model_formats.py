@@ -148,25 +148,31 @@ def test_catboost_matches_its_own_shap_values():
 
 def test_catboost_binary_files_match_its_own_shap_values(tmp_path):
     """A `.cbm` (CatBoost's default `save_model`) loads by path, symmetric and non-symmetric, with
-    one-hot categories: CatBoost's own values where they hold, the bits of the in-memory model's."""
+    one-hot and CTR categories: CatBoost's own values where they hold, the bits of the in-memory
+    model's."""
     catboost = pytest.importorskip("catboost")
     pd = pytest.importorskip("pandas")
     r = np.random.default_rng(9)
-    df = pd.DataFrame({"a": r.normal(size=500), "b": r.normal(size=500), "colour": r.choice(["red", "blue", "green"], size=500)})
-    df.loc[r.random(500) < 0.05, "a"] = np.nan
-    y = df["a"].fillna(0) + df["b"] ** 2 + (df["colour"] == "red") * 2.0
-    test = df.iloc[:30]
+    df = pd.DataFrame({"a": r.normal(size=800), "b": r.normal(size=800), "colour": r.choice(["red", "blue", "green"], size=800),
+                       "city": [f"c{k}" for k in r.integers(0, 30, size=800)]})
+    df.loc[r.random(800) < 0.05, "a"] = np.nan
+    y = df["a"].fillna(0) + df["b"] ** 2 + (df["colour"] == "red") * 2.0 + df["city"].str[1:].astype(int) % 5 * 0.4
+    cats = ["colour", "city"]
+    test = df.iloc[:30].copy()
+    test.loc[test.index[0], "city"] = "atlantis"  # unseen: the CTR of no rows, as in CatBoost
     for grow in ("SymmetricTree", "Depthwise"):
-        m = catboost.CatBoostRegressor(iterations=10, depth=4, one_hot_max_size=10, grow_policy=grow, verbose=0, random_seed=0, allow_writing_files=False)
-        m.fit(df, y, cat_features=["colour"])
+        m = catboost.CatBoostRegressor(iterations=12, depth=4, one_hot_max_size=4, max_ctr_complexity=1, grow_policy=grow, verbose=0, random_seed=0,
+                                       allow_writing_files=False)
+        m.fit(df, y, cat_features=cats)
         path = tmp_path / f"{grow}.cbm"
         m.save_model(str(path))
         ours = shapfusion.Explainer(str(path)).shap_values(test)
         np.testing.assert_array_equal(ours, shapfusion.Explainer(m).shap_values(test))
         raw = np.asarray(m.predict(test, prediction_type="RawFormulaVal"), dtype=np.float64)
         np.testing.assert_allclose(ours.sum(axis=1), raw, atol=1e-9)
+        assert np.abs(ours[:, 3]).max() > 0.1  # the CTR splits carry the city's effect
         if grow == "SymmetricTree":  # CatBoost's own values are exact on symmetric trees only
-            theirs = np.asarray(m.get_feature_importance(catboost.Pool(test, cat_features=["colour"]), type="ShapValues"))
+            theirs = np.asarray(m.get_feature_importance(catboost.Pool(test, cat_features=cats), type="ShapValues"))
             assert relative_error(ours, theirs) < 1e-6
 
 

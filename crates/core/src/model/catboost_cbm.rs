@@ -11,9 +11,15 @@
 //! ([`super::catboost`]) reads that, so both files of one model give one [`super::Model`]
 //! (tested on every CatBoost fixture).
 //!
-//! Not read from this format yet, refused naming the split: CTR splits (their tables are a part
-//! of their own after the core, in CatBoost's own serialization) and splits on features
-//! estimated from text or embeddings. The JSON export of such a model is read.
+//! CTR splits: the core lists each CTR (`CtrFeatures`: what it projects on, its type, prior,
+//! shift, scale and borders) and the part `static_provider_v1` after it holds their tables, a
+//! count and then, each with its size, a FlatBuffers `TCtrValueTable`: an open-addressing hash
+//! of 12-byte buckets (the 64-bit key CatBoost's JSON gives, a u32 index; an empty bucket's key
+//! is all ones) and the counts per index as i32 (one per class for `Borders` and `Buckets`, one
+//! for `Counter` and `FeatureFreq`). They become the JSON's `features_info.ctrs` and `ctr_data`.
+//!
+//! Not read from this format, refused naming the split: splits on features estimated from text
+//! or embeddings, and CTR splits of a file whose parts are not the one CTR part.
 //!
 //! Why not the `flatbuffers` crate: its checked access works through code that `flatc`
 //! generates from the schema, a build-time tool this workspace would need for four primitive
@@ -155,6 +161,18 @@ impl<'a> Table<'a> {
         (0..len).map(|k| self.buf.array(start + k * N).map(from)).collect()
     }
 
+    /// A vector of strings (each element an offset to one).
+    fn strings(&self, id: usize) -> Result<Vec<&'a str>, Detail> {
+        let Some(at) = self.field(id)? else { return Ok(Vec::new()) };
+        let (start, len) = self.buf.vector(self.buf.follow(at)?, 4)?;
+        (0..len)
+            .map(|k| {
+                let (s, n) = self.buf.vector(self.buf.follow(start + 4 * k)?, 1)?;
+                std::str::from_utf8(self.buf.slice(s, n)?).map_err(|e| format!("a string at byte {s} is not UTF-8 ({e})"))
+            })
+            .collect()
+    }
+
     /// A vector of tables (each element an offset to one).
     fn tables(&self, id: usize) -> Result<Vec<Table<'a>>, Detail> {
         let Some(at) = self.field(id)? else { return Ok(Vec::new()) };
@@ -188,6 +206,99 @@ enum BinaryFeature {
     Float { index: i32, border: f32 },
     /// Categorical feature `index` equal to the category whose hash is `value`.
     OneHot { index: i32, value: i32 },
+    /// `ctr > border` for the CTR whose target border is `target_border_idx`.
+    Ctr { border: f32, target_border_idx: i32 },
+}
+
+/// The part after the model core that holds the CTR tables (`ModelPartIds`).
+const CTR_PART: &str = "static_provider_v1";
+
+/// CatBoost's `ECtrType`, by its number in the schema.
+const CTR_TYPES: [&str; 6] = ["Borders", "Buckets", "BinarizedTargetMeanValue", "FloatTargetMeanValue", "Counter", "FeatureFreq"];
+
+/// A `TModelCtrBase` (what a CTR projects on, and its type) as the JSON's CTR identifier, the
+/// key that ties a CTR of `features_info.ctrs` to its table in `ctr_data`; and the projection's
+/// `elements` and the type's name.
+fn ctr_identity(base: &Table) -> Result<(String, Value, &'static str), Detail> {
+    let kind = base.u8(1, 0)?;
+    let kind = *CTR_TYPES.get(kind as usize).ok_or_else(|| format!("a CTR has type {kind}, which CatBoost's schema does not define"))?;
+    let mut elements = Vec::new();
+    if let Some(combination) = base.table(0)? {
+        for c in combination.vec(0, i32::from_le_bytes)? {
+            elements.push(json!({"cat_feature_index": c, "combination_element": "cat_feature_value"}));
+        }
+        for (index, border) in
+            combination.vec(1, |b: [u8; 8]| (i32::from_le_bytes([b[0], b[1], b[2], b[3]]), f32::from_le_bytes([b[4], b[5], b[6], b[7]])))?
+        {
+            elements.push(json!({"border": border as f64, "combination_element": "float_feature", "float_feature_index": index}));
+        }
+        for (index, value) in
+            combination.vec(2, |b: [u8; 8]| (i32::from_le_bytes([b[0], b[1], b[2], b[3]]), i32::from_le_bytes([b[4], b[5], b[6], b[7]])))?
+        {
+            elements.push(json!({"cat_feature_index": index, "combination_element": "cat_feature_exact_value", "value": value}));
+        }
+    }
+    let elements = Value::Array(elements);
+    Ok((json!({"identifier": elements, "type": kind}).to_string(), elements, kind))
+}
+
+/// The tables of the CTR part (`bytes`, from its start to the end of the file) as the JSON's
+/// `ctr_data`: per table, `{"hash_map": [key, count, ...], "hash_stride", "counter_denominator"}`.
+/// Tables of types the JSON reader refuses by name (target means) are left out.
+fn ctr_tables(bytes: &[u8]) -> Result<Map<String, Value>, Detail> {
+    let part = Buf { bytes };
+    let count = part.u32(0)? as usize;
+    let mut at = 4;
+    let mut tables = Map::new();
+    for k in 0..count {
+        let size = part.u32(at)? as usize;
+        let table = Buf { bytes: part.slice(at + 4, size).map_err(|e| format!("CTR table {k}: {e}"))? };
+        at += 4 + size;
+        let bad = |e: Detail| format!("CTR table {k}: {e}");
+        let root = table.table(table.follow(0).map_err(bad)?).map_err(bad)?;
+        let base = root.table(0).map_err(bad)?.ok_or_else(|| bad("no ModelCtrBase".into()))?;
+        let (identifier, _, kind) = ctr_identity(&base).map_err(bad)?;
+        let per_index = match kind {
+            "Borders" | "Buckets" => {
+                let classes = root.i32(4, 0).map_err(bad)?;
+                usize::try_from(classes)
+                    .ok()
+                    .filter(|c| (1..=super::MAX_GROUPS).contains(c))
+                    .ok_or_else(|| bad(format!("{classes} target classes")))?
+            }
+            "Counter" | "FeatureFreq" => 1,
+            _ => continue,
+        };
+        let buckets: Vec<u8> = root.vec(1, u8::from_le_bytes).map_err(bad)?;
+        let counts: Vec<i32> = root
+            .vec::<1, u8>(2, u8::from_le_bytes)
+            .map_err(bad)?
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        if buckets.len() % 12 != 0 {
+            return Err(bad(format!("its hash has {} bytes, not whole 12-byte buckets", buckets.len())));
+        }
+        let mut hash_map = Vec::new();
+        for bucket in buckets.chunks_exact(12) {
+            let key = u64::from_le_bytes(bucket[..8].try_into().expect("8 bytes"));
+            if key == u64::MAX {
+                continue; // an empty bucket
+            }
+            let index = u32::from_le_bytes(bucket[8..].try_into().expect("4 bytes")) as usize;
+            let of_key = index
+                .checked_mul(per_index)
+                .and_then(|start| counts.get(start..start + per_index))
+                .ok_or_else(|| bad(format!("a key's counts at index {index} are past the {} counts", counts.len())))?;
+            hash_map.push(json!(key));
+            for &c in of_key {
+                hash_map.push(json!(u64::try_from(c).map_err(|_| bad(format!("a count of {c}")))?));
+            }
+        }
+        let table = json!({"hash_map": hash_map, "hash_stride": 1 + per_index, "counter_denominator": root.i32(3, 0).map_err(bad)?});
+        tables.insert(identifier, table);
+    }
+    Ok(tables)
 }
 
 /// The JSON that CatBoost's `save_model(path, format="json")` writes for the model in `bytes`
@@ -259,7 +370,37 @@ pub(super) fn to_json(bytes: &[u8]) -> Result<Value, Refusal> {
     }
     features_info.insert("float_features".into(), Value::Array(float_features));
     features_info.insert("categorical_features".into(), Value::Array(cat_features));
-    let ctrs = trees.tables(CTR_FEATURES)?.len();
+    // CTRs: their borders number the binary features after the one-hot values.
+    let mut ctr_list = Vec::new();
+    for (c, feature) in trees.tables(CTR_FEATURES)?.iter().enumerate() {
+        let bad = |e: Detail| format!("CTR {c}: {e}");
+        let ctr = feature.table(0).map_err(bad)?.ok_or_else(|| bad("no Ctr".into()))?;
+        let base = ctr.table(0).map_err(bad)?.ok_or_else(|| bad("no Base".into()))?;
+        let (identifier, elements, kind) = ctr_identity(&base).map_err(bad)?;
+        let target_border_idx = ctr.i32(1, 0).map_err(bad)?;
+        let borders: Vec<f32> = feature.vec(1, f32::from_le_bytes).map_err(bad)?;
+        binary.extend(borders.iter().map(|&border| BinaryFeature::Ctr { border, target_border_idx }));
+        let scalar = |id, default| ctr.scalar(id, default, f32::from_le_bytes).map(|x| x as f64).map_err(bad);
+        ctr_list.push(json!({
+            "identifier": identifier,
+            "elements": elements,
+            "ctr_type": kind,
+            "target_border_idx": target_border_idx,
+            "prior_numerator": scalar(2, 0.0)?,
+            "prior_denomerator": scalar(3, 1.0)?,
+            "shift": scalar(4, 0.0)?,
+            "scale": scalar(5, 1.0)?,
+            "borders": borders.iter().map(|&b| b as f64).collect::<Vec<_>>(),
+        }));
+    }
+    let has_ctrs = !ctr_list.is_empty();
+    features_info.insert("ctrs".into(), Value::Array(ctr_list));
+    // The CTR tables: read where the file's one part after the core is the CTR part.
+    let parts = root.strings(3)?;
+    let ctr_data = match parts.as_slice() {
+        [CTR_PART] => Some(ctr_tables(&rest[4 + size..])?),
+        _ => None,
+    };
 
     let splits: Vec<i32> = trees.vec(TREE_SPLITS, i32::from_le_bytes)?;
     let sizes: Vec<i32> = trees.vec(TREE_SIZES, i32::from_le_bytes)?;
@@ -280,11 +421,14 @@ pub(super) fn to_json(bytes: &[u8]) -> Result<Value, Refusal> {
                 Ok(json!({"split_index": k, "split_type": "FloatFeature", "float_feature_index": index, "border": *border as f64}))
             }
             Some(BinaryFeature::OneHot { index, value }) => Ok(json!({"split_index": k, "split_type": "OneHotFeature", "cat_feature_index": index, "value": value})),
-            None if k >= 0 && (k as usize) < binary.len() + ctrs => not_read(format!(
-                "tree {t} splits on a CTR (binary feature {k}): CTR splits are not read from CatBoost's binary format yet (their tables follow the model core in CatBoost's own serialization); save the model with save_model(path, format=\"json\"), which shapfusion reads"
+            Some(BinaryFeature::Ctr { .. }) if ctr_data.is_none() => not_read(format!(
+                "tree {t} splits on a CTR (binary feature {k}), and the file's parts after the model core are {parts:?}, not the one CTR part ({CTR_PART}) this reader reads; save the model with save_model(path, format=\"json\"), which shapfusion reads"
             )),
+            Some(BinaryFeature::Ctr { border, target_border_idx }) => Ok(
+                json!({"split_index": k, "split_type": "OnlineCtr", "border": *border as f64, "ctr_target_border_idx": target_border_idx}),
+            ),
             None => not_read(format!(
-                "tree {t} splits on binary feature {k}, which is no float border, one-hot value or CTR of the file (a feature estimated from text or embeddings?): not read from CatBoost's binary format"
+                "tree {t} splits on binary feature {k}, which is no float border, one-hot value or CTR border of the file (a feature estimated from text or embeddings?): not read from CatBoost's binary format"
             )),
         }
     };
@@ -353,6 +497,9 @@ pub(super) fn to_json(bytes: &[u8]) -> Result<Value, Refusal> {
     }
     root_json.insert("scale_and_bias".into(), json!([scale, bias]));
     root_json.insert("features_info".into(), Value::Object(features_info));
+    if let (true, Some(tables)) = (has_ctrs, ctr_data) {
+        root_json.insert("ctr_data".into(), Value::Object(tables));
+    }
     let mut model_info = Map::new();
     // The training parameters (the objective among them) as CatBoost's JSON nests them; a
     // value that is not JSON only loses the objective's name.
@@ -456,10 +603,38 @@ mod tests {
     }
 
     #[test]
-    fn ctr_splits_are_refused_naming_the_json_export() {
-        match to_json(&fixture("cb_ctr_regression", "model.cbm")) {
-            Err(Refusal::NotRead(why)) => assert!(why.contains("CTR") && why.contains("format=\"json\""), "{why}"),
-            other => panic!("{other:?}"),
+    fn ctr_tables_are_those_of_the_json_export() {
+        // Keys and counts per CTR, against the JSON CatBoost wrote for the same model (whose
+        // hash_map also lists empty buckets, under the key 2^64 - 1, which no category has).
+        for name in ["cb_ctr_regression", "cb_ctr_multiclass", "cb_lossguide_ctr"] {
+            let ours = to_json(&fixture(name, "model.cbm")).unwrap();
+            let theirs: Value = serde_json::from_slice(&fixture(name, "model.json")).unwrap();
+            let entries = |table: &Value| -> Vec<Vec<u64>> {
+                let stride = table["hash_stride"].as_u64().unwrap() as usize;
+                let flat: Vec<u64> =
+                    table["hash_map"].as_array().unwrap().iter().map(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()).unwrap()).collect();
+                let mut rows: Vec<Vec<u64>> = flat.chunks(stride).filter(|row| row[0] != u64::MAX).map(<[u64]>::to_vec).collect();
+                rows.sort();
+                rows
+            };
+            let ctrs = |root: &Value| -> Vec<(Value, String, Vec<f64>)> {
+                root["features_info"]["ctrs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| {
+                        (c["elements"].clone(), c["ctr_type"].as_str().unwrap().to_string(), serde_json::from_value(c["borders"].clone()).unwrap())
+                    })
+                    .collect()
+            };
+            assert_eq!(ctrs(&ours), ctrs(&theirs), "{name}");
+            for (ctr, theirs_ctr) in ours["features_info"]["ctrs"].as_array().unwrap().iter().zip(theirs["features_info"]["ctrs"].as_array().unwrap())
+            {
+                let (a, b) =
+                    (&ours["ctr_data"][ctr["identifier"].as_str().unwrap()], &theirs["ctr_data"][theirs_ctr["identifier"].as_str().unwrap()]);
+                assert_eq!(entries(a), entries(b), "{name}: {}", ctr["identifier"]);
+                assert_eq!(a["counter_denominator"].as_f64(), b["counter_denominator"].as_f64(), "{name}");
+            }
         }
     }
 }

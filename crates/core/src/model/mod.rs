@@ -86,7 +86,7 @@ pub enum ModelFormat {
     /// CatBoost `save_model("*.json", format="json")`.
     CatboostJson,
     /// CatBoost `save_model("*.cbm")`, its default: the binary format (FlatBuffers), read
-    /// through the JSON of the same model (CTR splits: from the JSON only, for now).
+    /// through the JSON of the same model.
     CatboostBinary,
     /// The shapfusion trees file (`shapfusion.save_model`, for scikit-learn estimators), a
     /// documented, versioned JSON form of plain node arrays: `docs/src/trees-file.md`.
