@@ -44,9 +44,9 @@ class Explainer:
     ----------
     model
         The tree ensemble: a path to a model file (XGBoost JSON/UBJSON, LightGBM text, CatBoost
-        JSON, a shapfusion trees file from :func:`save_model`) or a Spark ML model directory,
-        the bytes of such a file, an ``xgboost.Booster`` or ``XGBModel`` (read through its raw
-        UBJSON), a ``lightgbm.Booster`` or ``LGBMModel`` (its model string), a fitted
+        JSON or binary ``.cbm``, a shapfusion trees file from :func:`save_model`) or a Spark ML
+        model directory, the bytes of such a file, an ``xgboost.Booster`` or ``XGBModel`` (read
+        through its raw UBJSON), a ``lightgbm.Booster`` or ``LGBMModel`` (its model string), a fitted
         scikit-learn tree estimator (its node arrays, as :func:`save_model` writes them) or a
         ``catboost`` model (its JSON).
     algorithm
