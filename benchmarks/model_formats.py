@@ -5,7 +5,8 @@ same models, rows and threads.
   shap's ``TreeExplainer`` (path-dependent; shap computes scikit-learn's values itself, with its
   C++ extension) against ``shapfusion.Explainer(estimator)``.
 * CatBoost: its own ``get_feature_importance(type="ShapValues", thread_count=T)`` against
-  ``shapfusion.Explainer(catboost_model)``.
+  ``shapfusion.Explainer(catboost_model)``, on float features and, trained with CatBoost's
+  defaults, on categorical ones (CTRs of feature combinations).
 
 Rows/s is the computation only (each explainer built once, before timing; the median of a few
 runs); error is max |ours - theirs| / max |theirs|. Needs the release wheel (``pip install
@@ -42,6 +43,21 @@ def shap_layout(values, base, n: int, f: int) -> np.ndarray:
     base = np.asarray(base, dtype=np.float64).reshape(-1)
     out = np.concatenate([sv.transpose(0, 2, 1), np.broadcast_to(base[None, :, None], (n, base.size, 1))], axis=2)
     return out[:, 0, :] if base.size == 1 else out
+
+
+def categorical_data(n: int, X: np.ndarray, y: np.ndarray):
+    """The first 17 numeric features of ``X`` and three categorical ones (40, 25 and 10
+    categories) whose combination moves the target, as a frame; labels; the categorical columns."""
+    import pandas as pd
+
+    r = np.random.default_rng(7)
+    codes = [r.integers(0, k, size=n) for k in (40, 25, 10)]
+    frame = pd.DataFrame({f"f{j}": X[:n, j] for j in range(17)})
+    cats = ["city", "shop", "segment"]
+    for name, c in zip(cats, codes):
+        frame[name] = [f"{name}{k}" for k in c]
+    labels = (y[:n] + ((codes[0] * 7 + codes[1] * 3 + codes[2]) % 5 < 2) * 1.5 > 0.5).astype(int)
+    return frame, labels, cats
 
 
 def main() -> None:
@@ -81,19 +97,31 @@ def main() -> None:
         rows.append((f"scikit-learn {name}", "shap TreeExplainer", 1, n / t_shap, n / t_ours_1, n / t_ours, err))
         print(rows[-1], flush=True)
 
+    def catboost_row(name: str, model, rows_in, pool) -> None:
+        """CatBoost's own ShapValues and shapfusion's on the same rows, at the same threads."""
+        ours = shapfusion.Explainer(model, threads=args.threads)
+        t_cb = median_seconds(lambda: model.get_feature_importance(pool, type="ShapValues", thread_count=args.threads), args.repeats)
+        t_ours = median_seconds(lambda: ours.shap_values(rows_in), args.repeats)
+        reference = np.asarray(model.get_feature_importance(pool, type="ShapValues", thread_count=args.threads))
+        err = float(np.abs(ours.shap_values(rows_in) - reference).max() / np.abs(reference).max())
+        rows.append((name, "CatBoost ShapValues", args.threads, n / t_cb, n / t_ours, n / t_ours, err))
+        print(rows[-1], flush=True)
+
     for name, model in [
         ("CatBoostRegressor (500 trees, depth 6)", catboost.CatBoostRegressor(iterations=500, depth=6, random_seed=0, verbose=0, allow_writing_files=False)),
         ("CatBoostClassifier (300 trees, depth 8)", catboost.CatBoostClassifier(iterations=300, depth=8, random_seed=0, verbose=0, allow_writing_files=False)),
     ]:
         model.fit(X, y if "Regressor" in name else y > 0, verbose=0)
-        pool = catboost.Pool(test)
-        ours = shapfusion.Explainer(model, threads=args.threads)
-        t_cb = median_seconds(lambda: model.get_feature_importance(pool, type="ShapValues", thread_count=args.threads), args.repeats)
-        t_ours = median_seconds(lambda: ours.shap_values(test), args.repeats)
-        reference = np.asarray(model.get_feature_importance(pool, type="ShapValues", thread_count=args.threads))
-        err = float(np.abs(ours.shap_values(test) - reference).max() / np.abs(reference).max())
-        rows.append((name, "CatBoost ShapValues", args.threads, n / t_cb, n / t_ours, n / t_ours, err))
-        print(rows[-1], flush=True)
+        catboost_row(name, model, test, catboost.Pool(test))
+
+    # CatBoost as trained with its defaults on data with categorical features: from 200 trees on
+    # it sets max_ctr_complexity to 4, so its splits include CTRs of feature combinations.
+    frame, labels, cats = categorical_data(20000, X, y)
+    model = catboost.CatBoostClassifier(iterations=500, random_seed=0, verbose=0, allow_writing_files=False, thread_count=args.threads)
+    model.fit(frame, labels, cat_features=cats)
+    test_frame = frame.iloc[: args.rows]
+    catboost_row("CatBoostClassifier (500 trees, defaults, 3 categorical features: CTRs of combinations)", model, test_frame,
+                 catboost.Pool(test_frame, cat_features=cats))
 
     lines = [
         "## scikit-learn and CatBoost models (benchmarks/model_formats.py)",

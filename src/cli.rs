@@ -691,6 +691,17 @@ pub fn run(cli: Cli) -> Result<()> {
                     let more = if categories.len() > shown.len() { ", ..." } else { "" };
                     println!("  {feature}: {} stored categories: {}{more}", categories.len(), shown.join(", "));
                 }
+                if !s.combinations.is_empty() {
+                    // CatBoost's CTRs of feature combinations: each is credited to its categorical
+                    // features together.
+                    println!("feature combinations ({}):", s.combinations.len());
+                    for combination in s.combinations.iter().take(12) {
+                        println!("  {combination}");
+                    }
+                    if s.combinations.len() > 12 {
+                        println!("  ...");
+                    }
+                }
             }
             Ok(())
         }

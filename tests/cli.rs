@@ -397,6 +397,26 @@ fn unknown_algorithm_and_bad_keep() {
     assert!(err.contains("nope"), "{err}");
 }
 
+/// A CatBoost `.cbm` with CTRs of feature combinations: `explain` writes CatBoost's own values,
+/// `models inspect` lists the combinations, and an engine that does not take them is refused by
+/// name with the exit status of what is not built yet.
+#[test]
+fn catboost_combinations_explain_as_catboost_and_inspect_lists_them() {
+    let f = common::combination_fixtures().into_iter().next().expect("a fixture under tests/fixtures/combinations");
+    let cbm = f.dir.join("model.cbm");
+    let dir = tmp();
+    let out = dir.path().join("o.parquet");
+    let o = explain(&cbm, &f.input_path(), &out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("with oblivious"), "{}", stderr(&o));
+    common::assert_library_values(&f, &common::row_major(read_parquet(&out).columns(), 1), 1e-12, "explain");
+    let o = run(&["models", "inspect", cbm.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains("feature combinations (") && text.contains("\"city\""), "{text}");
+    let err = explain_fails(NOT_SUPPORTED, &cbm, &f.input_path(), &dir.path().join("l.parquet"), &["--algorithm", "linear"]);
+    assert!(err.contains("CTRs of feature combinations") && err.contains("not built yet"), "{err}");
+}
+
 #[test]
 fn models_inspect_describes_the_model() {
     let f = fixture("xgb_categorical");

@@ -266,9 +266,10 @@ fn new_formats_refuse_malformed_files_by_name() {
     assert!(e.contains("tree 0") && e.contains("both left and right"), "{e}");
     let e = load(&lossguide.replacen("\"FloatFeature\"", "\"OnlineCtr\"", 1));
     assert!(e.contains("tree 0") && e.contains("CTR split at border"), "{e}");
-    // CTR splits: a file without its CTR tables, a CTR type not built yet, a CTR of a feature
-    // combination (max_ctr_complexity above 1) and a table of the wrong shape are refused by
-    // name; a model whose tables are whole loads.
+    // CTR splits: a file without its CTR tables, a CTR type not built yet, a combination element
+    // of a kind not built yet or of a feature the file does not list, and a table of the wrong
+    // shape are refused by name; a model whose tables are whole loads, its CTRs made
+    // combinations too.
     let ctr: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cb_ctr_regression/model.json")).unwrap(),
     )
@@ -283,12 +284,19 @@ fn new_formats_refuse_malformed_files_by_name() {
     assert!(e.contains("ctr_data has no table") && e.contains("Skip"), "{e}");
     let e = edited(&|m| m["features_info"]["ctrs"][0]["ctr_type"] = "FloatTargetMeanValue".into());
     assert!(e.contains("FloatTargetMeanValue") && e.contains("not built yet"), "{e}");
-    let e = edited(&|m| {
-        for c in m["features_info"]["ctrs"].as_array_mut().unwrap() {
-            c["elements"].as_array_mut().unwrap().push(serde_json::json!({"cat_feature_index": 0, "combination_element": "cat_feature_value"}));
+    let with_element = |element: serde_json::Value| {
+        let mut model = ctr.clone();
+        for c in model["features_info"]["ctrs"].as_array_mut().unwrap() {
+            c["elements"].as_array_mut().unwrap().push(element.clone());
         }
-    });
-    assert!(e.contains("combination") && e.contains("\"colour\"") && e.contains("max_ctr_complexity=1") && e.contains("not built yet"), "{e}");
+        Model::from_bytes(model.to_string().as_bytes(), "edited.json")
+    };
+    let combined = with_element(serde_json::json!({"cat_feature_index": 0, "combination_element": "cat_feature_value"})).unwrap();
+    assert!(combined.combinations().is_some_and(|c| !c.columns().is_empty()));
+    let e = with_element(serde_json::json!({"text_feature_index": 0, "combination_element": "text_feature"})).unwrap_err().to_string();
+    assert!(e.contains("edited.json") && e.contains("\"text_feature\"") && e.contains("not built yet"), "{e}");
+    let e = with_element(serde_json::json!({"cat_feature_index": 9, "combination_element": "cat_feature_value"})).unwrap_err().to_string();
+    assert!(e.contains("edited.json") && e.contains("categorical feature 9") && e.contains("does not list"), "{e}");
     let e = edited(&|m| {
         for table in m["ctr_data"].as_object_mut().unwrap().values_mut() {
             table["hash_map"].as_array_mut().unwrap().pop();

@@ -227,6 +227,86 @@ fn catboost_binary_files_give_the_bits_of_their_json() {
     assert!(read >= 12, "CatBoost binary fixtures missing: {read} read");
 }
 
+/// CatBoost's CTRs of feature combinations (`tests/fixtures/combinations`, trained with
+/// `max_ctr_complexity` 4, as CatBoost trains 200 trees or more by default): SHAP values equal to
+/// CatBoost's own ShapValues, interaction values equal to brute force over the players folded
+/// into the features (both from `tests/make_catboost_fixtures.py`), predictions to CatBoost's,
+/// from the JSON and the `.cbm` alike, by `auto`, `oblivious` and `treeshap`; every other engine,
+/// Banzhaf values, interventional SHAP and the GPU refuse such a model, naming the combination.
+#[test]
+fn catboost_ctrs_of_feature_combinations_match_catboost() {
+    let list = common::combination_fixtures();
+    assert!(!list.is_empty(), "no fixture under tests/fixtures/combinations");
+    for f in list {
+        let c = f.model.combinations().unwrap_or_else(|| panic!("{}: no combined columns", f.name));
+        // Players shared by two and by three features, and float conditions in combinations.
+        assert!(c.shared().iter().any(|s| s.len() == 2) && c.shared().iter().any(|s| s.len() == 3), "{}: {:?}", f.name, c.shared());
+        assert!(c.columns().iter().flat_map(|k| k.parts()).any(|p| matches!(p, shapfusion::model::CombinationPart::Above { .. })), "{}", f.name);
+        let cbm = Arc::new(shapfusion::load_model(f.dir.join("model.cbm")).unwrap_or_else(|e| panic!("{}: {e}", f.name)));
+        assert!(cbm.trees() == f.model.trees() && cbm.combinations() == f.model.combinations(), "{}: the .cbm differs from the JSON", f.name);
+        let block = f.block();
+        let w = f.model.num_features() + 1;
+        let (contribs, interactions, margin) =
+            (f.expected_f64("contribs").unwrap(), f.expected_f64("interactions").unwrap(), f.expected_f64("margin").unwrap());
+        let reference = build_engine(f.model.clone(), Algorithm::TreeShap, None, &EngineOptions::default()).unwrap();
+        let (ref_shap, ref_inter) = (reference.shap(&block).unwrap(), reference.interactions(&block).unwrap());
+        for model in [&f.model, &cbm] {
+            for a in [Algorithm::Auto, Algorithm::Oblivious, Algorithm::TreeShap] {
+                let e = build_engine(model.clone(), a, None, &EngineOptions::default()).unwrap();
+                let (shap, inter) = (e.shap(&block).unwrap(), e.interactions(&block).unwrap());
+                assert_eq!((shap.features, inter.features), (w - 1, w - 1));
+                let (err, row) = max_row_rel_error(&shap.values, &contribs, w);
+                assert!(err <= 1e-12, "{} {a}: {err:.3e} from CatBoost's ShapValues (row {row})", f.name);
+                let (err, row) = max_row_rel_error(&inter.values, &interactions, w * w);
+                assert!(err <= 1e-12, "{} {a}: interactions {err:.3e} from brute force (row {row})", f.name);
+                let (err, _) = max_row_rel_error(&shap.values, &ref_shap.values, w);
+                assert!(err <= 1e-13, "{} {a}: {err:.3e} from treeshap", f.name);
+                let (err, _) = max_row_rel_error(&inter.values, &ref_inter.values, w * w);
+                assert!(err <= 1e-13, "{} {a}: interactions {err:.3e} from treeshap", f.name);
+                let predicted = e.predict(&block).unwrap();
+                for (r, (row, m)) in shap.values.chunks(w).zip(&predicted.values).enumerate() {
+                    assert!((m - margin[r]).abs() <= 1e-12 * margin[r].abs().max(1.0), "{} row {r}: margin {m} vs CatBoost's {}", f.name, margin[r]);
+                    let total: f64 = row.iter().sum();
+                    assert!((total - m).abs() <= 1e-12 * m.abs().max(1.0), "{} {a} row {r}: values add to {total}, margin {m}", f.name);
+                }
+                for (m, phi) in inter.values.chunks(w * w).zip(shap.values.chunks(w)) {
+                    for i in 0..w {
+                        let sum: f64 = m[i * w..(i + 1) * w].iter().sum();
+                        assert!((sum - phi[i]).abs() <= 1e-12 * phi.iter().fold(1.0f64, |a, v| a.max(v.abs())), "{}: interaction row {i}", f.name);
+                    }
+                }
+            }
+        }
+        // Where no player holds both features, the folded pairs are CatBoost's own
+        // ShapInteractionValues (which drop the pairs of players that fold onto one feature).
+        let library = f.expected_f64("library_interactions").unwrap();
+        let one_player = |i: usize, j: usize| c.shared().iter().any(|s| s.contains(&(i as u32)) && s.contains(&(j as u32)));
+        let mut compared = 0;
+        for (ours, theirs) in ref_inter.values.chunks(w * w).zip(library.chunks(w * w)) {
+            let scale = theirs.iter().fold(1e-12f64, |a, v| a.max(v.abs()));
+            for i in 0..w - 1 {
+                for j in (0..w - 1).filter(|&j| j != i && !one_player(i, j)) {
+                    assert!((ours[i * w + j] - theirs[i * w + j]).abs() <= 1e-12 * scale, "{}: pair ({i}, {j})", f.name);
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 0, "{}: no pair of features outside a shared player", f.name);
+        // What is not built yet says so, naming a combination.
+        let says = |e: shapfusion::Error| {
+            let text = e.to_string();
+            assert!(text.contains("CTRs of feature combinations") && text.contains("not built yet"), "{}: {text}", f.name);
+        };
+        for a in ENGINES.into_iter().filter(|&a| a != Algorithm::TreeShap) {
+            says(build_engine(f.model.clone(), a, None, &EngineOptions::default()).err().unwrap_or_else(|| panic!("{}: {a} took the model", f.name)));
+        }
+        says(build_engine(f.model.clone(), Algorithm::Auto, None, &EngineOptions { index: Index::Banzhaf, ..Default::default() }).err().unwrap());
+        says(build_interventional(f.model.clone(), &block, Algorithm::Auto, &EngineOptions::default()).err().unwrap());
+        let gpu = shapfusion::Explainer::builder(f.model.clone()).device(shapfusion::Device::Gpu).build();
+        says(gpu.err().unwrap_or_else(|| panic!("{}: the GPU took the model", f.name)));
+    }
+}
+
 /// Path-dependent Banzhaf values and Banzhaf interaction values against WOODELF's own, and over
 /// a background Banzhaf values and both indices' interaction values
 /// (`tests/make_banzhaf_fixtures.py`: XGBoost and LightGBM, with and without missing values);

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import catboost
 import numpy as np
@@ -247,6 +248,124 @@ def write_non_symmetric(out, name: str, model, X, cat_features=None) -> None:
           f"their sum off RawFormulaVal by {library_additivity:.3g}")
 
 
+def symmetric_trees_by_players(model_json: dict, leaf_indexes: np.ndarray):
+    """The oblivious trees of a CatBoost JSON for ``brute_force_path_dependent``, each split
+    credited to its *player* as CatBoost's ShapValues credit it: a float or one-hot split to its
+    feature, a CTR split to the categorical features of its CTR's projection (one feature, or a
+    combination of several: a player of its own). Rows are given by their index; a split's
+    direction is CatBoost's own, read from ``calc_leaf_indexes`` (bit d of a row's leaf index is
+    set where it goes right at the tree's split d). The root tests the tree's last split, as
+    CatBoost weighs them. Returns (trees, base margin, players, shared), ``shared`` the
+    features of each player after the features."""
+    info = model_json["features_info"]
+    floats = info.get("float_features", [])
+    cats = {f["feature_index"]: f["flat_feature_index"] for f in info.get("categorical_features", [])}
+    features = max([f["flat_feature_index"] for f in floats] + list(cats.values())) + 1
+    # CatBoost's binary features in split_index order: float borders, one-hot values, CTR borders.
+    binary = [(f["flat_feature_index"], b) for f in floats for b in f.get("borders", [])]
+    binary += [(cats[f["feature_index"]], None) for f in info.get("categorical_features", []) for _ in f.get("values", [])]
+    shared: list[tuple] = []
+    for ctr in info.get("ctrs", []):
+        members = tuple(sorted({cats[e["cat_feature_index"]] for e in ctr["elements"] if e["combination_element"] == "cat_feature_value"}))
+        if len(members) == 1:
+            player = members[0]
+        else:
+            if members not in shared:
+                shared.append(members)
+            player = features + shared.index(members)
+        binary += [(player, b) for b in ctr["borders"]]
+    scale, bias = model_json["scale_and_bias"]
+    bias = np.atleast_1d(np.asarray(bias, dtype=np.float64))
+    trees = []
+    for t, tree in enumerate(model_json["oblivious_trees"]):
+        splits = tree["splits"]
+        depth = len(splits)
+        for split in splits:
+            player, border = binary[split["split_index"]]
+            assert border is None or np.float32(border) == np.float32(split["border"]), (split, border)
+        left, right, feature, cover, levels = [], [], [], [], []
+        # Level l (root 0) tests split depth-1-l; node 2^l - 1 + k, bit i of k the way at level i.
+        for level in range(depth):
+            for k in range(1 << level):
+                left.append((1 << (level + 1)) - 1 + k)
+                right.append((1 << (level + 1)) - 1 + (k | 1 << level))
+                feature.append(binary[splits[depth - 1 - level]["split_index"]][0])
+                levels.append(level)
+                cover.append(0.0)
+        leaf_values = np.asarray(tree["leaf_values"], dtype=np.float64).reshape(1 << depth, -1)
+        values = [None] * len(left)
+        for k in range(1 << depth):
+            leaf = sum(((k >> i) & 1) << (depth - 1 - i) for i in range(depth))
+            left.append(-1), right.append(-1), feature.append(-1), levels.append(depth)
+            cover.append(float(tree["leaf_weights"][leaf]))
+            values.append(leaf_values[leaf])
+        for i in reversed(range(len(levels) - (1 << depth))):
+            cover[i] = cover[left[i]] + cover[right[i]]
+
+        def goes_left(i, row, t=t, depth=depth, levels=levels):
+            return not (int(leaf_indexes[row, t]) >> (depth - 1 - levels[i])) & 1
+
+        for g in range(leaf_values.shape[1]):
+            trees.append({"left": left, "right": right, "feature": feature, "cover": cover, "output": g, "weight": float(scale),
+                          "value": [0.0 if v is None else float(v[g]) for v in values], "goes_left": goes_left})
+    dims = leaf_values.shape[1]
+    base = bias if len(bias) == dims else np.full(dims, bias[0] if len(bias) else 0.0)
+    return trees, base, features + len(shared), shared
+
+
+def fold_players(values: np.ndarray, inter: np.ndarray, features: int, shared: list) -> tuple[np.ndarray, np.ndarray]:
+    """Player values (``(n, G, P+1)``) and interactions as the features': a player shared by
+    several features split equally among them (CatBoost's UnpackInternalShaps), on both sides of
+    the interaction matrices."""
+    players = values.shape[-1] - 1
+    fold = np.zeros((players + 1, features + 1))
+    for j in range(features):
+        fold[j, j] = 1.0
+    for k, members in enumerate(shared):
+        fold[features + k, list(members)] = 1.0 / len(members)
+    fold[players, features] = 1.0
+    return values @ fold, np.einsum("ia,ngij,jb->ngab", fold, inter, fold)
+
+
+def write_combinations(out, name: str, model, X, cat_features) -> None:
+    """A fixture of CTRs of feature combinations (``max_ctr_complexity`` above 1): CatBoost's own
+    ShapValues, and interaction values by brute force over the players, folded into the features
+    (CatBoost's own ShapInteractionValues drop the pairs of players that fold onto one feature, so
+    their rows do not add up to its ShapValues; they are kept as ``library_interactions``)."""
+    d = out / name
+    d.mkdir(parents=True)
+    save(model, d)
+    model_json = json.loads((d / "model.json").read_text())
+    pq.write_table(pa.Table.from_pandas(X, preserve_index=False), d / "input.parquet")
+    pool = catboost.Pool(X, cat_features=cat_features)
+    n, f = X.shape
+    sv = np.asarray(model.get_feature_importance(pool, type="ShapValues"), dtype=np.float64).reshape(n, -1, f + 1)
+    margin = np.asarray(model.predict(pool, prediction_type="RawFormulaVal"), dtype=np.float64).reshape(n, -1)
+    leaf_indexes = np.asarray(model.calc_leaf_indexes(pool))
+    trees, base, players, shared = symmetric_trees_by_players(model_json, leaf_indexes)
+    assert shared, f"{name}: no CTR of a combination of categorical features"
+    values, inter = brute_force_path_dependent(trees, base, players, list(range(n)), interactions=True)
+    contribs, interactions = fold_players(values, inter, f, shared)
+    error = np.abs(contribs - sv).max() / np.abs(sv).max()
+    assert error < 1e-9, f"{name}: brute force over players misses CatBoost's ShapValues by {error:.2e}"
+    additivity = np.abs(contribs.sum(axis=2) - margin).max()
+    assert additivity < 1e-9, f"{name}: brute force misses CatBoost's RawFormulaVal by {additivity:.2e}"
+    library = np.asarray(model.get_feature_importance(pool, type="ShapInteractionValues"), dtype=np.float64).reshape(n, -1, f + 1, f + 1)
+    expected = {
+        "library": "catboost", "version": catboost.__version__,
+        "reference": "CatBoost's ShapValues; interactions by brute force over the players, folded into the features",
+        "rows": n, "groups": sv.shape[1], "features": list(X.columns), "precision": "float64",
+        "players_shared": [list(map(int, s)) for s in shared],
+        "contribs": f64_list(sv), "interactions": f64_list(interactions), "margin": f64_list(margin),
+        "library_interactions": f64_list(library),
+    }
+    (d / "expected.json").write_text(json.dumps(expected))
+    print(f"{name}: {model.tree_count_} trees, {len(model_json['features_info']['ctrs'])} CTRs, players shared by {shared}; "
+          f"brute force = ShapValues to {error:.1e}")
+
+
+COMBINATIONS = "combinations"
+
 NON_SYMMETRIC = ["cb_depthwise_missing", "cb_lossguide_binary", "cb_depthwise_multiclass", "cb_lossguide_categories", "cb_depthwise_multirmse", "cb_lossguide_ctr"]
 CTR = ["cb_ctr_regression", "cb_ctr_multiclass"]
 
@@ -350,6 +469,28 @@ def main() -> None:
     df, y = ctr_frame(2000, 12)
     m = catboost.CatBoostRegressor(iterations=10, grow_policy="Lossguide", max_leaves=10, one_hot_max_size=4, max_ctr_complexity=1, **quiet).fit(df, y, cat_features=cat)
     write_non_symmetric(out, "cb_lossguide_ctr", m, ctr_rows(df), cat_features=cat)
+
+    combinations_fixture(out)
+
+
+def combinations_fixture(out) -> None:
+    """CTRs of feature combinations, as CatBoost trains them by default from 200 trees on
+    (``max_ctr_complexity`` 4): three CTR features, so players shared by two and by three of them,
+    and float and one-hot conditions in the combinations. In a directory of their own
+    (``combinations/``): the engines that refuse such models (all but oblivious and treeshap)
+    are not run on them by the tests that run every engine on every fixture."""
+    quiet = dict(random_seed=0, verbose=0, allow_writing_files=False)
+    combos = out / COMBINATIONS
+    shutil.rmtree(combos, ignore_errors=True)
+    cat = ["colour", "city", "store", "brand"]
+    df, y = ctr_frame(3000, 13)
+    r = np.random.default_rng(SEED + 13)
+    df["brand"] = [f"b{k}" for k in r.integers(0, 30, size=len(df))]
+    y = y + ((df["city"].str[4:].astype(int) * 7 + df["store"] * 3 + df["brand"].str[1:].astype(int)) % 5 < 2) * 3.0
+    m = catboost.CatBoostRegressor(iterations=30, depth=4, one_hot_max_size=4, max_ctr_complexity=4, **quiet).fit(df, y, cat_features=cat)
+    test = ctr_rows(df)[:16].copy()
+    test.loc[test.index[3], "brand"] = "b999"
+    write_combinations(combos, "cb_ctr_combinations", m, test, cat)
 
 
 if __name__ == "__main__":

@@ -316,7 +316,9 @@ class Explainer:
         (-2 at leaves), ``thresholds`` (NaN for categorical splits and leaves), ``rules`` (0 leaf,
         1 ``x < t``, 2 ``x <= t``, 3 categorical), ``values`` (leaf values times the tree's weight;
         an internal node holds the cover-weighted mean of its leaves), ``node_sample_weight``
-        (covers) and ``group`` (the output the tree adds to)."""
+        (covers) and ``group`` (the output the tree adds to). A split on a CatBoost CTR of a
+        combination of features reads a column after the model's features: ``features`` at or
+        above the number of features name such columns, in the model's order of combinations."""
         return self._native.trees()
 
     @property

@@ -66,10 +66,21 @@ pub fn read_parquet(path: &Path) -> RecordBatch {
 
 /// Every fixture directory (those with an expected.json).
 pub fn fixtures() -> Vec<Fixture> {
-    let mut dirs: Vec<PathBuf> =
-        std::fs::read_dir(fixtures_dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("expected.json").exists()).collect();
+    let list = fixtures_in(&fixtures_dir());
+    assert!(list.len() >= 10, "fixtures missing: run tests/make_fixtures.py");
+    list
+}
+
+/// The fixtures of models with CatBoost CTRs of feature combinations (`fixtures/combinations`,
+/// kept apart: most engines refuse such models, and [`fixtures`] is run through every engine).
+pub fn combination_fixtures() -> Vec<Fixture> {
+    fixtures_in(&fixtures_dir().join("combinations"))
+}
+
+/// The fixture directories (those with an expected.json) directly under `root`, in name order.
+fn fixtures_in(root: &Path) -> Vec<Fixture> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("expected.json").exists()).collect();
     dirs.sort();
-    assert!(dirs.len() >= 10, "fixtures missing: run tests/make_fixtures.py");
     dirs.into_iter()
         .map(|dir| {
             let model_path = ["model.json", "model.ubj", "model.txt", "model"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();

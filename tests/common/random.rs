@@ -88,6 +88,7 @@ pub fn random_model_with_empty_branches(rng: &mut Rng, features: usize, trees: u
         trees: (0..trees).map(|_| random_tree_with_empty_branches(rng, features, max_depth, 0, empty_rate)).collect(),
         precision: Precision::F64,
         categories: Vec::new(),
+        combinations: None,
     };
     Model::new(parts, "a random model").expect("valid")
 }

@@ -9,7 +9,7 @@ use arrow::datatypes::{DataType, Float64Type, Schema};
 
 use crate::engine::FeatureBlock;
 use crate::error::{Error, Result};
-use crate::model::{Categories, FeatureKind, Model, UnseenCategory};
+use crate::model::{category_key_value, combination_key, Categories, CombinationPart, FeatureKind, Model, UnseenCategory};
 
 impl Model {
     /// The engines' input for `batch`: the model's features found by name (any order, other
@@ -28,17 +28,61 @@ impl Model {
             return Err(Error::InvalidArgument(format!("{} values are not {rows} rows of the model's {cols} features", values.len())));
         }
         let mut values = values;
+        let mut category_hashes: Vec<Option<Vec<Option<u32>>>> = vec![None; cols];
         // CatBoost categorical features given as numbers are category values (hashed as their
         // decimal digits), not codes.
         for (j, categories) in self.categories().iter().enumerate() {
             if let Some(Categories::CatboostHashes(hashes)) = categories {
                 let column: ArrayRef = std::sync::Arc::new(arrow::array::Float64Array::from_iter_values((0..rows).map(|i| values[i * cols + j])));
-                for (i, code) in catboost_codes(&column, hashes, &self.feature_names()[j])?.into_iter().enumerate() {
+                let of_rows = catboost_hashes(&column, &self.feature_names()[j])?;
+                for (i, code) in catboost_codes(&of_rows, hashes).into_iter().enumerate() {
                     values[i * cols + j] = code;
                 }
+                category_hashes[j] = Some(of_rows);
             }
         }
-        Ok(FeatureBlock::new(rows, cols, values, self.precision()))
+        Ok(self.block_with_combinations(rows, values, &category_hashes))
+    }
+
+    /// The block of `rows` rows of the model's features (`values`, row-major), with the columns
+    /// derived from several of them appended to each row (see
+    /// [`Combinations`](crate::model::Combinations)): a combination's code, or missing where a
+    /// table does not hold it or a categorical part is missing. `category_hashes` holds each
+    /// CatBoost categorical feature's hashes by row (`None` for a missing value).
+    fn block_with_combinations(&self, rows: usize, values: Vec<f64>, category_hashes: &[Option<Vec<Option<u32>>>]) -> FeatureBlock {
+        let Some(combinations) = self.combinations() else {
+            return FeatureBlock::new(rows, self.num_features(), values, self.precision());
+        };
+        let (f, cols) = (self.num_features(), combinations.num_columns());
+        let mut all = Vec::with_capacity(rows * cols);
+        let mut parts = Vec::new();
+        for (i, x) in values.chunks_exact(f.max(1)).take(rows).enumerate() {
+            all.extend_from_slice(&x[..f]);
+            for column in combinations.columns() {
+                parts.clear();
+                let mut missing = false;
+                for part in column.parts() {
+                    let hash = |feature: u32| category_hashes.get(feature as usize).and_then(|h| h.as_ref()).and_then(|h| h[i]);
+                    match *part {
+                        CombinationPart::Category { feature } => match hash(feature) {
+                            Some(h) => parts.push(category_key_value(h)),
+                            None => missing = true,
+                        },
+                        CombinationPart::Above { feature, border, missing_above } => {
+                            let v = x[feature as usize];
+                            parts.push(u64::from(if v.is_nan() { missing_above } else { v as f32 > border }));
+                        }
+                        CombinationPart::Equals { feature, hash: value } => match hash(feature) {
+                            Some(h) => parts.push(u64::from(h == value)),
+                            None => missing = true,
+                        },
+                    }
+                }
+                let code = if missing { None } else { column.code(combination_key(parts.iter().copied())) };
+                all.push(code.map_or(f64::NAN, f64::from));
+            }
+        }
+        FeatureBlock::new(rows, cols, all, self.precision())
     }
 }
 
@@ -166,30 +210,35 @@ fn code_or_unseen(code: Option<usize>, unseen: UnseenCategory, feature: &str, va
     }
 }
 
-/// Codes of a CatBoost categorical column: each value is hashed as CatBoost hashes it (strings
-/// as they are, integers as their decimal digits) and found among the hashes its splits test;
-/// nulls and values no split tests are missing, which sends them the way CatBoost sends a value
-/// equal to none of them.
-fn catboost_codes(column: &ArrayRef, hashes: &[u32], feature: &str) -> Result<Vec<f64>> {
-    let code: std::collections::HashMap<u32, usize> = hashes.iter().enumerate().map(|(k, &h)| (h, k)).collect();
-    let of = |value: &str| code.get(&crate::model::cityhash::catboost_category_hash(value)).map_or(f64::NAN, |&k| k as f64);
+/// CatBoost's hashes of a categorical column's values (strings as they are, integers as their
+/// decimal digits), `None` for a null.
+fn catboost_hashes(column: &ArrayRef, feature: &str) -> Result<Vec<Option<u32>>> {
+    let hash = crate::model::cityhash::catboost_category_hash;
     if is_text(column.data_type()) {
         let strings = cast(column, &DataType::Utf8).map_err(|e| Error::arrow(format!("reading column {feature:?} as strings"), e))?;
-        return Ok(strings.as_string::<i32>().iter().map(|v| v.map_or(f64::NAN, of)).collect());
+        return Ok(strings.as_string::<i32>().iter().map(|v| v.map(hash)).collect());
     }
     let numbers = cast(column, &DataType::Float64).map_err(|e| Error::arrow(format!("reading column {feature:?} as numbers"), e))?;
     numbers
         .as_primitive::<Float64Type>()
         .iter()
         .map(|v| match v {
-            None => Ok(f64::NAN),
-            Some(x) if x.is_nan() => Ok(f64::NAN),
-            Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => Ok(of(&(x as i64).to_string())),
+            None => Ok(None),
+            Some(x) if x.is_nan() => Ok(None),
+            Some(x) if x.fract() == 0.0 && x.abs() < 9.0e15 => Ok(Some(hash(&(x as i64).to_string()))),
             Some(x) => Err(Error::BadData(format!(
                 "column {feature:?} holds {x}: a CatBoost categorical feature takes strings or integers, as CatBoost does"
             ))),
         })
         .collect()
+}
+
+/// Codes of a CatBoost categorical column from its values' hashes: each found among the hashes
+/// its splits test; nulls and values no split tests are missing, which sends them the way
+/// CatBoost sends a value equal to none of them.
+fn catboost_codes(of_rows: &[Option<u32>], hashes: &[u32]) -> Vec<f64> {
+    let code: std::collections::HashMap<u32, usize> = hashes.iter().enumerate().map(|(k, &h)| (h, k)).collect();
+    of_rows.iter().map(|h| h.and_then(|h| code.get(&h)).map_or(f64::NAN, |&k| k as f64)).collect()
 }
 
 /// Builds a block from one array per model feature (already in the model's order); `names`
@@ -201,6 +250,7 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
     }
     let rows = columns.first().map_or(0, |c| c.len());
     let mut values = vec![f64::NAN; rows * f];
+    let mut category_hashes: Vec<Option<Vec<Option<u32>>>> = vec![None; f];
     for (j, col) in columns.iter().enumerate() {
         let name = names.get(j).map(String::as_str).unwrap_or("?");
         if col.len() != rows {
@@ -209,7 +259,12 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
         check_feature_type(model, j, col.data_type())?;
         let codes = match (col.data_type(), model.categories().get(j)) {
             (t, Some(Some(Categories::Names(names)))) if is_text(t) => Some(category_codes(col, names, model.unseen_category(), name)?),
-            (_, Some(Some(Categories::CatboostHashes(hashes)))) => Some(catboost_codes(col, hashes, name)?),
+            (_, Some(Some(Categories::CatboostHashes(hashes)))) => {
+                let of_rows = catboost_hashes(col, name)?;
+                let codes = catboost_codes(&of_rows, hashes);
+                category_hashes[j] = Some(of_rows);
+                Some(codes)
+            }
             // A dictionary of numbers holds category values (a pandas categorical of numbers),
             // not codes: find each value's position among the training categories.
             (DataType::Dictionary(_, _), Some(Some(Categories::Numbers(numbers)))) => {
@@ -242,5 +297,5 @@ pub fn block_from_columns(columns: &[ArrayRef], names: &[String], model: &Model)
             }
         }
     }
-    Ok(FeatureBlock::new(rows, f, values, model.precision()))
+    Ok(model.block_with_combinations(rows, values, &category_hashes))
 }

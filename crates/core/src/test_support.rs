@@ -28,6 +28,7 @@ pub(crate) fn numeric_parts(features: usize, trees: Vec<Tree>, base: f64) -> Mod
         trees,
         precision: Precision::F64,
         categories: Vec::new(),
+        combinations: None,
     }
 }
 

@@ -213,6 +213,7 @@ mod reader {
             trees,
             precision: Precision::F64,
             categories: vec![None; nf],
+            combinations: None,
         })
     }
 

@@ -78,6 +78,12 @@ fn costs(p: &PreparedModel) -> Costs {
 /// `treeshap`, `fast-v1` and `quadrature` are never faster than linear in the benchmark suite).
 /// The estimates are operation counts; the benchmark suite checks the choice against timings.
 pub(crate) fn choose_algorithm(p: &PreparedModel, rows_hint: Option<usize>, v2_memory_bytes: usize) -> AutoChoice {
+    if let Some(c) = p.model.combinations() {
+        // Only oblivious (tables, treeshap for the trees without one) and treeshap credit a
+        // combination's splits to its features together.
+        let reason = format!("the model has CTRs of feature combinations ({} columns), which oblivious and treeshap explain", c.columns().len());
+        return AutoChoice { algorithm: Algorithm::Oblivious, reason };
+    }
     let rows = rows_hint.unwrap_or(DEFAULT_ROWS) as f64;
     if let Some(choice) = oblivious_choice(p, rows, rows_hint.is_some(), v2_memory_bytes) {
         return choice;

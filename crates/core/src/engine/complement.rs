@@ -54,6 +54,7 @@ pub(crate) fn complementary_outputs(model: &Model) -> Option<(Model, f64)> {
         trees: second.into_iter().map(|t| Tree { group: 0, ..t.clone() }).collect(),
         precision: model.precision(),
         categories: model.categories().to_vec(),
+        combinations: model.combinations().cloned(),
     };
     // The second output's trees of a model that passed its checks pass them again.
     Some((Model::new(reduced, "the second output").ok()?, total))

@@ -70,16 +70,43 @@ pub(crate) fn check_output(rows: usize, width: usize, what: &str) -> Result<()> 
     Ok(())
 }
 
-/// Errors unless the block has one column per model feature.
+/// Errors unless the block has one column per model feature (and per column derived from
+/// several: [`Model::num_columns`]).
 pub(crate) fn check_block(model: &Model, block: &FeatureBlock) -> Result<()> {
-    if block.cols() != model.num_features() {
+    if block.cols() != model.num_columns() {
         return Err(Error::InvalidArgument(format!(
-            "feature block has {} columns but the model has {} features",
+            "feature block has {} columns but the model has {} features{}",
             block.cols(),
-            model.num_features()
+            model.num_features(),
+            if model.num_columns() == model.num_features() {
+                String::new()
+            } else {
+                format!(" and {} columns combining them (make the block with Model::feature_block)", model.num_columns() - model.num_features())
+            }
         )));
     }
     Ok(())
+}
+
+/// Attributions computed for the model's players (G × (P+1) a row) as the model's features'
+/// (G × (F+1)): a player shared by several features split equally among them
+/// ([`Combinations::fold_values`](crate::model::Combinations::fold_values)). The same values
+/// where the players are the features.
+pub(crate) fn fold_players(model: &Model, shap: Attributions) -> Attributions {
+    match model.combinations() {
+        None => shap,
+        Some(c) => Attributions { features: model.num_features(), values: c.fold_values(&shap.values, shap.groups), ..shap },
+    }
+}
+
+/// [`fold_players`] for interaction values.
+pub(crate) fn fold_player_interactions(model: &Model, interactions: Interactions) -> Interactions {
+    match model.combinations() {
+        None => interactions,
+        Some(c) => {
+            Interactions { features: model.num_features(), values: c.fold_interactions(&interactions.values, interactions.groups), ..interactions }
+        }
+    }
 }
 
 /// One row's SHAP values: `tree_fn(tree_index, x, phi, scratch)` adds each tree's attributions
@@ -92,7 +119,7 @@ pub(crate) fn shap_row_by_tree<S>(
     scratch: &mut S,
     tree_fn: &impl Fn(usize, &[f64], &mut [f64], &mut S),
 ) {
-    let width = p.model.num_features() + 1;
+    let width = p.model.num_players() + 1;
     for (t, tree) in p.model.trees().iter().enumerate() {
         tree_fn(t, x, &mut out[tree.group * width..(tree.group + 1) * width], scratch);
     }
@@ -128,7 +155,7 @@ where
     F: Fn(&mut S, usize, &mut [f64]) + Sync + Send,
 {
     check_block(model, block)?;
-    let w = model.num_features() + 1;
+    let w = model.num_players() + 1;
     let width = model.num_groups() * w;
     let rows = block.rows();
     check_output(rows, width, "SHAP values")?;
@@ -144,7 +171,7 @@ where
             }
         });
     }
-    Ok(Attributions { rows, groups: model.num_groups(), features: model.num_features(), values })
+    Ok(fold_players(model, Attributions { rows, groups: model.num_groups(), features: model.num_players(), values }))
 }
 
 /// Writes zeros over a task's part of a freshly allocated, zeroed output before the engine adds
@@ -211,7 +238,7 @@ where
     F: Fn(&mut S, usize, &mut [f64]) + Sync + Send,
 {
     check_block(model, block)?;
-    let (f, g) = (model.num_features(), model.num_groups());
+    let (f, g) = (model.num_players(), model.num_groups());
     let width = g * (f + 1) * (f + 1);
     check_output(block.rows(), width, "interaction values")?;
     let mut values = vec![0.0; block.rows() * width];
@@ -222,7 +249,7 @@ where
         }
         task_fn(scratch, task * per_task, chunk);
     });
-    Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
+    Ok(fold_player_interactions(model, Interactions { rows: block.rows(), groups: g, features: f, values }))
 }
 
 /// SHAP values of every row of `block`, in parallel. Within each task the loop is tree-major:
@@ -234,7 +261,7 @@ where
     I: Fn() -> S + Sync + Send,
     F: Fn(usize, &[f64], &mut [f64], &mut S) + Sync + Send,
 {
-    let (width, w) = (p.shap_width(), p.model.num_features() + 1);
+    let (width, w) = (p.shap_width(), p.model.num_players() + 1);
     shap_by_task(p, block, rows_per_task(block.rows()), init, |scratch, first, chunk| {
         for (t, tree) in p.model.trees().iter().enumerate() {
             let g = tree.group;

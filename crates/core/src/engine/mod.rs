@@ -83,6 +83,13 @@ fn explained_once(model: Arc<Model>, build: impl FnOnce(Arc<Model>) -> Result<Ar
 
 /// The path-dependent engine named by `algorithm` for `model` as it stands.
 fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<usize>, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+    if !matches!(algorithm, Algorithm::Auto | Algorithm::TreeShap | Algorithm::Oblivious) || options.index == Index::Banzhaf {
+        let what = match options.index {
+            Index::Shapley => format!("the {algorithm} engine"),
+            index => format!("{index} values"),
+        };
+        refuse_combinations(&model, &what)?;
+    }
     let prepared = Arc::new(PreparedModel::new(model)?);
     if options.index == Index::Banzhaf {
         // Banzhaf values are `linear`'s walk with one point, t = 1/2, for its quadrature (see
@@ -124,6 +131,7 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
 /// background once (per-row cost independent of its size); `treeshap` follows the definition
 /// background row by background row (the reference, cost growing with the background).
 pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+    refuse_combinations(&model, "interventional SHAP (with a background)")?;
     explained_once(model, |model| {
         let prepared = Arc::new(PreparedModel::new(model)?);
         let index = options.index;
@@ -155,8 +163,22 @@ pub fn build_rescaled_interventional(
             options.index
         )));
     }
+    refuse_combinations(&model, "interventional SHAP (with a background)")?;
     let prepared = Arc::new(PreparedModel::new(model)?);
     Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
+}
+
+/// Refuses `what` for a model whose splits read columns combining several features (CatBoost's
+/// CTRs of feature combinations): only path-dependent Shapley values credit such a split to its
+/// features together, from the `oblivious` and `treeshap` engines (which `auto` picks).
+fn refuse_combinations(model: &Model, what: &str) -> Result<()> {
+    match model.combinations() {
+        None => Ok(()),
+        Some(c) => Err(Error::Unsupported(format!(
+            "{what} for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; path-dependent SHAP and interaction values are, from the oblivious and treeshap engines (auto picks oblivious)",
+            c.columns().first().map_or("", |column| column.description())
+        ))),
+    }
 }
 
 /// What `auto` would pick for `model` and `rows_hint` rows, and why.

@@ -50,7 +50,8 @@ pub(crate) struct Oblivious {
 struct LeafTable {
     /// A node of each level, root first: the level's split.
     levels: Vec<u32>,
-    /// The distinct features the tree splits on.
+    /// The distinct players the tree's splits credit (its features, or combinations': see
+    /// [`PreparedModel::players`]).
     features: Vec<u32>,
     /// Row-major `2^d × features.len()`: the values of each leaf index.
     values: Vec<f64>,
@@ -75,7 +76,11 @@ impl Oblivious {
                 })
             })
             .collect();
-        let tables = shapes.into_par_iter().enumerate().map(|(t, shape)| shape.map(|s| s.table(&model.trees()[t], &prepared.trees[t]))).collect();
+        let tables = shapes
+            .into_par_iter()
+            .enumerate()
+            .map(|(t, shape)| shape.map(|s| s.table(&model.trees()[t], &prepared.trees[t], &prepared.players)))
+            .collect();
         Ok(Oblivious { prepared, tables })
     }
 }
@@ -119,11 +124,11 @@ impl ObliviousShape {
         self.levels.len() - 1
     }
 
-    /// Distinct features of the splits, in level order.
-    fn features(&self, tree: &Tree) -> Vec<u32> {
+    /// Distinct players of the splits (`players[column]`), in level order.
+    fn features(&self, tree: &Tree, players: &[u32]) -> Vec<u32> {
         let mut features = Vec::new();
         for level in &self.levels[..self.depth()] {
-            let f = tree.nodes[level[0] as usize].feature;
+            let f = players[tree.nodes[level[0] as usize].feature as usize];
             if !features.contains(&f) {
                 features.push(f);
             }
@@ -143,14 +148,16 @@ impl ObliviousShape {
     }
 
     /// The tree's table (see the module's documentation).
-    fn table(&self, tree: &Tree, prep: &PreparedTree) -> LeafTable {
+    fn table(&self, tree: &Tree, prep: &PreparedTree, players: &[u32]) -> LeafTable {
         let d = self.depth();
-        let features = self.features(tree);
+        let features = self.features(tree, players);
         let k = features.len();
-        // Per level, its feature's place in `features`; per distinct feature, the index bits of
+        // Per level, its player's place in `features`; per distinct player, the index bits of
         // its levels (level h is bit d-1-h).
-        let slots: Vec<usize> =
-            self.levels[..d].iter().map(|level| features.iter().position(|&g| g == tree.nodes[level[0] as usize].feature).unwrap_or(0)).collect();
+        let slots: Vec<usize> = self.levels[..d]
+            .iter()
+            .map(|level| features.iter().position(|&g| g == players[tree.nodes[level[0] as usize].feature as usize]).unwrap_or(0))
+            .collect();
         let mut masks = vec![0usize; k];
         for (h, &j) in slots.iter().enumerate() {
             masks[j] |= 1 << (d - 1 - h);

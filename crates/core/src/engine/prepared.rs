@@ -19,9 +19,10 @@ pub(crate) struct PreparedTree {
     pub depth: usize,
     /// Preorder position of each node, and one past the last position of its subtree.
     pub span: Vec<(u32, u32)>,
-    /// For each feature the tree splits on: the sorted preorder positions of those splits.
+    /// For each player the tree splits on (a feature; see [`PreparedModel::players`]): the
+    /// sorted preorder positions of those splits.
     pub splits_by_feature: Vec<(u32, Vec<u32>)>,
-    /// Number of distinct features on the path from the root to each node, counting the node's
+    /// Number of distinct players on the path from the root to each node, counting the node's
     /// own split for internal nodes' children only (`UNREACHABLE` for nodes no path reaches).
     pub distinct: Vec<u16>,
 }
@@ -30,7 +31,8 @@ pub(crate) struct PreparedTree {
 pub(crate) const UNREACHABLE: u16 = u16::MAX;
 
 impl PreparedTree {
-    fn new(tree: &Tree) -> PreparedTree {
+    /// The tree's data; `players[c]` is the player a split on column `c` credits.
+    fn new(tree: &Tree, players: &[u32]) -> PreparedTree {
         let n = tree.nodes.len();
         let mut ratios = vec![[0.0; 2]; n];
         let mut value = vec![0.0; n];
@@ -55,7 +57,7 @@ impl PreparedTree {
                 value[i] = node.value * tree.weight;
             } else {
                 ratios[i] = cover_ratios(node.cover, tree.nodes[node.left as usize].cover, tree.nodes[node.right as usize].cover);
-                positions.push((node.feature, span[i].0));
+                positions.push((players[node.feature as usize], span[i].0));
                 depth_of[node.left as usize] = depth_of[i] + 1;
                 depth_of[node.right as usize] = depth_of[i] + 1;
                 stack.push((node.right as usize, false));
@@ -71,7 +73,7 @@ impl PreparedTree {
             }
         }
         let expected = expected_value(tree, &ratios, &value);
-        let distinct = distinct_path_features(tree);
+        let distinct = distinct_path_features(tree, players);
         PreparedTree { ratios, value, expected, depth, span, splits_by_feature, distinct }
     }
 
@@ -103,8 +105,8 @@ pub(crate) fn cover_ratios(parent: f64, left: f64, right: f64) -> [f64; 2] {
     }
 }
 
-/// For every node, how many distinct features the path from the root to it has split on.
-fn distinct_path_features(tree: &Tree) -> Vec<u16> {
+/// For every node, how many distinct players the path from the root to it has split on.
+fn distinct_path_features(tree: &Tree, players: &[u32]) -> Vec<u16> {
     let mut out = vec![UNREACHABLE; tree.nodes.len()];
     let mut stack: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new())];
     while let Some((i, feats)) = stack.pop() {
@@ -114,8 +116,9 @@ fn distinct_path_features(tree: &Tree) -> Vec<u16> {
             continue;
         }
         let mut next = feats;
-        if !next.contains(&node.feature) {
-            next.push(node.feature);
+        let player = players[node.feature as usize];
+        if !next.contains(&player) {
+            next.push(player);
         }
         stack.push((node.right as usize, next.clone()));
         stack.push((node.left as usize, next));
@@ -150,11 +153,16 @@ pub(crate) struct PreparedModel {
     pub bias: Vec<f64>,
     /// Deepest tree.
     pub max_depth: usize,
+    /// Per column of the feature block, the player a split on it credits: the column itself for
+    /// a feature, the features of a combination for a combined column (see
+    /// [`Combinations`](crate::model::Combinations)).
+    pub players: Vec<u32>,
 }
 
 impl PreparedModel {
     pub fn new(model: Arc<Model>) -> Result<PreparedModel> {
-        let trees: Vec<PreparedTree> = model.trees().iter().map(PreparedTree::new).collect();
+        let players = model.combinations().map_or_else(|| (0..model.num_features() as u32).collect(), |c| c.players().to_vec());
+        let trees: Vec<PreparedTree> = model.trees().iter().map(|t| PreparedTree::new(t, &players)).collect();
         let mut bias = model.base_margin().to_vec();
         for (t, p) in model.trees().iter().zip(&trees) {
             bias[t.group] += p.expected;
@@ -163,12 +171,13 @@ impl PreparedModel {
             return Err(Error::InvalidArgument("model's expected value is not finite (check covers and leaf values)".into()));
         }
         let max_depth = trees.iter().map(|t| t.depth).max().unwrap_or(0);
-        Ok(PreparedModel { model, trees, bias, max_depth })
+        Ok(PreparedModel { model, trees, bias, max_depth, players })
     }
 
-    /// Width of one row of attributions: G × (F + 1).
+    /// Width of one row of attributions: G × (F + 1) (players, for a model whose values are
+    /// computed for players and folded after: [`Model::num_players`]).
     pub fn shap_width(&self) -> usize {
-        self.model.num_groups() * (self.model.num_features() + 1)
+        self.model.num_groups() * (self.model.num_players() + 1)
     }
 }
 

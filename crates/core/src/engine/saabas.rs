@@ -35,7 +35,10 @@ impl Saabas {
     /// Saabas values of every row of `block`, in the layout of SHAP values (G × (F+1) per row,
     /// bias last).
     pub fn values(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let w = self.model.num_features() + 1;
+        // Credited to players (a combination's split to its features together), folded after.
+        let w = self.model.num_players() + 1;
+        let players = self.model.combinations().map(|c| c.players());
+        let player = |column: u32| players.map_or(column, |p| p[column as usize]) as usize;
         let width = self.model.num_groups() * w;
         shap_by_task_from(
             &self.model,
@@ -55,7 +58,7 @@ impl Saabas {
                                 break;
                             }
                             let next = if tree.goes_left(node, x[node.feature as usize]) { node.left } else { node.right } as usize;
-                            phi[node.feature as usize] += means[next] - means[at];
+                            phi[player(node.feature)] += means[next] - means[at];
                             at = next;
                         }
                     }

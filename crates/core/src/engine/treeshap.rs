@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::block::FeatureBlock;
-use super::drivers::{check_block, check_output, finish_interaction_row, par_rows, shap_by_tree, shap_row_by_tree};
+use super::drivers::{check_block, check_output, finish_interaction_row, fold_player_interactions, par_rows, shap_by_tree, shap_row_by_tree};
 use super::engine_trait::Engine;
 use super::output::{Attributions, Interactions};
 use super::path::{extend, unwind, unwound_sum, PathElem, NO_FEATURE};
@@ -58,7 +58,9 @@ pub(crate) struct Walk<'a> {
     pub tree: &'a Tree,
     pub prep: &'a PreparedTree,
     pub x: &'a [f64],
-    /// Attribution output for this tree's group (indexed by feature).
+    /// Per column of `x`, the player a split on it credits ([`PreparedModel::players`]).
+    pub players: &'a [u32],
+    /// Attribution output for this tree's group (indexed by player).
     pub phi: &'a mut [f64],
     pub condition: Condition,
     /// Multiplies every contribution (±½ for the interaction halves).
@@ -110,8 +112,9 @@ impl Walk<'_> {
             return;
         }
 
-        let feature = tree_node.feature;
-        let goes_left = self.tree.goes_left(tree_node, self.x[feature as usize]);
+        let goes_left = self.tree.goes_left(tree_node, self.x[tree_node.feature as usize]);
+        // The path holds players: a split on a combined column is its combination's.
+        let feature = self.players[tree_node.feature as usize];
         let (hot, cold, hot_ratio, cold_ratio) = {
             let [rl, rr] = self.prep.ratios[node];
             if goes_left {
@@ -165,7 +168,7 @@ impl Walk<'_> {
 /// One tree's plain SHAP values for one row, added to `phi`.
 pub(crate) fn shap_tree(p: &PreparedModel, t: usize, x: &[f64], phi: &mut [f64], scratch: &mut [PathElem]) {
     let (tree, prep) = (&p.model.trees()[t], &p.trees[t]);
-    Walk { tree, prep, x, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
+    Walk { tree, prep, x, players: &p.players, phi, condition: Condition::None, scale: 1.0, cond_splits: None }.run(scratch);
 }
 
 /// Plain SHAP values of one row into `out` (G × (F+1)), bias included.
@@ -209,18 +212,19 @@ struct Scratch {
 /// faster engines' interaction values, and their fallback when quadrature cannot take a model.
 pub(crate) fn interactions_for_rows(p: &PreparedModel, block: &FeatureBlock) -> Result<Interactions> {
     check_block(&p.model, block)?;
-    let f = p.model.num_features();
+    // Computed for the players, folded into the features' values after.
+    let f = p.model.num_players();
     let g = p.model.num_groups();
     let w = f + 1;
     let width = g * w * w;
     check_output(block.rows(), width, "interaction values")?;
     let init = || Scratch { path: path_scratch(p.max_depth), shap: vec![0.0; g * w], diff: vec![0.0; w] };
     let values = par_rows(block, width, init, |x, out, s| interaction_row(p, x, out, s));
-    Ok(Interactions { rows: block.rows(), groups: g, features: f, values })
+    Ok(fold_player_interactions(&p.model, Interactions { rows: block.rows(), groups: g, features: f, values }))
 }
 
 fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratch) {
-    let f = p.model.num_features();
+    let f = p.model.num_players();
     let w = f + 1;
     s.shap.iter_mut().for_each(|v| *v = 0.0);
     shap_row(p, x, &mut s.shap, &mut s.path);
@@ -229,7 +233,7 @@ fn interaction_row(p: &PreparedModel, x: &[f64], out: &mut [f64], s: &mut Scratc
         let group_base = tree.group * w * w;
         for (j, splits) in &prep.splits_by_feature {
             for (condition, scale) in [(Condition::On(*j), 0.5), (Condition::Off(*j), -0.5)] {
-                Walk { tree, prep, x, phi: &mut s.diff, condition, scale, cond_splits: Some(splits) }.run(&mut s.path);
+                Walk { tree, prep, x, players: &p.players, phi: &mut s.diff, condition, scale, cond_splits: Some(splits) }.run(&mut s.path);
             }
             let row = group_base + *j as usize * w;
             for (i, _) in &prep.splits_by_feature {

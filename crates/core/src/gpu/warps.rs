@@ -109,6 +109,12 @@ impl PathProgram {
     /// As [`PathProgram::for_model`], with the short paths laid out for `layout`'s kernels: for
     /// comparing the kernels, and for testing the quadrature kernels on short paths.
     pub fn with_layout(model: Arc<Model>, layout: PathLayout) -> Result<Option<PathProgram>> {
+        if model.combinations().is_some() {
+            // The kernels credit a split to the column it reads; a combination's column credits
+            // its features together (the CPU's `oblivious` and `treeshap` do that).
+            tracing::warn!("GPU engine not used: the model has CatBoost CTRs of feature combinations; computing on the CPU");
+            return Ok(None);
+        }
         // Each path keeps every split on it, so a deep chain (legal in the file formats) would
         // need memory quadratic in its depth; such models run on the CPU's `linear`.
         let depth = model.trees().iter().map(crate::model::Tree::depth).max().unwrap_or(0);

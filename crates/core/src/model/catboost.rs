@@ -28,15 +28,16 @@
 //! ([`Categories::CatboostHashes`]), input values are hashed the same way, and a value equal to
 //! the split's goes the "greater" way. A CTR split of one categorical feature becomes a
 //! categorical split on that feature (the categories whose CTR is above the border go right:
-//! [`super::catboost_ctr`]); CTRs of feature combinations are refused, naming the features.
+//! [`super::catboost_ctr`]); a CTR split of a combination of features becomes a categorical split
+//! on the combination's column ([`super::combinations`]).
 
 use serde_json::Value;
 
 use super::catboost_cbm::Refusal;
-use super::catboost_ctr::Ctrs;
+use super::catboost_ctr::{CtrInput, Ctrs, Element};
 use super::{
-    check_count, push_category_set, Categories, FeatureKind, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
-    MAX_FEATURES, MAX_GROUPS,
+    check_count, push_category_set, Categories, CombinationPart, Combinations, CombinedColumnSpec, FeatureKind, MissingType, ModelFile, ModelFormat,
+    ModelParts, Node, Precision, SplitRule, Tree, LEAF, MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::{Error, Result};
 
@@ -154,7 +155,9 @@ pub(super) fn from_value(root: &Value, file: ModelFile) -> Result<ModelParts> {
     }
 
     let (scale, bias) = scale_and_bias(root.get("scale_and_bias"), &err)?;
-    let splits = SplitReader { float_column: &float_column, cat_column: &cat_column, hashes: &mut hashes, ctrs: &mut ctrs };
+    // The columns of CTRs of feature combinations, after the features (see `combinations`).
+    let combinations = combined_columns(&ctrs, nf, &float_column, &cat_column).map_err(&err)?;
+    let splits = SplitReader { float_column: &float_column, cat_column: &cat_column, hashes: &mut hashes, ctrs: &mut ctrs, num_features: nf };
     let mut read = TreeReader { file, scale, splits, dims: 0, trees: Vec::new() };
     match (root.get("oblivious_trees").and_then(Value::as_array), root.get("trees").and_then(Value::as_array)) {
         (Some(oblivious), _) => {
@@ -196,7 +199,47 @@ pub(super) fn from_value(root: &Value, file: ModelFile) -> Result<ModelParts> {
         base_margin,
         trees,
         precision: Precision::F32,
+        combinations,
     })
+}
+
+/// The combined columns of the CTRs of feature combinations, in [`Ctrs::combinations`]'s order
+/// (column `num_features + k` is the `k`-th): each part read from the model's features.
+fn combined_columns(
+    ctrs: &Ctrs,
+    num_features: usize,
+    float_column: &dyn Fn(u64) -> Option<(usize, bool)>,
+    cat_column: &dyn Fn(u64) -> Option<usize>,
+) -> std::result::Result<Option<Combinations>, String> {
+    if ctrs.combinations().is_empty() {
+        return Ok(None);
+    }
+    let mut specs = Vec::with_capacity(ctrs.combinations().len());
+    for combination in ctrs.combinations() {
+        let category = |c: u64| {
+            cat_column(c)
+                .map(|flat| flat as u32)
+                .ok_or_else(|| format!("CTR of {} reads categorical feature {c}, which features_info does not list", combination.description))
+        };
+        let parts = combination
+            .elements
+            .iter()
+            .map(|e| {
+                Ok(match *e {
+                    Element::Category(c) => CombinationPart::Category { feature: category(c)? },
+                    Element::Above(f, border) => {
+                        let (flat, nan_left) = float_column(f).ok_or_else(|| {
+                            format!("CTR of {} reads float feature {f}, which features_info does not list", combination.description)
+                        })?;
+                        CombinationPart::Above { feature: flat as u32, border, missing_above: !nan_left }
+                    }
+                    Element::Equals(c, hash) => CombinationPart::Equals { feature: category(c)?, hash },
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        specs.push(CombinedColumnSpec { description: combination.description.clone(), parts, keys: combination.keys.clone() });
+    }
+    Combinations::new(num_features, specs).map(Some)
 }
 
 /// Reads the file's splits into [`Level`]s: float features by their column, one-hot
@@ -207,6 +250,8 @@ struct SplitReader<'a> {
     cat_column: &'a dyn Fn(u64) -> Option<usize>,
     hashes: &'a mut Vec<Option<Vec<u32>>>,
     ctrs: &'a mut Ctrs,
+    /// The model's features: combined column `k` is column `num_features + k`.
+    num_features: usize,
 }
 
 impl SplitReader<'_> {
@@ -241,11 +286,17 @@ impl SplitReader<'_> {
                 let hashes = &*self.hashes;
                 let cat_column = self.cat_column;
                 let feature_hashes = |c: u64| cat_column(c).and_then(|flat| hashes[flat].as_deref());
-                let (c, right, unseen_right) = self.ctrs.split(split, &feature_hashes)?;
-                let flat = (self.cat_column)(c).ok_or_else(|| format!("CTR split on categorical feature {c}, which features_info does not list"))?;
-                // The categories whose CTR is above the border go right; one the table does not
-                // hold (unseen in training, or missing) goes where the CTR of no rows does.
-                Ok(Level { feature: flat as u32, rule: SplitRule::XgbCategories, default_left: !unseen_right, codes: Some(right) })
+                let split = self.ctrs.split(split, &feature_hashes)?;
+                let column = match split.reads {
+                    CtrInput::Category(c) => {
+                        (self.cat_column)(c).ok_or_else(|| format!("CTR split on categorical feature {c}, which features_info does not list"))?
+                    }
+                    CtrInput::Combination(k) => self.num_features + k,
+                };
+                // The categories (or combinations) whose CTR is above the border go right; one the
+                // table does not hold (unseen in training, or missing) goes where the CTR of no
+                // rows does.
+                Ok(Level { feature: column as u32, rule: SplitRule::XgbCategories, default_left: !split.unseen_right, codes: Some(split.right) })
             }
             other => Err(format!("split of type {other:?}, which CatBoost 1.x does not write (FloatFeature, OneHotFeature and OnlineCtr are read)")),
         }

@@ -79,6 +79,12 @@ impl<'a> Buf<'a> {
         self.array(at).map(u32::from_le_bytes)
     }
 
+    /// The string whose offset is stored at `at` (a vector of UTF-8 bytes).
+    fn string(&self, at: usize) -> Result<&'a str, Detail> {
+        let (start, len) = self.vector(self.follow(at)?, 1)?;
+        std::str::from_utf8(self.slice(start, len)?).map_err(|e| format!("a string at byte {start} is not UTF-8 ({e})"))
+    }
+
     /// The position an unsigned offset stored at `at` points to (FlatBuffers offsets count from
     /// where they are stored).
     fn follow(&self, at: usize) -> Result<usize, Detail> {
@@ -148,9 +154,7 @@ impl<'a> Table<'a> {
     }
 
     fn string(&self, id: usize) -> Result<Option<&'a str>, Detail> {
-        let Some(at) = self.field(id)? else { return Ok(None) };
-        let (start, len) = self.buf.vector(self.buf.follow(at)?, 1)?;
-        std::str::from_utf8(self.buf.slice(start, len)?).map(Some).map_err(|e| format!("a string at byte {start} is not UTF-8 ({e})"))
+        self.field(id)?.map(|at| self.buf.string(at)).transpose()
     }
 
     /// A vector of fixed-size elements, each decoded by `from`; empty where the table does not
@@ -165,12 +169,7 @@ impl<'a> Table<'a> {
     fn strings(&self, id: usize) -> Result<Vec<&'a str>, Detail> {
         let Some(at) = self.field(id)? else { return Ok(Vec::new()) };
         let (start, len) = self.buf.vector(self.buf.follow(at)?, 4)?;
-        (0..len)
-            .map(|k| {
-                let (s, n) = self.buf.vector(self.buf.follow(start + 4 * k)?, 1)?;
-                std::str::from_utf8(self.buf.slice(s, n)?).map_err(|e| format!("a string at byte {s} is not UTF-8 ({e})"))
-            })
-            .collect()
+        (0..len).map(|k| self.buf.string(start + 4 * k)).collect()
     }
 
     /// A vector of tables (each element an offset to one).
@@ -437,9 +436,7 @@ pub(super) fn to_json(bytes: &[u8]) -> Result<Value, Refusal> {
             .checked_add(dims)
             .and_then(|end| values.get(id..end))
             .ok_or_else(|| format!("tree {t} has a leaf at value {id}, past the {} leaf values", values.len()))?;
-        if let Some(x) = v.iter().find(|x| !x.is_finite()) {
-            return Err(format!("tree {t} has a leaf value {x}, not a finite number"));
-        }
+        finite_leaves(t, v)?;
         Ok(if dims == 1 { json!(v[0]) } else { json!(v) })
     };
 
@@ -457,9 +454,7 @@ pub(super) fn to_json(bytes: &[u8]) -> Result<Value, Refusal> {
             let tree_values = values
                 .get(value_at..value_at + leaves * dims)
                 .ok_or_else(|| format!("tree {t} needs leaf values past the {} of the file", values.len()))?;
-            if let Some(x) = tree_values.iter().find(|x| !x.is_finite()) {
-                return Err(format!("tree {t} has a leaf value {x}, not a finite number").into());
-            }
+            finite_leaves(t, tree_values)?;
             let mut tree = json!({"splits": tree_splits, "leaf_values": tree_values});
             if !weights.is_empty() {
                 let w = weights
@@ -511,6 +506,14 @@ pub(super) fn to_json(bytes: &[u8]) -> Result<Value, Refusal> {
     }
     root_json.insert("model_info".into(), Value::Object(model_info));
     Ok(Value::Object(root_json))
+}
+
+/// Refuses a tree's leaf values where one is not finite (CatBoost writes finite ones).
+fn finite_leaves(t: usize, values: &[f64]) -> Result<(), Detail> {
+    match values.iter().find(|x| !x.is_finite()) {
+        Some(x) => Err(format!("tree {t} has a leaf value {x}, not a finite number")),
+        None => Ok(()),
+    }
 }
 
 /// Nodes `start..end` of a non-symmetric tree as the JSON's nested nodes. Node `i` steps to its

@@ -10,10 +10,11 @@
 //! missing) takes the CTR of zero counts, so the default direction is that value's. The split's
 //! SHAP attribution goes to the categorical feature, as CatBoost's own ShapValues give it.
 //!
-//! CTRs of feature combinations (`max_ctr_complexity` above 1: several categorical features,
-//! or a categorical feature with a float or one-hot split) are not built yet: a split on one
-//! tests several features at once, and CatBoost itself says its SHAP values of such models are
-//! approximate.
+//! A CTR of a combination of features (`max_ctr_complexity` above 1: several categorical
+//! features, or a categorical feature with float or one-hot conditions) is a function of the
+//! combination's hash, which its table is keyed by: its split is a categorical split on a
+//! combined column of the combination's codes ([`super::combinations`]), whose attribution goes to
+//! the combination's categorical features, as CatBoost's own ShapValues give it.
 //!
 //! The value CatBoost compares is computed in float32, as CatBoost does:
 //! `((good + prior_numerator) / (total + prior_denominator) + shift) * scale`, where `good` and
@@ -23,11 +24,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::combinations::{category_key_value, combination_key, COMBINATION_HASH_MULTIPLIER as HASH_MULTIPLIER};
 use super::MAX_GROUPS;
-
-/// CatBoost's multiplier in its hash of a feature combination: the table key of a one-feature
-/// CTR for the (sign-extended 32-bit) category hash `h` is `M * (0 + M * h)` mod 2^64.
-const HASH_MULTIPLIER: u64 = 0x4906_ba49_4954_cb65;
 
 /// How a CTR turns a category's counts into the numbers it divides.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,11 +40,59 @@ enum CtrKind {
     Counter,
 }
 
+/// What a CTR is a statistic of: one categorical feature's values, or a combination's.
+#[derive(Debug, Clone, PartialEq)]
+enum Projection {
+    /// The categorical feature's `cat_feature_index`.
+    Single(u64),
+    /// A combination: its index in [`Ctrs::combinations`].
+    Combined(usize),
+}
+
+/// One part of a combination, as `features_info.ctrs[].elements` gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Element {
+    /// A categorical feature's value (`cat_feature_index`).
+    Category(u64),
+    /// Whether a float feature (`float_feature_index`) is above a border.
+    Above(u64, f32),
+    /// Whether a categorical feature (`cat_feature_index`) has the value of a hash.
+    Equals(u64, u32),
+}
+
+/// A combination some CTRs are statistics of, and the keys their tables hold.
+pub(super) struct Combination {
+    /// What it combines, named (for errors and descriptions).
+    pub description: String,
+    /// Its parts, in the order CatBoost hashes them.
+    pub elements: Vec<Element>,
+    /// The keys of its CTRs' tables, each once, in a stable order: the combined column's codes.
+    pub keys: Vec<u64>,
+}
+
+/// A CTR split as the tree reads it: the categories (or combinations) whose CTR is above the
+/// border, as codes, and whether one the table does not hold is.
+pub(super) struct CtrSplit {
+    /// What the split reads.
+    pub reads: CtrInput,
+    /// The codes that go right.
+    pub right: Vec<u32>,
+    /// Whether a category or combination the table does not hold (unseen in training, or
+    /// missing) goes right.
+    pub unseen_right: bool,
+}
+
+/// What a CTR split reads.
+pub(super) enum CtrInput {
+    /// A categorical feature (`cat_feature_index`); codes index its category hashes.
+    Category(u64),
+    /// A combination (its index in [`Ctrs::combinations`]); codes index its keys.
+    Combination(usize),
+}
+
 /// One entry of `features_info.ctrs`.
 struct CtrFeature {
-    /// The categorical feature's `cat_feature_index`, or, for a combination, what it combines
-    /// (for the error).
-    projection: std::result::Result<u64, String>,
+    projection: Projection,
     kind: CtrKind,
     /// The key of its table in `ctr_data`.
     identifier: String,
@@ -58,9 +104,10 @@ struct CtrFeature {
     borders: Vec<f64>,
 }
 
-/// One table of `ctr_data`: per category hash, its counts (one per class, or one row count).
+/// One table of `ctr_data`: per key (a category's or combination's hash), its counts (one per
+/// class, or one row count).
 struct CtrTable {
-    counts: HashMap<u32, Vec<u64>>,
+    counts: HashMap<u64, Vec<u64>>,
     counter_denominator: f64,
 }
 
@@ -68,6 +115,8 @@ struct CtrTable {
 pub(super) struct Ctrs {
     features: Vec<CtrFeature>,
     tables: HashMap<String, CtrTable>,
+    /// The combinations CTRs are statistics of, each once.
+    combinations: Vec<Combination>,
     /// The `split_index` of the first CTR border: CatBoost numbers its binary features float
     /// borders first, then one-hot values, then CTR borders (in `features_info` order).
     first_split_index: usize,
@@ -90,7 +139,8 @@ impl Ctrs {
     ) -> std::result::Result<Ctrs, String> {
         let list = info.get("ctrs").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let mut features = Vec::with_capacity(list.len());
-        let mut tables = HashMap::new();
+        let mut tables: HashMap<String, CtrTable> = HashMap::new();
+        let mut combinations: Vec<Combination> = Vec::new();
         for (c, ctr) in list.iter().enumerate() {
             let bad = |what: &str| format!("features_info.ctrs[{c}] has no {what}");
             let number = |key: &str| ctr.get(key).and_then(Value::as_f64).filter(|x| x.is_finite()).ok_or_else(|| bad(key));
@@ -105,7 +155,16 @@ impl Ctrs {
                 }
             };
             let identifier = ctr.get("identifier").and_then(Value::as_str).ok_or_else(|| bad("identifier"))?.to_string();
-            let projection = projection(ctr.get("elements"), cat_names, float_names).map_err(|e| format!("features_info.ctrs[{c}]: {e}"))?;
+            let projection = match projection(ctr.get("elements"), cat_names, float_names).map_err(|e| format!("features_info.ctrs[{c}]: {e}"))? {
+                Ok(single) => Projection::Single(single),
+                Err((description, elements)) => Projection::Combined(match combinations.iter().position(|k| k.elements == elements) {
+                    Some(k) => k,
+                    None => {
+                        combinations.push(Combination { description, elements, keys: Vec::new() });
+                        combinations.len() - 1
+                    }
+                }),
+            };
             let borders = ctr
                 .get("borders")
                 .and_then(Value::as_array)
@@ -114,11 +173,19 @@ impl Ctrs {
                 .map(|b| b.as_f64().ok_or_else(|| format!("features_info.ctrs[{c}] has a border {b} that is not a number")))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let target_border_idx = ctr.get("target_border_idx").and_then(Value::as_u64).ok_or_else(|| bad("target_border_idx"))? as usize;
-            if projection.is_ok() && !tables.contains_key(&identifier) {
+            if !tables.contains_key(&identifier) {
                 let table = ctr_data
                     .and_then(|d| d.get(&identifier))
                     .ok_or_else(|| format!("ctr_data has no table {identifier} (CatBoost writes it unless the model was trained with final_ctr_computation_mode=\"Skip\", which CatBoost cannot predict with either)"))?;
                 tables.insert(identifier.clone(), CtrTable::read(table).map_err(|e| format!("ctr_data table {identifier}: {e}"))?);
+            }
+            if let Projection::Combined(k) = projection {
+                let mut keys: Vec<u64> = tables[&identifier].counts.keys().copied().collect();
+                // A stable order of codes, whatever the hash map's.
+                keys.sort_unstable();
+                let combination = &mut combinations[k];
+                let mut known: std::collections::HashSet<u64> = combination.keys.iter().copied().collect();
+                combination.keys.extend(keys.into_iter().filter(|key| known.insert(*key)));
             }
             features.push(CtrFeature {
                 projection,
@@ -132,7 +199,12 @@ impl Ctrs {
                 borders,
             });
         }
-        Ok(Ctrs { features, tables, first_split_index, sets: HashMap::new() })
+        Ok(Ctrs { features, tables, combinations, first_split_index, sets: HashMap::new() })
+    }
+
+    /// The combinations CTRs are statistics of (the combined columns, in order).
+    pub(super) fn combinations(&self) -> &[Combination] {
+        &self.combinations
     }
 
     /// A CTR that `features_info.ctrs` lists more than once with the same table, prior, shift,
@@ -153,9 +225,13 @@ impl Ctrs {
     /// counts for, table by table (a hash in several tables comes once per table).
     pub(super) fn category_hashes(&self, cat_feature_index: u64) -> Vec<u32> {
         let mut hashes = Vec::new();
-        for ctr in self.features.iter().filter(|c| c.projection == Ok(cat_feature_index)) {
+        for ctr in self.features.iter().filter(|c| c.projection == Projection::Single(cat_feature_index)) {
             if let Some(table) = self.tables.get(&ctr.identifier) {
-                let mut keys: Vec<u32> = table.counts.keys().copied().collect();
+                // The key of category hash h is M²·h (mod 2^64): h = key · (M²)⁻¹, a sign-extended
+                // 32-bit hash for every key that is some category's.
+                let inverse = inverse_mod_2_64(HASH_MULTIPLIER.wrapping_mul(HASH_MULTIPLIER));
+                let mut keys: Vec<u32> =
+                    table.counts.keys().filter_map(|key| i32::try_from(key.wrapping_mul(inverse) as i64).ok()).map(|h| h as u32).collect();
                 // A stable order of codes, whatever the hash map's.
                 keys.sort_unstable();
                 hashes.extend(keys);
@@ -164,37 +240,38 @@ impl Ctrs {
         hashes
     }
 
-    /// An "OnlineCtr" split of a one-feature CTR: its `cat_feature_index`, the category codes that
-    /// go right (`category_hashes[code]` is the code's hash), and whether a category the table
-    /// does not hold goes right.
-    pub(super) fn split<'h>(
-        &mut self,
-        split: &Value,
-        category_hashes: &dyn Fn(u64) -> Option<&'h [u32]>,
-    ) -> std::result::Result<(u64, Vec<u32>, bool), String> {
+    /// An "OnlineCtr" split: what it reads, the codes that go right and where a category or
+    /// combination the table does not hold goes. A one-feature CTR's codes index the feature's
+    /// category hashes (`category_hashes[code]` is the code's hash); a combination's index its
+    /// keys ([`Combination::keys`]).
+    pub(super) fn split<'h>(&mut self, split: &Value, category_hashes: &dyn Fn(u64) -> Option<&'h [u32]>) -> std::result::Result<CtrSplit, String> {
         let border = split.get("border").and_then(Value::as_f64).ok_or("CTR split has no border")?;
         let target = split.get("ctr_target_border_idx").and_then(Value::as_u64);
         let (c, k) = self.find(split.get("split_index").and_then(Value::as_u64), border, target)?;
         let ctr = &self.features[c];
-        let feature = ctr.projection.clone().map_err(|combination| {
-            format!("split on CatBoost's CTR of a combination of features ({combination}): not built yet (a split on one tests several features at once; CatBoost's own SHAP values of such models are approximate, by its own warning); to explain the model now, train with max_ctr_complexity=1")
-        })?;
-        if let Some(set) = self.sets.get(&(c, k)) {
-            return Ok((feature, set.0.clone(), set.1));
+        let reads = match ctr.projection {
+            Projection::Single(feature) => CtrInput::Category(feature),
+            Projection::Combined(combination) => CtrInput::Combination(combination),
+        };
+        if let Some((right, unseen_right)) = self.sets.get(&(c, k)) {
+            return Ok(CtrSplit { reads, right: right.clone(), unseen_right: *unseen_right });
         }
         let table = self.tables.get(&ctr.identifier).ok_or_else(|| format!("ctr_data has no table {}", ctr.identifier))?;
         let border = ctr.borders[k] as f32;
-        let hashes = category_hashes(feature).unwrap_or_default();
+        let keys: Vec<u64> = match reads {
+            CtrInput::Category(feature) => category_hashes(feature).unwrap_or_default().iter().map(|&h| one_feature_key(h)).collect(),
+            CtrInput::Combination(combination) => self.combinations[combination].keys.clone(),
+        };
         let mut right = Vec::new();
-        for (code, hash) in hashes.iter().enumerate() {
-            let counts = table.counts.get(hash).map(Vec::as_slice);
+        for (code, key) in keys.iter().enumerate() {
+            let counts = table.counts.get(key).map(Vec::as_slice);
             if ctr.value(table, counts)? > border {
                 right.push(code as u32);
             }
         }
         let unseen_right = ctr.value(table, None)? > border;
         self.sets.insert((c, k), (right.clone(), unseen_right));
-        Ok((feature, right, unseen_right))
+        Ok(CtrSplit { reads, right, unseen_right })
     }
 
     /// The CTR and border a split tests: by its `split_index` where that points at a CTR border
@@ -272,7 +349,6 @@ impl CtrTable {
         if flat.len() % stride != 0 {
             return Err(format!("hash_map has {} numbers, not a multiple of hash_stride {stride}", flat.len()));
         }
-        let inverse = inverse_mod_2_64(HASH_MULTIPLIER.wrapping_mul(HASH_MULTIPLIER));
         let mut counts = HashMap::with_capacity(flat.len() / stride);
         for entry in flat.chunks_exact(stride) {
             let key = match &entry[0] {
@@ -285,11 +361,9 @@ impl CtrTable {
                 .map(Value::as_u64)
                 .collect::<Option<Vec<u64>>>()
                 .ok_or("hash_map holds a count that is not a non-negative integer")?;
-            // The key of category hash h is M²·h (mod 2^64): h = key · (M²)⁻¹, a sign-extended
-            // 32-bit hash for every key that is some category's.
-            let h = key.wrapping_mul(inverse) as i64;
-            if let Ok(h) = i32::try_from(h) {
-                counts.insert(h as u32, values);
+            // CatBoost marks an empty slot of its hash table with the largest key.
+            if key != u64::MAX {
+                counts.insert(key, values);
             }
         }
         let counter_denominator = table.get("counter_denominator").and_then(Value::as_f64).filter(|d| d.is_finite()).unwrap_or(0.0);
@@ -298,34 +372,57 @@ impl CtrTable {
 }
 
 /// What a CTR's `elements` project on: the categorical feature's index when it is one
-/// categorical feature's values, else a description of the combination.
+/// categorical feature's values, else the combination, described (with the features named)
+/// and as its parts in the order CatBoost hashes them: categorical features, then float
+/// conditions, then one-hot conditions.
+#[allow(clippy::type_complexity)]
 fn projection(
     elements: Option<&Value>,
     cat_names: &dyn Fn(u64) -> String,
     float_names: &dyn Fn(u64) -> String,
-) -> std::result::Result<std::result::Result<u64, String>, String> {
+) -> std::result::Result<std::result::Result<u64, (String, Vec<Element>)>, String> {
     let elements = elements.and_then(Value::as_array).filter(|e| !e.is_empty()).ok_or("no elements")?;
-    let described: Vec<String> = elements
-        .iter()
-        .map(|e| {
-            let kind = e.get("combination_element").and_then(Value::as_str).unwrap_or("?");
-            match (kind, e.get("cat_feature_index").and_then(Value::as_u64), e.get("float_feature_index").and_then(Value::as_u64)) {
-                ("cat_feature_value", Some(c), _) => cat_names(c),
-                (_, Some(c), _) => format!("{} ({kind})", cat_names(c)),
-                (_, None, Some(f)) => match e.get("border").and_then(Value::as_f64) {
-                    Some(border) => format!("{} > {border}", float_names(f)),
-                    None => format!("{} ({kind})", float_names(f)),
-                },
-                _ => kind.to_string(),
+    let mut parts = Vec::with_capacity(elements.len());
+    for e in elements {
+        let kind = e.get("combination_element").and_then(Value::as_str).unwrap_or("?");
+        let cat = e.get("cat_feature_index").and_then(Value::as_u64);
+        let part = match (kind, cat) {
+            ("cat_feature_value", Some(c)) => (0, Element::Category(c), cat_names(c)),
+            ("float_feature", _) => {
+                let f = e.get("float_feature_index").and_then(Value::as_u64).ok_or("a float_feature element has no float_feature_index")?;
+                let border = e.get("border").and_then(Value::as_f64).ok_or("a float_feature element has no border")?;
+                (1, Element::Above(f, border as f32), format!("{} > {border}", float_names(f)))
             }
-        })
-        .collect();
-    match elements.as_slice() {
-        [one] if one.get("combination_element").and_then(Value::as_str) == Some("cat_feature_value") => {
-            Ok(Ok(one.get("cat_feature_index").and_then(Value::as_u64).ok_or("an element has no cat_feature_index")?))
-        }
-        _ => Ok(Err(described.join(", "))),
+            ("cat_feature_exact_value", Some(c)) => {
+                let value = e
+                    .get("value")
+                    .and_then(Value::as_i64)
+                    .filter(|h| (i32::MIN as i64..=u32::MAX as i64).contains(h))
+                    .ok_or("a cat_feature_exact_value element has no 32-bit hash value")?;
+                (2, Element::Equals(c, value as u32), format!("{} = hash {}", cat_names(c), value as u32))
+            }
+            _ => {
+                return Err(format!(
+                    "an element of kind {kind:?}: not built yet (cat_feature_value, float_feature and cat_feature_exact_value are read)"
+                ))
+            }
+        };
+        parts.push(part);
     }
+    if let [(_, Element::Category(c), _)] = parts.as_slice() {
+        return Ok(Ok(*c));
+    }
+    // CatBoost hashes a combination's categorical features, then its float conditions, then its
+    // one-hot conditions, each in the order listed.
+    parts.sort_by_key(|(rank, _, _)| *rank);
+    let description = parts.iter().map(|(_, _, d)| d.as_str()).collect::<Vec<_>>().join(", ");
+    Ok(Err((description, parts.into_iter().map(|(_, e, _)| e).collect())))
+}
+
+/// The table key of a one-feature CTR for category hash `h`: CatBoost's hash of a combination of
+/// that one category.
+fn one_feature_key(h: u32) -> u64 {
+    combination_key([category_key_value(h)])
 }
 
 /// The inverse of an odd number modulo 2^64 (Newton's iteration: each step doubles the bits).
@@ -364,7 +461,7 @@ mod tests {
         // The empty-slot marker (2^64 - 1) is no category's key.
         assert_eq!(table.counts.len(), hashes.len());
         for h in hashes {
-            assert_eq!(table.counts[&h], vec![h as u64 % 7, 1]);
+            assert_eq!(table.counts[&one_feature_key(h)], vec![h as u64 % 7, 1]);
         }
     }
 
@@ -372,7 +469,7 @@ mod tests {
     fn ctr_values_follow_catboost_per_type() {
         let table = CtrTable { counts: HashMap::new(), counter_denominator: 40.0 };
         let ctr = |kind, target_border_idx| CtrFeature {
-            projection: Ok(0),
+            projection: Projection::Single(0),
             kind,
             identifier: "t".into(),
             prior_numerator: 0.5,

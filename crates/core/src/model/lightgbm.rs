@@ -120,6 +120,7 @@ pub(super) fn from_text_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
         trees,
         precision: Precision::F64,
         categories,
+        combinations: None,
     })
 }
 

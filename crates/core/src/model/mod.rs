@@ -11,11 +11,13 @@ mod catboost;
 mod catboost_cbm;
 mod catboost_ctr;
 pub mod cityhash;
+mod combinations;
 mod lightgbm;
 mod neutral;
 mod ubjson;
 mod xgboost;
 
+pub use combinations::{category_key_value, combination_key, CombinationPart, Combinations, CombinedColumn, CombinedColumnSpec};
 pub use neutral::NEUTRAL_FORMAT_VERSION;
 /// The folder of a Spark ML model directory holding its metadata JSON (`part-00000` from
 /// Spark 3, `part-00000-<uuid>-c000.txt` from Spark 4), relative to the directory. Spark ML
@@ -500,6 +502,9 @@ pub struct ModelParts {
     /// Per feature, the training categories stored in the model file, where there are some:
     /// string (or dictionary) input columns are mapped to codes through them.
     pub categories: Vec<Option<Categories>>,
+    /// Columns derived from several features that splits read (CatBoost's CTRs of feature
+    /// combinations), and the players their values are computed for; `None` for most models.
+    pub combinations: Option<Combinations>,
 }
 
 /// A tree ensemble ready to explain: trees, features, output groups and base margin. Made only
@@ -507,27 +512,8 @@ pub struct ModelParts {
 /// [`Model::new`]'s checks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
-    /// Format the model was read from.
-    format: ModelFormat,
-    /// Version of the library that wrote it, when the file says.
-    library_version: Option<String>,
-    /// Objective name as the library wrote it (`binary:logistic`, `multiclass`, ...).
-    objective: String,
-    /// Feature names, in the model's order (`f0..` for XGBoost models saved without names).
-    feature_names: Vec<String>,
-    /// Numeric or categorical, per feature.
-    feature_kinds: Vec<FeatureKind>,
-    /// Number of outputs (classes for multiclass models, else 1).
-    num_groups: usize,
-    /// Margin added to every prediction, per group (XGBoost's transformed `base_score`).
-    base_margin: Vec<f64>,
-    /// The trees, each adding to one group.
-    trees: Vec<Tree>,
-    /// Precision of threshold comparisons.
-    precision: Precision,
-    /// Per feature, the training categories stored in the model file, where there are some:
-    /// string (or dictionary) input columns are mapped to codes through them.
-    categories: Vec<Option<Categories>>,
+    /// What the model is made of, checked by [`Model::new`] and read through its accessors.
+    parts: ModelParts,
 }
 
 impl Model {
@@ -536,68 +522,71 @@ impl Model {
     /// value that is not finite is taken, as the libraries take it, with a warning). `name`
     /// (the file) is what errors name.
     pub fn new(parts: ModelParts, name: &str) -> Result<Model> {
-        let ModelParts { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories } =
-            parts;
-        let model = Model { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories };
+        let model = Model { parts };
         model.validate(name)?;
         Ok(model)
     }
 
     /// The model's parts, to change and make a model of again with [`Model::new`].
     pub fn into_parts(self) -> ModelParts {
-        let Model { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories } = self;
-        ModelParts { format, library_version, objective, feature_names, feature_kinds, num_groups, base_margin, trees, precision, categories }
+        self.parts
     }
 
     /// Format the model was read from.
     pub fn format(&self) -> ModelFormat {
-        self.format
+        self.parts.format
     }
 
     /// Version of the library that wrote it, when the file says.
     pub fn library_version(&self) -> Option<&str> {
-        self.library_version.as_deref()
+        self.parts.library_version.as_deref()
     }
 
     /// Objective name as the library wrote it (`binary:logistic`, `multiclass`, ...).
     pub fn objective(&self) -> &str {
-        &self.objective
+        &self.parts.objective
     }
 
     /// Feature names, in the model's order (`f0..` for XGBoost models saved without names).
     pub fn feature_names(&self) -> &[String] {
-        &self.feature_names
+        &self.parts.feature_names
     }
 
     /// Numeric or categorical, per feature.
     pub fn feature_kinds(&self) -> &[FeatureKind] {
-        &self.feature_kinds
+        &self.parts.feature_kinds
     }
 
     /// Number of outputs (classes for multiclass models, else 1).
     pub fn num_groups(&self) -> usize {
-        self.num_groups
+        self.parts.num_groups
     }
 
     /// Margin added to every prediction, per group.
     pub fn base_margin(&self) -> &[f64] {
-        &self.base_margin
+        &self.parts.base_margin
     }
 
     /// The trees, each adding to one group.
     pub fn trees(&self) -> &[Tree] {
-        &self.trees
+        &self.parts.trees
     }
 
     /// Precision of threshold comparisons.
     pub fn precision(&self) -> Precision {
-        self.precision
+        self.parts.precision
     }
 
     /// Per feature, the training categories stored in the model file, where there are some
     /// (empty when none are stored).
     pub fn categories(&self) -> &[Option<Categories>] {
-        &self.categories
+        &self.parts.categories
+    }
+
+    /// Columns derived from several features that splits read, where the model has some
+    /// (CatBoost's CTRs of feature combinations).
+    pub fn combinations(&self) -> Option<&Combinations> {
+        self.parts.combinations.as_ref()
     }
 }
 
@@ -657,23 +646,36 @@ impl Model {
 
     /// Number of features the model reads.
     pub fn num_features(&self) -> usize {
-        self.feature_names.len()
+        self.parts.feature_names.len()
+    }
+
+    /// Columns of the engines' feature block: the features, then the columns derived from
+    /// several of them ([`Combinations`]); splits read columns.
+    pub fn num_columns(&self) -> usize {
+        self.parts.combinations.as_ref().map_or(self.num_features(), Combinations::num_columns)
+    }
+
+    /// Players the engines compute values for: the features, then those shared by several
+    /// features ([`Combinations`]), folded into the features' values before they are returned.
+    pub fn num_players(&self) -> usize {
+        self.parts.combinations.as_ref().map_or(self.num_features(), Combinations::num_players)
     }
 
     /// The features read as numbers from a text format (CSV): all but the categorical ones
     /// whose category names the model stores, which may come as names.
     pub fn numeric_input_columns(&self) -> Vec<String> {
-        self.feature_names
+        self.parts
+            .feature_names
             .iter()
             .enumerate()
-            .filter(|(j, _)| !matches!(self.categories.get(*j), Some(Some(Categories::Names(_) | Categories::CatboostHashes(_)))))
+            .filter(|(j, _)| !matches!(self.parts.categories.get(*j), Some(Some(Categories::Names(_) | Categories::CatboostHashes(_)))))
             .map(|(_, n)| n.clone())
             .collect()
     }
 
     /// What this model's library does with a category not seen in training.
     pub fn unseen_category(&self) -> UnseenCategory {
-        match self.format {
+        match self.parts.format {
             ModelFormat::XgboostJson | ModelFormat::XgboostUbjson => UnseenCategory::Error,
             ModelFormat::LightgbmText
             | ModelFormat::CatboostJson
@@ -685,8 +687,8 @@ impl Model {
 
     /// Predicted margin (raw score) of one row, per group, in f64.
     pub fn predict_row(&self, x: &[f64], out: &mut [f64]) {
-        out.copy_from_slice(&self.base_margin);
-        for tree in &self.trees {
+        out.copy_from_slice(&self.parts.base_margin);
+        for tree in &self.parts.trees {
             let leaf = tree.leaf_of(x);
             out[tree.group] += tree.nodes[leaf].value * tree.weight;
         }
@@ -697,40 +699,43 @@ impl Model {
     /// taken, as the libraries take it, with a warning).
     fn validate(&self, name: &str) -> Result<()> {
         let nf = self.num_features();
-        if self.feature_kinds.len() != nf {
+        if self.parts.feature_kinds.len() != nf {
             return Err(Error::ModelFormat {
                 path: name.into(),
                 format: "tree ensemble",
-                detail: format!("{} feature names but {} feature types", nf, self.feature_kinds.len()),
+                detail: format!("{} feature names but {} feature types", nf, self.parts.feature_kinds.len()),
             });
         }
-        if !self.categories.is_empty() && self.categories.len() != nf {
+        if !self.parts.categories.is_empty() && self.parts.categories.len() != nf {
             return Err(Error::ModelFormat {
                 path: name.into(),
                 format: "tree ensemble",
-                detail: format!("stored categories for {} features but the model has {nf}", self.categories.len()),
+                detail: format!("stored categories for {} features but the model has {nf}", self.parts.categories.len()),
             });
         }
-        if self.base_margin.len() != self.num_groups {
+        if self.parts.base_margin.len() != self.parts.num_groups {
             return Err(Error::ModelFormat {
                 path: name.into(),
                 format: "tree ensemble",
-                detail: format!("base margin {:?} does not fit {} output groups", self.base_margin, self.num_groups),
+                detail: format!("base margin {:?} does not fit {} output groups", self.parts.base_margin, self.parts.num_groups),
             });
         }
-        if let Some(b) = self.base_margin.iter().find(|b| !b.is_finite()) {
+        if let Some(b) = self.parts.base_margin.iter().find(|b| !b.is_finite()) {
             // A Poisson model trained on all-zero labels has a margin of -inf: the library loads
             // and predicts with it, and so does shapfusion, saying so.
             tracing::warn!("{name}: base margin {b}: predictions and SHAP values are not finite, as the library's");
         }
+        // Splits read the features and the columns derived from them (their parts are checked
+        // when the combinations are made).
+        let columns = self.num_columns();
         let mut warned = false;
-        for (t, tree) in self.trees.iter().enumerate() {
+        for (t, tree) in self.parts.trees.iter().enumerate() {
             let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
             if tree.nodes.is_empty() {
                 return Err(bad(0, "tree has no nodes".into()));
             }
-            if tree.group >= self.num_groups {
-                return Err(bad(0, format!("output group {} but the model has {}", tree.group, self.num_groups)));
+            if tree.group >= self.parts.num_groups {
+                return Err(bad(0, format!("output group {} but the model has {}", tree.group, self.parts.num_groups)));
             }
             if !tree.weight.is_finite() {
                 return Err(bad(0, format!("tree weight {} is not finite", tree.weight)));
@@ -761,7 +766,7 @@ impl Model {
                 if node.right == LEAF {
                     return Err(bad(n, "node has a left child but no right child".into()));
                 }
-                if node.feature as usize >= nf {
+                if node.feature as usize >= columns {
                     return Err(bad(n, format!("splits on feature {} but the model has {} features", node.feature, nf)));
                 }
                 // Any threshold the libraries write is taken: ±inf (every number one way, missing
@@ -809,24 +814,26 @@ impl Model {
     /// A one-screen description, for `shapfusion models inspect`.
     pub fn summary(&self) -> ModelSummary {
         ModelSummary {
-            format: self.format.to_string(),
-            library_version: self.library_version.clone(),
-            objective: self.objective.clone(),
-            trees: self.trees.len(),
-            max_depth: self.trees.iter().map(Tree::depth).max().unwrap_or(0),
-            leaves: self.trees.iter().map(Tree::num_leaves).sum(),
-            features: self.feature_names.clone(),
+            format: self.parts.format.to_string(),
+            library_version: self.parts.library_version.clone(),
+            objective: self.parts.objective.clone(),
+            trees: self.parts.trees.len(),
+            max_depth: self.parts.trees.iter().map(Tree::depth).max().unwrap_or(0),
+            leaves: self.parts.trees.iter().map(Tree::num_leaves).sum(),
+            features: self.parts.feature_names.clone(),
             categorical: self
+                .parts
                 .feature_names
                 .iter()
-                .zip(&self.feature_kinds)
+                .zip(&self.parts.feature_kinds)
                 .filter(|(_, k)| **k == FeatureKind::Categorical)
                 .map(|(n, _)| n.clone())
                 .collect(),
             stored_categories: self
+                .parts
                 .feature_names
                 .iter()
-                .zip(&self.categories)
+                .zip(&self.parts.categories)
                 .filter_map(|(n, c)| {
                     let values = match c.as_ref()? {
                         Categories::Names(names) => names.clone(),
@@ -836,8 +843,9 @@ impl Model {
                     Some((n.clone(), values))
                 })
                 .collect(),
-            output_groups: self.num_groups,
-            base_margin: self.base_margin.clone(),
+            output_groups: self.parts.num_groups,
+            base_margin: self.parts.base_margin.clone(),
+            combinations: self.parts.combinations.iter().flat_map(|c| c.columns()).map(|c| c.description().to_string()).collect(),
         }
     }
 }
@@ -867,6 +875,9 @@ pub struct ModelSummary {
     pub output_groups: usize,
     /// Base margin per group.
     pub base_margin: Vec<f64>,
+    /// What each column combining several features combines (CatBoost's CTRs of feature
+    /// combinations), in column order.
+    pub combinations: Vec<String>,
 }
 
 /// The model file a reader is reading, for its errors. Every reader builds its errors here, so

@@ -159,6 +159,7 @@ pub(super) fn from_json_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
         library_version,
         objective: parsed.objective,
         categories,
+        combinations: None,
         feature_names: parsed.feature_names,
         feature_kinds,
         num_groups: groups,

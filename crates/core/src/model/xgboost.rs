@@ -181,6 +181,7 @@ impl Reader<'_> {
             trees,
             precision: Precision::F32,
             categories,
+            combinations: None,
         })
     }
 
