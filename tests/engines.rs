@@ -231,8 +231,10 @@ fn catboost_binary_files_give_the_bits_of_their_json() {
 /// `max_ctr_complexity` 4, as CatBoost trains 200 trees or more by default): SHAP values equal to
 /// CatBoost's own ShapValues, interaction values equal to brute force over the players folded
 /// into the features (both from `tests/make_catboost_fixtures.py`), predictions to CatBoost's,
-/// from the JSON and the `.cbm` alike, by `auto`, `oblivious` and `treeshap`; every other engine,
-/// Banzhaf values, interventional SHAP and the GPU refuse such a model, naming the combination.
+/// from the JSON and the `.cbm` alike, by `auto`, `oblivious` and `treeshap`; interventional SHAP
+/// values equal to CatBoost's own over a background; every other engine, Banzhaf values,
+/// interventional interaction values, transformed outputs and the GPU refuse such a model,
+/// naming a combination.
 #[test]
 fn catboost_ctrs_of_feature_combinations_match_catboost() {
     let list = common::combination_fixtures();
@@ -301,7 +303,24 @@ fn catboost_ctrs_of_feature_combinations_match_catboost() {
             says(build_engine(f.model.clone(), a, None, &EngineOptions::default()).err().unwrap_or_else(|| panic!("{}: {a} took the model", f.name)));
         }
         says(build_engine(f.model.clone(), Algorithm::Auto, None, &EngineOptions { index: Index::Banzhaf, ..Default::default() }).err().unwrap());
-        says(build_interventional(f.model.clone(), &block, Algorithm::Auto, &EngineOptions::default()).err().unwrap());
+        // Interventional SHAP values over a background: CatBoost's own (its Independent Tree
+        // SHAP, with `reference_data`), from the aggregated engine and the reference alike.
+        let background = f.model.feature_block(&common::read_parquet(&f.background().unwrap())).unwrap();
+        let want = f.expected_f64("background_contribs").unwrap();
+        let mut interventional = Vec::new();
+        for a in [Algorithm::Auto, Algorithm::TreeShap] {
+            let e = build_interventional(f.model.clone(), &background, a, &EngineOptions::default()).unwrap();
+            let got = e.shap(&block).unwrap();
+            let (err, row) = max_row_rel_error(&got.values, &want, w);
+            assert!(err <= 1e-12, "{} interventional {a}: {err:.3e} from CatBoost's (row {row})", f.name);
+            says(e.interactions(&block).err().unwrap());
+            interventional.push(got.values);
+        }
+        let (err, row) = max_row_rel_error(&interventional[0], &interventional[1], w);
+        assert!(err <= 1e-13, "{}: the interventional engines differ by {err:.3e} (row {row})", f.name);
+        let banzhaf = EngineOptions { index: Index::Banzhaf, ..Default::default() };
+        says(build_interventional(f.model.clone(), &background, Algorithm::Auto, &banzhaf).err().unwrap());
+        says(build_rescaled_interventional(f.model.clone(), &background, OutputTransform::Logistic, &EngineOptions::default()).err().unwrap());
         let gpu = shapfusion::Explainer::builder(f.model.clone()).device(shapfusion::Device::Gpu).build();
         says(gpu.err().unwrap_or_else(|| panic!("{}: the GPU took the model", f.name)));
     }

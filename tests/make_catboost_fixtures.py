@@ -327,20 +327,30 @@ def fold_players(values: np.ndarray, inter: np.ndarray, features: int, shared: l
     return values @ fold, np.einsum("ia,ngij,jb->ngab", fold, inter, fold)
 
 
-def write_combinations(out, name: str, model, X, cat_features) -> None:
+def write_combinations(out, name: str, model, X, background, cat_features) -> None:
     """A fixture of CTRs of feature combinations (``max_ctr_complexity`` above 1): CatBoost's own
     ShapValues, and interaction values by brute force over the players, folded into the features
     (CatBoost's own ShapInteractionValues drop the pairs of players that fold onto one feature, so
-    their rows do not add up to its ShapValues; they are kept as ``library_interactions``)."""
+    their rows do not add up to its ShapValues; they are kept as ``library_interactions``); and
+    over ``background`` (written as ``background_<rows>.parquet``) CatBoost's own interventional
+    values (its Independent Tree SHAP, ``reference_data=``) as ``background_contribs``."""
     d = out / name
     d.mkdir(parents=True)
     save(model, d)
     model_json = json.loads((d / "model.json").read_text())
     pq.write_table(pa.Table.from_pandas(X, preserve_index=False), d / "input.parquet")
+    pq.write_table(pa.Table.from_pandas(background, preserve_index=False), d / f"background_{len(background)}.parquet")
     pool = catboost.Pool(X, cat_features=cat_features)
     n, f = X.shape
     sv = np.asarray(model.get_feature_importance(pool, type="ShapValues"), dtype=np.float64).reshape(n, -1, f + 1)
     margin = np.asarray(model.predict(pool, prediction_type="RawFormulaVal"), dtype=np.float64).reshape(n, -1)
+    # CatBoost's Independent Tree SHAP asks for labels, which the values of the margin do not use.
+    background_margin = model.predict(catboost.Pool(background, cat_features=cat_features), prediction_type="RawFormulaVal")
+    independent = np.asarray(model.get_feature_importance(
+        catboost.Pool(X, label=margin[:, 0], cat_features=cat_features), type="ShapValues",
+        reference_data=catboost.Pool(background, label=background_margin, cat_features=cat_features)), dtype=np.float64).reshape(n, -1, f + 1)
+    independent_additivity = np.abs(independent.sum(axis=2) - margin).max()
+    assert independent_additivity < 1e-9, f"{name}: CatBoost's independent values miss RawFormulaVal by {independent_additivity:.2e}"
     leaf_indexes = np.asarray(model.calc_leaf_indexes(pool))
     trees, base, players, shared = symmetric_trees_by_players(model_json, leaf_indexes)
     assert shared, f"{name}: no CTR of a combination of categorical features"
@@ -357,7 +367,7 @@ def write_combinations(out, name: str, model, X, cat_features) -> None:
         "rows": n, "groups": sv.shape[1], "features": list(X.columns), "precision": "float64",
         "players_shared": [list(map(int, s)) for s in shared],
         "contribs": f64_list(sv), "interactions": f64_list(interactions), "margin": f64_list(margin),
-        "library_interactions": f64_list(library),
+        "library_interactions": f64_list(library), "background_contribs": f64_list(independent),
     }
     (d / "expected.json").write_text(json.dumps(expected))
     print(f"{name}: {model.tree_count_} trees, {len(model_json['features_info']['ctrs'])} CTRs, players shared by {shared}; "
@@ -490,7 +500,7 @@ def combinations_fixture(out) -> None:
     m = catboost.CatBoostRegressor(iterations=30, depth=4, one_hot_max_size=4, max_ctr_complexity=4, **quiet).fit(df, y, cat_features=cat)
     test = ctr_rows(df)[:16].copy()
     test.loc[test.index[3], "brand"] = "b999"
-    write_combinations(combos, "cb_ctr_combinations", m, test, cat)
+    write_combinations(combos, "cb_ctr_combinations", m, test, df.iloc[1000:1040], cat)
 
 
 if __name__ == "__main__":

@@ -216,8 +216,8 @@ def test_catboost_one_hot_categories_by_value_and_ctr_refused_by_name():
 def test_catboost_as_trained_by_default_matches_its_own_shap_values(tmp_path):
     """CatBoost trained with its defaults for 200 trees or more sets max_ctr_complexity to 4: CTRs
     of combinations of categorical features, with float and one-hot conditions. Explained from
-    the model and its `.cbm` as CatBoost explains them, through `TreeExplainer` too; what is not
-    built yet for them (a background, the GPU) says so."""
+    the model and its `.cbm` as CatBoost explains them, through `TreeExplainer` too, and over a
+    background; what is not built yet for them says so."""
     catboost = pytest.importorskip("catboost")
     pd = pytest.importorskip("pandas")
     r = np.random.default_rng(21)
@@ -246,8 +246,16 @@ def test_catboost_as_trained_by_default_matches_its_own_shap_values(tmp_path):
     assert relative_error(explained, theirs[:, :-1]) < 1e-9
     interactions = shapfusion.Explainer(m).interactions(test)
     np.testing.assert_allclose(interactions.sum(axis=2), ours, atol=1e-9)
+    # Over a background: CatBoost's own Independent Tree SHAP (reference_data=, which asks for
+    # labels its values of the margin do not use).
+    background = df.iloc[1000:1100]
+    independent = np.asarray(m.get_feature_importance(
+        catboost.Pool(test, label=y.iloc[:50], cat_features=cats), type="ShapValues",
+        reference_data=catboost.Pool(background, label=y.iloc[1000:1100], cat_features=cats)), dtype=np.float64)
+    interventional = shapfusion.Explainer(m, background=background)
+    assert relative_error(interventional.shap_values(test), independent) < 1e-9
     with pytest.raises(NotImplementedError, match="CTRs of feature combinations"):
-        shapfusion.Explainer(m, background=df.iloc[:100]).shap_values(test)
+        interventional.interactions(test)
 
 
 def _catboost_json(model) -> str:

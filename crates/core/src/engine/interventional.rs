@@ -155,9 +155,10 @@ impl Weights {
 #[derive(Debug, Clone, Copy)]
 struct Split {
     test: Decision,
+    /// The column the split reads.
     feature: u32,
-    /// The feature's bit in the fail sets below this node (its place among the path's
-    /// distinct features).
+    /// Its player's bit in the fail sets below this node (its place among the path's distinct
+    /// players: the path's features, for a model whose columns are its features).
     bit: u32,
     slot: u32,
     left: u32,
@@ -165,7 +166,7 @@ struct Split {
 }
 
 /// One reachable leaf: its walk slot, its value (times the tree weight) and its path features
-/// by bit.
+/// (players: see [`PreparedModel::players`]) by bit.
 #[derive(Debug, Clone)]
 pub(super) struct LeafPath {
     pub(super) slot: u32,
@@ -190,8 +191,8 @@ pub(super) struct FailWalk {
 
 impl FailWalk {
     /// Compiles tree `t` (node indices are checked by the model's validation; `t` names it in
-    /// errors).
-    pub(super) fn new(tree: &Tree, t: usize) -> Result<FailWalk> {
+    /// errors); `players[c]` is the player a split on column `c` credits, whose fail bit it sets.
+    pub(super) fn new(tree: &Tree, t: usize, players: &[u32]) -> Result<FailWalk> {
         let (mut splits, mut leaves) = (Vec::new(), Vec::new());
         let mut path: Vec<u32> = Vec::new();
         let mut stack = vec![(0usize, 0u32, 0usize)];
@@ -206,10 +207,11 @@ impl FailWalk {
                 leaves.push(LeafPath { slot, value: node.value * tree.weight, features: path.clone(), first_split_pair });
                 continue;
             }
-            let bit = match path.iter().position(|&f| f == node.feature) {
+            let player = players[node.feature as usize];
+            let bit = match path.iter().position(|&f| f == player) {
                 Some(b) => b,
                 None => {
-                    path.push(node.feature);
+                    path.push(player);
                     // Both children leaves: the left is popped next and the right right after it.
                     let (l, r) = (node.left as usize, node.right as usize);
                     if tree.nodes[l].is_leaf() && tree.nodes[r].is_leaf() {
@@ -526,7 +528,8 @@ impl Interventional {
     ) -> Result<Interventional> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
-        let walks: Vec<FailWalk> = model.trees().iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
+        let walks: Vec<FailWalk> =
+            model.trees().iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t, &prepared.players)).collect::<Result<_>>()?;
 
         // Tables where they fit, leaf by leaf in model order, within the bound; a first-split
         // pair shares one.
@@ -796,7 +799,8 @@ impl Engine for Interventional {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let w = self.model.num_features() + 1;
+        // Computed for the players, folded into the features' values by the driver.
+        let w = self.model.num_players() + 1;
         let width = self.model.num_groups() * w;
         let per_task = rows_per_task(block.rows());
         let mut shap = shap_by_task_from(
@@ -820,6 +824,7 @@ impl Engine for Interventional {
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        refuse_shared_players(&self.model)?;
         let pairs = self.pair_tables()?;
         let (f, groups) = (self.model.num_features(), self.model.num_groups());
         let w = f + 1;
@@ -913,6 +918,18 @@ pub(crate) fn transformed_interactions_unavailable() -> Error {
 }
 
 /// Refuses an empty background or one with the wrong number of columns.
+/// Refuses interventional interaction values of a model whose players are not its columns
+/// (CatBoost's CTRs of feature combinations): not built yet; its values are.
+fn refuse_shared_players(model: &Model) -> Result<()> {
+    match model.combinations() {
+        None => Ok(()),
+        Some(c) => Err(Error::Unsupported(format!(
+            "interventional interaction values (with a background) for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; its interventional SHAP values and path-dependent interaction values are",
+            c.columns().first().map_or("", |column| column.description())
+        ))),
+    }
+}
+
 pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Result<()> {
     if background.rows() == 0 {
         return Err(Error::InvalidArgument("the background has no rows; interventional SHAP needs at least one".into()));
@@ -931,6 +948,8 @@ pub(crate) struct InterventionalReference {
     background: FeatureBlock,
     bias: Vec<f64>,
     weights: Weights,
+    /// Per column, the player a split on it credits ([`PreparedModel::players`]).
+    players: Vec<u32>,
 }
 
 impl InterventionalReference {
@@ -956,14 +975,15 @@ impl InterventionalReference {
         // The widest path bounds a + b; FailWalk refuses paths wider than the weights can index.
         let mut widest = 0;
         for (t, tree) in model.trees().iter().enumerate() {
-            widest = FailWalk::new(tree, t)?.leaves.iter().map(|l| l.features.len()).fold(widest, usize::max);
+            widest = FailWalk::new(tree, t, &prepared.players)?.leaves.iter().map(|l| l.features.len()).fold(widest, usize::max);
         }
-        Ok(InterventionalReference { model, index, background: background.clone(), bias, weights: Weights::of(index, widest) })
+        let players = prepared.players.clone();
+        Ok(InterventionalReference { model, index, background: background.clone(), bias, weights: Weights::of(index, widest), players })
     }
 
     /// Adds `tree`'s attributions for `x` against background row `z` to `phi`.
     fn pair(&self, tree: &Tree, x: &[f64], z: &[f64], phi: &mut [f64], scale: f64) {
-        Self::hybrid_paths(tree, x, z, |from_x, from_z, value| {
+        Self::hybrid_paths(tree, &self.players, x, z, |from_x, from_z, value| {
             let (a, b) = (from_x.len(), from_z.len());
             let v = value * scale;
             if a > 0 {
@@ -989,8 +1009,9 @@ impl InterventionalReference {
     }
 
     /// Calls `leaf(from_x, from_z, value)` for every leaf the hybrids of `x` and `z` reach through
-    /// `tree`, with the features taken from each where they part and the leaf's weighted value.
-    fn hybrid_paths(tree: &Tree, x: &[f64], z: &[f64], mut leaf: impl FnMut(&[u32], &[u32], f64)) {
+    /// `tree`, with the features (players: `players[column]`) taken from each where they part and
+    /// the leaf's weighted value.
+    fn hybrid_paths(tree: &Tree, players: &[u32], x: &[f64], z: &[f64], mut leaf: impl FnMut(&[u32], &[u32], f64)) {
         // (node, features taken from x, features taken from z), depth-first.
         let mut stack: Vec<(usize, Vec<u32>, Vec<u32>)> = vec![(0, Vec::new(), Vec::new())];
         while let Some((i, from_x, from_z)) = stack.pop() {
@@ -999,10 +1020,10 @@ impl InterventionalReference {
                 leaf(&from_x, &from_z, node.value * tree.weight);
                 continue;
             }
-            let k = node.feature;
+            let k = players[node.feature as usize];
             let child = |left: bool| if left { node.left as usize } else { node.right as usize };
-            let x_left = tree.goes_left(node, x[k as usize]);
-            let z_left = tree.goes_left(node, z[k as usize]);
+            let x_left = tree.goes_left(node, x[node.feature as usize]);
+            let z_left = tree.goes_left(node, z[node.feature as usize]);
             if from_x.contains(&k) {
                 stack.push((child(x_left), from_x, from_z));
             } else if from_z.contains(&k) {
@@ -1031,7 +1052,7 @@ impl Engine for InterventionalReference {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let w = self.model.num_features() + 1;
+        let w = self.model.num_players() + 1;
         let width = self.model.num_groups() * w;
         let scale = 1.0 / self.background.rows() as f64;
         let mut shap = shap_by_task_from(
@@ -1052,6 +1073,7 @@ impl Engine for InterventionalReference {
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        refuse_shared_players(&self.model)?;
         let (f, groups) = (self.model.num_features(), self.model.num_groups());
         let w = f + 1;
         let width = groups * w * w;
@@ -1068,7 +1090,7 @@ impl Engine for InterventionalReference {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
                     self.against_background(out, w * w, |tree, z, matrix| {
-                        Self::hybrid_paths(tree, x, z, |from_x, from_z, value| {
+                        Self::hybrid_paths(tree, &self.players, x, z, |from_x, from_z, value| {
                             pairs::reference_leaf(self.index, from_x, from_z, value * scale, matrix, w)
                         })
                     });

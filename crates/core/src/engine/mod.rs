@@ -131,7 +131,9 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
 /// background once (per-row cost independent of its size); `treeshap` follows the definition
 /// background row by background row (the reference, cost growing with the background).
 pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
-    refuse_combinations(&model, "interventional SHAP (with a background)")?;
+    if options.index != Index::Shapley {
+        refuse_combinations(&model, &format!("interventional {} values (with a background)", options.index))?;
+    }
     explained_once(model, |model| {
         let prepared = Arc::new(PreparedModel::new(model)?);
         let index = options.index;
@@ -163,19 +165,20 @@ pub fn build_rescaled_interventional(
             options.index
         )));
     }
-    refuse_combinations(&model, "interventional SHAP (with a background)")?;
+    refuse_combinations(&model, &format!("interventional SHAP of the {transform} output (with a background)"))?;
     let prepared = Arc::new(PreparedModel::new(model)?);
     Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
 }
 
 /// Refuses `what` for a model whose splits read columns combining several features (CatBoost's
-/// CTRs of feature combinations): only path-dependent Shapley values credit such a split to its
-/// features together, from the `oblivious` and `treeshap` engines (which `auto` picks).
+/// CTRs of feature combinations): Shapley values credit such a split to its features together
+/// from the `oblivious` and `treeshap` engines (which `auto` picks), and the interventional
+/// engines' values; nothing else does yet.
 fn refuse_combinations(model: &Model, what: &str) -> Result<()> {
     match model.combinations() {
         None => Ok(()),
         Some(c) => Err(Error::Unsupported(format!(
-            "{what} for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; path-dependent SHAP and interaction values are, from the oblivious and treeshap engines (auto picks oblivious)",
+            "{what} for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; its path-dependent SHAP and interaction values are (engines oblivious and treeshap, which auto picks), and its interventional SHAP values",
             c.columns().first().map_or("", |column| column.description())
         ))),
     }

@@ -148,7 +148,8 @@ impl RescaledInterventional {
     ) -> Result<RescaledInterventional> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
-        let walks: Vec<FailWalk> = model.trees().iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t)).collect::<Result<_>>()?;
+        let walks: Vec<FailWalk> =
+            model.trees().iter().enumerate().map(|(t, tree)| FailWalk::new(tree, t, &prepared.players)).collect::<Result<_>>()?;
         let total_leaves: usize = walks.iter().map(|w| w.leaves.len()).sum();
         let rows = background.rows();
         let bytes = rows.checked_mul(total_leaves).and_then(|n| n.checked_mul(4)).unwrap_or(usize::MAX);
