@@ -258,38 +258,39 @@ def symmetric_trees_by_players(model_json: dict, leaf_indexes: np.ndarray):
     CatBoost weighs them. Returns (trees, base margin, players, shared), ``shared`` the
     features of each player after the features."""
     info = model_json["features_info"]
-    floats = info.get("float_features", [])
+    floats = {f["feature_index"]: f["flat_feature_index"] for f in info.get("float_features", [])}
     cats = {f["feature_index"]: f["flat_feature_index"] for f in info.get("categorical_features", [])}
-    features = max([f["flat_feature_index"] for f in floats] + list(cats.values())) + 1
-    # CatBoost's binary features in split_index order: float borders, one-hot values, CTR borders.
-    binary = [(f["flat_feature_index"], b) for f in floats for b in f.get("borders", [])]
-    binary += [(cats[f["feature_index"]], None) for f in info.get("categorical_features", []) for _ in f.get("values", [])]
+    features = max(list(floats.values()) + list(cats.values())) + 1
+    ctr_by_split_index, _ = ctr_splits(model_json)
     shared: list[tuple] = []
-    for ctr in info.get("ctrs", []):
+
+    def player(split: dict) -> int:
+        if split["split_type"] == "FloatFeature":
+            return floats[split["float_feature_index"]]
+        if split["split_type"] == "OneHotFeature":
+            return cats[split["cat_feature_index"]]
+        ctr, border = ctr_by_split_index[split["split_index"]]
+        assert np.float32(border) == np.float32(split["border"]), (split, border)
         members = tuple(sorted({cats[e["cat_feature_index"]] for e in ctr["elements"] if e["combination_element"] == "cat_feature_value"}))
         if len(members) == 1:
-            player = members[0]
-        else:
-            if members not in shared:
-                shared.append(members)
-            player = features + shared.index(members)
-        binary += [(player, b) for b in ctr["borders"]]
+            return members[0]
+        if members not in shared:
+            shared.append(members)
+        return features + shared.index(members)
+
     scale, bias = model_json["scale_and_bias"]
     bias = np.atleast_1d(np.asarray(bias, dtype=np.float64))
     trees = []
     for t, tree in enumerate(model_json["oblivious_trees"]):
         splits = tree["splits"]
         depth = len(splits)
-        for split in splits:
-            player, border = binary[split["split_index"]]
-            assert border is None or np.float32(border) == np.float32(split["border"]), (split, border)
         left, right, feature, cover, levels = [], [], [], [], []
         # Level l (root 0) tests split depth-1-l; node 2^l - 1 + k, bit i of k the way at level i.
         for level in range(depth):
             for k in range(1 << level):
                 left.append((1 << (level + 1)) - 1 + k)
                 right.append((1 << (level + 1)) - 1 + (k | 1 << level))
-                feature.append(binary[splits[depth - 1 - level]["split_index"]][0])
+                feature.append(player(splits[depth - 1 - level]))
                 levels.append(level)
                 cover.append(0.0)
         leaf_values = np.asarray(tree["leaf_values"], dtype=np.float64).reshape(1 << depth, -1)

@@ -100,13 +100,11 @@ pub fn engine_on(
     rows_hint: Option<usize>,
     options: &EngineOptions,
 ) -> Result<Arc<dyn Engine>> {
-    if let (Device::Gpu, Some(c)) = (device, model.combinations()) {
-        // The kernels credit a split to the feature it reads; a combination's column is no one
-        // feature's. (With `auto` such a model stays on the CPU: `gpu_engine`.)
-        return Err(Error::Unsupported(format!(
-            "the GPU engine for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; the CPU explains it (device cpu or auto)",
-            c.columns().first().map_or("", |column| column.description())
-        )));
+    if device == Device::Gpu {
+        // The kernels credit a split to the column it reads; a combination's column is no one
+        // feature's. (With `auto` such a model stays on the CPU: the GPU's path program declines
+        // it.)
+        model.refuse_combinations("the GPU engine")?;
     }
     // One decision, the index's included: Banzhaf values never reach the GPU engine.
     if device_for(device, algorithm, options.index)? == Device::Gpu {
@@ -208,10 +206,6 @@ pub(crate) fn interventional_on(
 /// model fits it; `None` means compute on the CPU (with `auto`, also when the engine fails to
 /// start).
 fn gpu_engine(device: Device, model: &Arc<Model>) -> Result<Option<Arc<dyn Engine>>> {
-    if model.combinations().is_some() {
-        // Refused before the device is chosen when the GPU is asked for (`engine_on`).
-        return Ok(None);
-    }
     #[cfg(feature = "gpu")]
     {
         match crate::gpu::GpuEngine::new(model.clone()) {

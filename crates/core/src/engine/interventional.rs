@@ -824,7 +824,7 @@ impl Engine for Interventional {
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        refuse_shared_players(&self.model)?;
+        self.model.refuse_combinations("interventional interaction values (with a background)")?;
         let pairs = self.pair_tables()?;
         let (f, groups) = (self.model.num_features(), self.model.num_groups());
         let w = f + 1;
@@ -918,18 +918,6 @@ pub(crate) fn transformed_interactions_unavailable() -> Error {
 }
 
 /// Refuses an empty background or one with the wrong number of columns.
-/// Refuses interventional interaction values of a model whose players are not its columns
-/// (CatBoost's CTRs of feature combinations): not built yet; its values are.
-fn refuse_shared_players(model: &Model) -> Result<()> {
-    match model.combinations() {
-        None => Ok(()),
-        Some(c) => Err(Error::Unsupported(format!(
-            "interventional interaction values (with a background) for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; its interventional SHAP values and path-dependent interaction values are",
-            c.columns().first().map_or("", |column| column.description())
-        ))),
-    }
-}
-
 pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Result<()> {
     if background.rows() == 0 {
         return Err(Error::InvalidArgument("the background has no rows; interventional SHAP needs at least one".into()));
@@ -1073,7 +1061,7 @@ impl Engine for InterventionalReference {
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        refuse_shared_players(&self.model)?;
+        self.model.refuse_combinations("interventional interaction values (with a background)")?;
         let (f, groups) = (self.model.num_features(), self.model.num_groups());
         let w = f + 1;
         let width = groups * w * w;

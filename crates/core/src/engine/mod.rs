@@ -88,7 +88,7 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
             Index::Shapley => format!("the {algorithm} engine"),
             index => format!("{index} values"),
         };
-        refuse_combinations(&model, &what)?;
+        model.refuse_combinations(&what)?;
     }
     let prepared = Arc::new(PreparedModel::new(model)?);
     if options.index == Index::Banzhaf {
@@ -132,7 +132,7 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
 /// background row by background row (the reference, cost growing with the background).
 pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
     if options.index != Index::Shapley {
-        refuse_combinations(&model, &format!("interventional {} values (with a background)", options.index))?;
+        model.refuse_combinations(&format!("interventional {} values (with a background)", options.index))?;
     }
     explained_once(model, |model| {
         let prepared = Arc::new(PreparedModel::new(model)?);
@@ -165,23 +165,9 @@ pub fn build_rescaled_interventional(
             options.index
         )));
     }
-    refuse_combinations(&model, &format!("interventional SHAP of the {transform} output (with a background)"))?;
+    model.refuse_combinations(&format!("interventional SHAP of the {transform} output (with a background)"))?;
     let prepared = Arc::new(PreparedModel::new(model)?);
     Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
-}
-
-/// Refuses `what` for a model whose splits read columns combining several features (CatBoost's
-/// CTRs of feature combinations): Shapley values credit such a split to its features together
-/// from the `oblivious` and `treeshap` engines (which `auto` picks), and the interventional
-/// engines' values; nothing else does yet.
-fn refuse_combinations(model: &Model, what: &str) -> Result<()> {
-    match model.combinations() {
-        None => Ok(()),
-        Some(c) => Err(Error::Unsupported(format!(
-            "{what} for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; its path-dependent SHAP and interaction values are (engines oblivious and treeshap, which auto picks), and its interventional SHAP values",
-            c.columns().first().map_or("", |column| column.description())
-        ))),
-    }
 }
 
 /// What `auto` would pick for `model` and `rows_hint` rows, and why.

@@ -161,7 +161,7 @@ pub(crate) struct PreparedModel {
 
 impl PreparedModel {
     pub fn new(model: Arc<Model>) -> Result<PreparedModel> {
-        let players = model.combinations().map_or_else(|| (0..model.num_features() as u32).collect(), |c| c.players().to_vec());
+        let players = model.players();
         let trees: Vec<PreparedTree> = model.trees().iter().map(|t| PreparedTree::new(t, &players)).collect();
         let mut bias = model.base_margin().to_vec();
         for (t, p) in model.trees().iter().zip(&trees) {

@@ -17,6 +17,8 @@ use crate::model::Model;
 /// A model prepared for Saabas values: every node's expected value, computed once.
 pub struct Saabas {
     model: Arc<Model>,
+    /// Per column, the player a split on it credits ([`Model::players`]).
+    players: Vec<u32>,
     means: Vec<Vec<f64>>,
     bias: Vec<f64>,
 }
@@ -29,7 +31,7 @@ impl Saabas {
         for (tree, m) in model.trees().iter().zip(&means) {
             bias[tree.group] += m.first().copied().unwrap_or(0.0);
         }
-        Saabas { model, means, bias }
+        Saabas { players: model.players(), model, means, bias }
     }
 
     /// Saabas values of every row of `block`, in the layout of SHAP values (G × (F+1) per row,
@@ -37,8 +39,6 @@ impl Saabas {
     pub fn values(&self, block: &FeatureBlock) -> Result<Attributions> {
         // Credited to players (a combination's split to its features together), folded after.
         let w = self.model.num_players() + 1;
-        let players = self.model.combinations().map(|c| c.players());
-        let player = |column: u32| players.map_or(column, |p| p[column as usize]) as usize;
         let width = self.model.num_groups() * w;
         shap_by_task_from(
             &self.model,
@@ -58,7 +58,7 @@ impl Saabas {
                                 break;
                             }
                             let next = if tree.goes_left(node, x[node.feature as usize]) { node.left } else { node.right } as usize;
-                            phi[player(node.feature)] += means[next] - means[at];
+                            phi[self.players[node.feature as usize] as usize] += means[next] - means[at];
                             at = next;
                         }
                     }

@@ -225,11 +225,11 @@ impl Ctrs {
     /// counts for, table by table (a hash in several tables comes once per table).
     pub(super) fn category_hashes(&self, cat_feature_index: u64) -> Vec<u32> {
         let mut hashes = Vec::new();
+        // The key of category hash h is M²·h (mod 2^64): h = key · (M²)⁻¹, a sign-extended
+        // 32-bit hash for every key that is some category's.
+        let inverse = inverse_mod_2_64(HASH_MULTIPLIER.wrapping_mul(HASH_MULTIPLIER));
         for ctr in self.features.iter().filter(|c| c.projection == Projection::Single(cat_feature_index)) {
             if let Some(table) = self.tables.get(&ctr.identifier) {
-                // The key of category hash h is M²·h (mod 2^64): h = key · (M²)⁻¹, a sign-extended
-                // 32-bit hash for every key that is some category's.
-                let inverse = inverse_mod_2_64(HASH_MULTIPLIER.wrapping_mul(HASH_MULTIPLIER));
                 let mut keys: Vec<u32> =
                     table.counts.keys().filter_map(|key| i32::try_from(key.wrapping_mul(inverse) as i64).ok()).map(|h| h as u32).collect();
                 // A stable order of codes, whatever the hash map's.

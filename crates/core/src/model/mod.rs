@@ -588,6 +588,27 @@ impl Model {
     pub fn combinations(&self) -> Option<&Combinations> {
         self.parts.combinations.as_ref()
     }
+
+    /// Per column of the engines' feature block, the player a split on it credits: the column
+    /// itself for a feature, its combination's categorical features together for a combined
+    /// column ([`Combinations`]).
+    pub fn players(&self) -> Vec<u32> {
+        self.combinations().map_or_else(|| (0..self.num_features() as u32).collect(), |c| c.players().to_vec())
+    }
+
+    /// Refuses `what` (an engine, an index, an output) for a model whose splits read columns
+    /// combining several features: only the computations that credit such a split to its
+    /// features together take it (path-dependent SHAP and interaction values from `oblivious`
+    /// and `treeshap`, interventional SHAP values); the error names a combination.
+    pub fn refuse_combinations(&self, what: &str) -> Result<()> {
+        match self.combinations() {
+            None => Ok(()),
+            Some(c) => Err(Error::Unsupported(format!(
+                "{what} for a model with CatBoost CTRs of feature combinations (such as {}): not built yet; its path-dependent SHAP and interaction values are (engines oblivious and treeshap, which auto picks), and its interventional SHAP values",
+                c.columns().first().map_or("", |column| column.description())
+            ))),
+        }
+    }
 }
 
 impl Model {
