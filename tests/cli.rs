@@ -410,6 +410,15 @@ fn catboost_combinations_explain_as_catboost_and_inspect_lists_them() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("with oblivious"), "{}", stderr(&o));
     common::assert_library_values(&f, &common::row_major(read_parquet(&out).columns(), 1), 1e-12, "explain");
+    // Over a background file: CatBoost's Independent Tree SHAP. The background's categorical
+    // columns hold categories, which reach the engines as an input's do (read as codes, a
+    // category and each combination holding it would be another one).
+    let background = f.background().unwrap();
+    let o = explain(&cbm, &f.input_path(), &out, &["--background", background.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = common::row_major(read_parquet(&out).columns(), 1);
+    let (err, row) = common::max_row_rel_error(&got, &f.expected_f64("background_contribs").unwrap(), f.model.num_features() + 1);
+    assert!(err <= 1e-12, "explain --background: {err:.3e} from CatBoost's at row {row}");
     let o = run(&["models", "inspect", cbm.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && text.contains("feature combinations (") && text.contains("\"city\""), "{text}");

@@ -120,6 +120,12 @@ impl FeatureColumns {
         let columns: Vec<ArrayRef> = self.indices.iter().map(|&i| batch.column(i).clone()).collect();
         block_from_columns(&columns, model.feature_names(), model)
     }
+
+    /// The batch's columns of the model's features, in the model's order, as they are (types,
+    /// categories and nulls kept).
+    pub fn project(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        batch.project(&self.indices).map_err(|e| Error::arrow("selecting the model's feature columns", e))
+    }
 }
 
 /// The input column named `name` (the model's feature `index`), or an error listing the

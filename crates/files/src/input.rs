@@ -7,7 +7,7 @@ use std::io::{BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float64Array, RecordBatch, RecordBatchReader};
+use arrow::array::{RecordBatch, RecordBatchReader};
 use arrow::csv::reader::Format;
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::error::ArrowError;
@@ -16,6 +16,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
 use shapfusion_core::error::{Error, ErrorKind, Result};
+use shapfusion_core::features::FeatureColumns;
 use shapfusion_core::model::Model;
 
 use crate::decoder_guard::{self, catch_decoder_panic, corrupt, Refused};
@@ -241,40 +242,98 @@ pub fn read_background(path: &Path, model: &Model, max_rows: Option<usize>, seed
 /// The background rows of `reader` for `model`: its feature columns (found by name; nulls are
 /// missing values), all rows, or `max_rows` of them drawn uniformly without replacement by a
 /// generator seeded with `seed` (the same rows on every run), kept in input order. Memory is
-/// bounded by `max_rows`, not the input. The batch holds one Float64 column per model feature;
-/// errors start with `label`.
+/// bounded by `max_rows` (and one input batch), not the input. The batch holds the model's
+/// feature columns in its order, as the input holds them: a categorical column keeps its
+/// categories, which the engines read as they read an input's (CatBoost hashes them, so
+/// codes in their place would be other categories). Every row is checked as `explain` checks
+/// it, so a bad background fails here; errors start with `label`.
 pub fn sample_background(reader: InputReader, model: &Model, max_rows: Option<usize>, seed: u64, label: &str) -> Result<RecordBatch> {
     let context = |e: Error| e.context(label);
     let cap = max_rows.unwrap_or(usize::MAX);
     if cap == 0 {
         return Err(Error::InvalidArgument(format!("{label}: a sample of 0 background rows was asked for; ask for at least 1")));
     }
-    // Reservoir sampling (Algorithm R): after `seen` rows, each is kept with probability cap/seen.
-    let mut kept: Vec<(usize, Vec<f64>)> = Vec::new();
-    let mut rng = SplitMix64(seed);
-    let mut seen = 0usize;
+    let mut sample = Reservoir::new(cap, seed);
     for batch in reader {
-        let block = model.feature_block(&batch.map_err(context)?).map_err(context)?;
-        for r in 0..block.rows() {
-            if kept.len() < cap {
-                kept.push((seen, block.row(r).to_vec()));
+        let batch = batch.map_err(context)?;
+        let features = FeatureColumns::resolve(batch.schema_ref(), model).map_err(context)?;
+        features.block(&batch, model).map_err(context)?;
+        sample.offer(features.project(&batch).map_err(context)?).map_err(context)?;
+    }
+    sample.rows().map_err(context)?.ok_or_else(|| Error::BadData(format!("{label} has no rows; interventional SHAP needs at least one")))
+}
+
+/// A uniform sample of at most `cap` rows of the batches offered (Algorithm R: after `seen`
+/// rows, each is kept with probability cap/seen), held as references into the batches that
+/// hold kept rows. Those are merged into one batch of the kept rows whenever they hold more
+/// than twice `cap` rows, so they never hold more than that between offers (nor a whole
+/// batch much larger than the sample), and a merge, which copies `cap` rows, comes at most
+/// once per `cap` rows offered, or once per batch offered.
+struct Reservoir {
+    cap: usize,
+    rng: SplitMix64,
+    seen: usize,
+    /// Batches that hold kept rows.
+    batches: Vec<RecordBatch>,
+    /// Rows those batches hold in all.
+    held_rows: usize,
+    /// Each kept row: its index in the input, its batch, its row there.
+    kept: Vec<(usize, usize, usize)>,
+}
+
+impl Reservoir {
+    fn new(cap: usize, seed: u64) -> Reservoir {
+        Reservoir { cap, rng: SplitMix64(seed), seen: 0, batches: Vec::new(), held_rows: 0, kept: Vec::new() }
+    }
+
+    fn offer(&mut self, batch: RecordBatch) -> Result<()> {
+        let slot = self.batches.len();
+        let mut used = false;
+        for r in 0..batch.num_rows() {
+            if self.kept.len() < self.cap {
+                self.kept.push((self.seen, slot, r));
+                used = true;
             } else {
-                let j = rng.below(seen as u64 + 1) as usize;
-                if j < cap {
-                    kept[j] = (seen, block.row(r).to_vec());
+                let j = self.rng.below(self.seen as u64 + 1) as usize;
+                if j < self.cap {
+                    self.kept[j] = (self.seen, slot, r);
+                    used = true;
                 }
             }
-            seen += 1;
+            self.seen += 1;
         }
+        if used {
+            self.held_rows += batch.num_rows();
+            self.batches.push(batch);
+        }
+        if self.held_rows > self.cap.saturating_mul(2) {
+            let merged = self.take(false)?;
+            self.held_rows = merged.num_rows();
+            for (k, entry) in self.kept.iter_mut().enumerate() {
+                *entry = (entry.0, 0, k);
+            }
+            self.batches = vec![merged];
+        }
+        Ok(())
     }
-    if kept.is_empty() {
-        return Err(Error::BadData(format!("{label} has no rows; interventional SHAP needs at least one")));
+
+    /// The kept rows as one batch, in input order when `ordered`, else in `kept`'s order.
+    fn take(&mut self, ordered: bool) -> Result<RecordBatch> {
+        if ordered {
+            self.kept.sort_unstable_by_key(|&(index, _, _)| index);
+        }
+        let indices: Vec<(usize, usize)> = self.kept.iter().map(|&(_, batch, row)| (batch, row)).collect();
+        let batches: Vec<&RecordBatch> = self.batches.iter().collect();
+        arrow::compute::interleave_record_batch(&batches, &indices).map_err(|e| Error::arrow("sampling rows", e))
     }
-    kept.sort_unstable_by_key(|(index, _)| *index);
-    let fields: Vec<Field> = model.feature_names().iter().map(|n| Field::new(n, DataType::Float64, true)).collect();
-    let columns: Vec<ArrayRef> =
-        (0..model.num_features()).map(|k| Arc::new(Float64Array::from_iter_values(kept.iter().map(|(_, row)| row[k]))) as ArrayRef).collect();
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| Error::arrow(label.to_string(), e))
+
+    /// The sample in input order; `None` when no rows were offered.
+    fn rows(mut self) -> Result<Option<RecordBatch>> {
+        if self.kept.is_empty() {
+            return Ok(None);
+        }
+        self.take(true).map(Some)
+    }
 }
 
 /// Which rows of a file to read: see [`selected_indices`] and [`take_rows`].
@@ -390,6 +449,7 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::{ArrayRef, AsArray, Float64Array};
 
     #[test]
     fn a_seeded_sample_is_uniform_and_repeatable() {
@@ -400,6 +460,49 @@ mod tests {
         }
         assert!(counts.iter().all(|&c| (150..250).contains(&c)), "{counts:?}");
         assert_eq!(SplitMix64(7).next(), SplitMix64(7).next());
+    }
+
+    /// The reservoir keeps the rows Algorithm R keeps (the same draws), in input order, with
+    /// their columns as they were, across batches of any size and the merges of the batches
+    /// it holds; and it holds no more than a few times the sample.
+    #[test]
+    fn the_reservoir_keeps_algorithm_rs_rows_as_they_were() {
+        for (cap, sizes) in [(7usize, vec![3usize, 0, 50, 1, 1, 200, 9]), (64, vec![10; 40]), (1000, vec![300, 300]), (5, vec![1; 30])] {
+            let total: usize = sizes.iter().sum();
+            // Algorithm R over row indices, with the reservoir's generator.
+            let mut rng = SplitMix64(11);
+            let mut want: Vec<usize> = Vec::new();
+            for seen in 0..total {
+                if want.len() < cap {
+                    want.push(seen);
+                } else {
+                    let j = rng.below(seen as u64 + 1) as usize;
+                    if j < cap {
+                        want[j] = seen;
+                    }
+                }
+            }
+            want.sort_unstable();
+            let mut reservoir = Reservoir::new(cap, 11);
+            let mut start = 0usize;
+            for &n in &sizes {
+                let rows = start..start + n;
+                let batch = RecordBatch::try_from_iter([
+                    ("x", Arc::new(Float64Array::from_iter_values(rows.clone().map(|i| i as f64))) as ArrayRef),
+                    ("c", Arc::new(arrow::array::StringArray::from_iter_values(rows.map(|i| format!("row {i}")))) as ArrayRef),
+                ])
+                .unwrap();
+                reservoir.offer(batch).unwrap();
+                assert!(reservoir.held_rows <= 2 * cap, "cap {cap}: {} rows held", reservoir.held_rows);
+                start += n;
+            }
+            let got = reservoir.rows().unwrap().unwrap();
+            let x: Vec<usize> = got.column(0).as_primitive::<arrow::datatypes::Float64Type>().values().iter().map(|&v| v as usize).collect();
+            assert_eq!(x, want, "cap {cap}");
+            let c: Vec<String> = got.column(1).as_string::<i32>().iter().map(|v| v.unwrap().to_string()).collect();
+            assert_eq!(c, want.iter().map(|i| format!("row {i}")).collect::<Vec<_>>(), "cap {cap}");
+        }
+        assert!(Reservoir::new(3, 0).rows().unwrap().is_none());
     }
 
     #[test]
