@@ -199,11 +199,13 @@ async fn models_load_from_an_object_store_behind_s3_urls() {
 }
 
 /// `SET shap.background` gives interventional values equal to `explain --background` (the same
-/// batch step) on every fixture with a shap reference, bit for bit; an unknown name is named.
+/// batch step) on every fixture with a shap reference, bit for bit, and CatBoost's own where the
+/// fixture holds them (its categories read from the stored background as from an input); an
+/// unknown name is named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_with_a_background_equals_explain_with_it() {
     let mut checked = 0;
-    for f in fixtures() {
+    for f in fixtures().into_iter().chain(common::combination_fixtures()) {
         let Some(bg_path) = f.background() else {
             continue;
         };
@@ -222,6 +224,10 @@ async fn sql_with_a_background_equals_explain_with_it() {
         let got = got.column(0).as_struct();
         for (i, column) in want.columns().iter().enumerate() {
             assert!(same_bits(got.column(i).as_ref(), column.as_ref()), "{}: column {i} differs from explain --background", f.name);
+        }
+        if let Some(library) = f.expected_f64("background_contribs") {
+            let (err, row) = common::max_row_rel_error(&common::row_major(got.columns(), 1), &library, f.model.num_features() + 1);
+            assert!(err <= 1e-12, "{}: {err:.3e} from the library's values over the background (row {row})", f.name);
         }
         checked += 1;
     }
