@@ -257,6 +257,8 @@ pub fn sample_background(reader: InputReader, model: &Model, max_rows: Option<us
     for batch in reader {
         let batch = batch.map_err(context)?;
         let features = FeatureColumns::resolve(batch.schema_ref(), model).map_err(context)?;
+        // The block itself is not kept: converting it checks every value (a category the
+        // model refuses, a CatBoost category that is not an integer) while the file is read.
         features.block(&batch, model).map_err(context)?;
         sample.offer(features.project(&batch).map_err(context)?).map_err(context)?;
     }
