@@ -491,7 +491,9 @@ pub struct ExplainArgs {
     pub no_progress: bool,
     /// Background rows (Parquet or CSV with the model's feature columns): interventional SHAP
     /// values, what shap.TreeExplainer(model, data=background) computes, instead of
-    /// path-dependent ones. Same output layout.
+    /// path-dependent ones. Same output layout. With --workers, the file the workers
+    /// registered (`worker --background NAME=PATH`, the same path): they compute over their
+    /// copy, which must hold the same bytes.
     #[arg(long)]
     pub background: Option<PathBuf>,
     /// Use this many background rows, drawn without replacement (all rows by default).
@@ -620,12 +622,20 @@ pub fn run(cli: Cli) -> Result<()> {
             };
             #[cfg(feature = "flight")]
             let s = match &a.workers {
-                Some(_) if a.background.is_some() => {
-                    return Err(shapfusion::Error::Unsupported(
-                        "--background with --workers is not built yet: explain with a background locally".into(),
+                Some(_) if a.background_rows.is_some() => {
+                    return Err(shapfusion::Error::InvalidArgument(
+                        "--background-rows with --workers: the workers use every row of the background they registered; write the sample to a file, register that on the workers and pass it as --background".into(),
                     ))
                 }
-                Some(workers) => explain_remote(&a.model, workers, a.worker_token_file.as_deref().unwrap_or(""), &a.input, &a.output, &options)?,
+                Some(workers) => explain_remote(
+                    &a.model,
+                    a.background.as_deref(),
+                    workers,
+                    a.worker_token_file.as_deref().unwrap_or(""),
+                    &a.input,
+                    &a.output,
+                    &options,
+                )?,
                 None => local(options)?,
             };
             #[cfg(not(feature = "flight"))]
@@ -719,6 +729,7 @@ fn async_runtime() -> Result<tokio::runtime::Runtime> {
 #[cfg(feature = "flight")]
 fn explain_remote(
     model: &std::path::Path,
+    background: Option<&std::path::Path>,
     workers: &str,
     token_file: &str,
     input: &std::path::Path,
@@ -726,16 +737,34 @@ fn explain_remote(
     options: &ExplainOptions,
 ) -> Result<shapfusion::pipeline::ExplainSummary> {
     let pool = shapfusion::flight::shared_pool(workers, token_file)?;
-    // A local file travels as an absolute file:// URL (workers on this machine, or with the same
-    // path mounted, can read it); anything else is a name or URL the workers resolve.
-    // The local file's content pins the version the workers must have.
-    let (reference, version) = if model.is_file() {
-        let bytes = std::fs::read(model).map_err(|e| shapfusion::Error::io(model, e))?;
-        (shapfusion::registry::to_url(&model.to_string_lossy())?.to_string(), Some(shapfusion::registry::content_hash(&bytes)))
-    } else {
-        (model.to_string_lossy().into_owned(), None)
+    let (reference, version) = worker_reference(model)?;
+    // A background is one the workers registered with this file's path, and this copy's content
+    // pins it: workers never read a path a client names, and none may use other rows.
+    let background = match background {
+        Some(path) if !path.is_file() => {
+            return Err(shapfusion::Error::InvalidArgument(format!(
+                "--background {} with --workers: not a file here; pass the background file the workers registered (worker --background NAME=PATH), whose content pins the rows they use",
+                path.display()
+            )))
+        }
+        Some(path) => Some(worker_reference(path)?),
+        None => None,
     };
-    shapfusion::flight::explain_on_workers(pool, &reference, version, input, output, options)
+    shapfusion::flight::explain_on_workers(pool, &reference, version, background, input, output, options)
+}
+
+/// How a file named on the command line is sent to workers: a local file as an absolute
+/// file:// URL (workers on this machine, or with the same path mounted, registered it under that
+/// path) with its content hash, which pins the version the workers must have; anything else as
+/// given (a name or URL the workers resolve), unpinned.
+#[cfg(feature = "flight")]
+fn worker_reference(path: &std::path::Path) -> Result<(String, Option<String>)> {
+    if path.is_file() {
+        let bytes = std::fs::read(path).map_err(|e| shapfusion::Error::io(path, e))?;
+        Ok((shapfusion::registry::to_url(&path.to_string_lossy())?.to_string(), Some(shapfusion::registry::content_hash(&bytes))))
+    } else {
+        Ok((path.to_string_lossy().into_owned(), None))
+    }
 }
 
 #[cfg(feature = "flight")]

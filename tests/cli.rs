@@ -282,6 +282,46 @@ fn empty_input_gives_an_empty_output_with_the_schema() {
     assert_eq!(reader.schema().field(f.model.num_features()).name(), "bias");
 }
 
+/// An input (or background) without one of the model's columns is refused naming the column
+/// and listing every column the file has, though only the model's columns are read from it.
+#[test]
+fn a_missing_feature_column_is_named_with_the_files_columns() {
+    let f = fixture("xgb_regression");
+    let dir = tmp();
+    let missing = f.model.feature_names()[1].clone();
+    let keep: Vec<usize> = (0..f.batch.num_columns()).filter(|&i| f.batch.schema().field(i).name() != &missing).collect();
+    let lacking = f.batch.project(&keep).unwrap();
+    // A column the model does not read, which only the whole file's list shows.
+    let mut fields: Vec<Field> = lacking.schema().fields().iter().map(|field| field.as_ref().clone()).collect();
+    fields.push(Field::new("application_id", DataType::Int64, false));
+    let mut columns = lacking.columns().to_vec();
+    columns.push(Arc::new(Int64Array::from_iter_values(0..lacking.num_rows() as i64)));
+    let lacking = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let listed: Vec<&str> = lacking.schema_ref().fields().iter().map(|field| field.name().as_str()).collect::<Vec<_>>();
+    assert!(listed.len() >= 2, "{listed:?}");
+    let parquet = dir.path().join("lacking.parquet");
+    write_parquet(&parquet, &lacking);
+    let ipc = dir.path().join("lacking.arrow");
+    let mut writer = arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&ipc).unwrap(), lacking.schema_ref()).unwrap();
+    writer.write(&lacking).unwrap();
+    writer.finish().unwrap();
+    let out = dir.path().join("out.parquet");
+    let (model, good, out_s) = (f.model_path.to_str().unwrap(), f.input_path(), out.to_str().unwrap());
+    for file in [&parquet, &ipc] {
+        let file = file.to_str().unwrap();
+        for args in [
+            vec!["explain", "--model", model, "--input", file, "--output", out_s],
+            vec!["explain", "--model", model, "--input", good.to_str().unwrap(), "--output", out_s, "--background", file],
+        ] {
+            if file.ends_with(".arrow") && args.contains(&"--background") {
+                continue; // backgrounds are Parquet or CSV
+            }
+            let err = fails(BAD_DATA, &args);
+            assert!(err.contains(&format!("no column named {missing:?}")) && err.contains(&listed.join(", ")), "{args:?}: {err}");
+        }
+    }
+}
+
 #[test]
 fn missing_model_file() {
     let err = fails(NOT_FOUND, &["explain", "--model", "/nonexistent/model.json", "--input", "x.parquet", "--output", "y.parquet"]);

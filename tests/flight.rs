@@ -484,6 +484,66 @@ async fn workers_compute_interventional_values_over_their_registered_background(
     assert!(e.contains(&format!("background \"{}\"", f.name)) && e.contains("0123"), "{e}");
 }
 
+/// `explain --workers --background FILE`: the workers compute over the background they
+/// registered with that file's path, and the output equals a local `explain --background` bit
+/// for bit, for SHAP and interaction values; a file no worker registered and `--background-rows`
+/// are refused, naming what is wrong. (A worker's copy with other bytes than the caller's is
+/// refused by its version, as `workers_compute_interventional_values_over_their_registered_background`
+/// checks: on one machine the worker reads the caller's file.)
+#[test]
+fn explain_on_workers_with_a_background_equals_explain_with_it_here() {
+    // CatBoost's combinations fixture: categories go to the worker as values, not codes.
+    let cases: Vec<(common::Fixture, PathBuf)> = fixtures()
+        .into_iter()
+        .filter(|f| ["xgb_missing", "xgb_multiclass", "lgb_categorical", "skl_random_forest"].contains(&f.name.as_str()))
+        .chain(common::combination_fixtures())
+        .filter_map(|f| f.background().map(|b| (f, b)))
+        .collect();
+    assert_eq!(cases.len(), 5, "fixtures with backgrounds: {:?}", cases.iter().map(|(f, _)| &f.name).collect::<Vec<_>>());
+    let mut flags: Vec<String> = cases.iter().map(|(f, b)| format!("--background={}={}", f.name, b.display())).collect();
+    flags.extend(common::combination_fixtures().iter().map(|f| format!("--model={}={}", f.name, f.model_path.display())));
+    let w = worker(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let dir = tempfile::tempdir().unwrap();
+    let explain = |f: &common::Fixture, background: &Path, more: &[&str], out: &Path| {
+        let input = f.input_path();
+        let mut args = vec!["explain", "--no-progress", "--model", f.model_path.to_str().unwrap()];
+        args.extend(["--input", input.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+        args.extend(["--background", background.to_str().unwrap()]);
+        args.extend_from_slice(more);
+        Command::new(BIN).args(&args).output().unwrap()
+    };
+    for (f, background) in &cases {
+        // Interventional interaction values of a model with combinations are not built yet.
+        let outputs: &[&[&str]] = if f.model.combinations().is_some() { &[&[]] } else { &[&[], &["--interactions"]] };
+        for &more in outputs {
+            let (remote, here) = (dir.path().join("remote.parquet"), dir.path().join("here.parquet"));
+            let mut on_workers = vec!["--workers", w.url.as_str()];
+            on_workers.extend_from_slice(more);
+            let o = explain(f, background, &on_workers, &remote);
+            assert!(o.status.success(), "{} {more:?} on workers: {}", f.name, String::from_utf8_lossy(&o.stderr));
+            let o = explain(f, background, more, &here);
+            assert!(o.status.success(), "{} {more:?} here: {}", f.name, String::from_utf8_lossy(&o.stderr));
+            assert_same(&read_parquet(&remote), &read_parquet(&here), &format!("{} {more:?}: workers against here", f.name));
+        }
+    }
+
+    let (f, background) = &cases[0];
+    let out = dir.path().join("refused.parquet");
+    let workers = ["--workers", w.url.as_str()];
+    // A file the workers did not register (the same rows at another path): named, with the
+    // backgrounds they have.
+    let elsewhere = dir.path().join("background.parquet");
+    std::fs::copy(background, &elsewhere).unwrap();
+    let o = explain(f, &elsewhere, &workers, &out);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("no registered background has") && e.contains("background.parquet") && e.contains(&f.name), "{e}");
+    // A sample of the background is drawn here only.
+    let o = explain(f, background, &["--workers", w.url.as_str(), "--background-rows", "5"], &out);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--background-rows with --workers"), "{e}");
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
+}
+
 /// Runs `sql` over table `rows` (the Parquet file `rows`) in a session whose shap functions
 /// compute on `workers`, after the `SET`s in `settings`.
 async fn on_workers(workers: &str, rows: &Path, settings: &[&str], sql: &str) -> shapfusion::Result<RecordBatch> {

@@ -70,8 +70,9 @@ pub struct InputReader {
 }
 
 impl InputReader {
-    /// Opens `path`, reading only the columns in `wanted` (plus none else), `batch_rows` at a
-    /// time. For CSV, columns named in `numeric` are parsed as Float64.
+    /// Opens `path`, reading only the columns in `wanted` (every column when it lacks one of
+    /// them, so that the error naming it lists what the file has), `batch_rows` at a time. For
+    /// CSV, columns named in `numeric` are parsed as Float64.
     pub fn open(path: &Path, wanted: &[String], numeric: &[String], batch_rows: usize) -> Result<InputReader> {
         let label = path.display().to_string();
         let format = detect_input_format(path)?;
@@ -134,8 +135,8 @@ fn parquet_reader<R: ChunkReader + 'static>(source: R, label: String, wanted: Op
     let total = builder.metadata().file_metadata().num_rows().max(0) as usize;
     // Read only what we need: each model feature plus the kept columns.
     let schema = builder.schema().clone();
-    let mask = match wanted {
-        Some(wanted) => ProjectionMask::roots(builder.parquet_schema(), wanted.iter().filter_map(|n| schema.index_of(n).ok())),
+    let mask = match projection(&schema, wanted) {
+        Some(indices) => ProjectionMask::roots(builder.parquet_schema(), indices),
         None => ProjectionMask::all(),
     };
     let reader = builder.with_projection(mask).with_batch_size(batch_rows).build().map_err(|e| Error::external(ErrorKind::BadData, ctx(), e))?;
@@ -191,10 +192,17 @@ fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wan
     let ctx = || format!("reading {label}");
     // The footer first, for the column indices of the projection.
     let schema = arrow::ipc::reader::FileReader::try_new(&mut source, None).map_err(|e| Error::arrow(ctx(), e))?.schema();
-    let projection: Vec<usize> = wanted.iter().filter_map(|n| schema.index_of(n).ok()).collect();
+    let projection = projection(&schema, Some(wanted));
     source.seek(SeekFrom::Start(0)).map_err(|e| Error::external(ErrorKind::Io, ctx(), e))?;
-    let reader = arrow::ipc::reader::FileReader::try_new(source, Some(projection)).map_err(|e| Error::arrow(ctx(), e))?;
+    let reader = arrow::ipc::reader::FileReader::try_new(source, projection).map_err(|e| Error::arrow(ctx(), e))?;
     Ok(InputReader { reader: Box::new(reader), total_rows: None, label })
+}
+
+/// The indices of the `wanted` columns in `schema`, to read only those; `None` (read every
+/// column) when all are wanted or the file lacks one of them: the error that then names the
+/// missing column lists the columns the file has, not only the wanted ones it has.
+fn projection(schema: &Schema, wanted: Option<&[String]>) -> Option<Vec<usize>> {
+    wanted?.iter().map(|n| schema.index_of(n).ok()).collect()
 }
 
 /// A CSV reader over `source` (a header line, then rows); the `numeric` columns are Float64

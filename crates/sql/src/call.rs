@@ -32,7 +32,8 @@ pub struct PinnedCall {
     /// The content hash of the caller's model (`blake3:…`); a receiver with other bytes refuses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_version: Option<String>,
-    /// A background set the receiver has registered under this name: interventional SHAP.
+    /// A background set the receiver has registered under this name (or with this URL):
+    /// interventional SHAP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background: Option<String>,
     /// The content hash of the caller's background rows.

@@ -163,16 +163,21 @@ impl ModelRegistry {
         v
     }
 
-    /// The background set registered as `name`, reloaded if the stored object changed. Only
-    /// registered names resolve (never a path or URL from a query or request).
-    pub fn background(&self, name: &str) -> Result<Arc<LoadedBackground>> {
-        let url = self.backgrounds.read().expect("backgrounds").get(name).cloned().ok_or_else(|| {
+    /// The background set registered as `reference`, reloaded if the stored object changed.
+    /// Only registered backgrounds resolve: by name, or by the URL (or path) they were
+    /// registered with (what `explain --workers --background FILE` sends); never another path
+    /// or URL from a query or request.
+    pub fn background(&self, reference: &str) -> Result<Arc<LoadedBackground>> {
+        let (name, url) = self.registered_background(reference).ok_or_else(|| {
             let names = self.background_names();
-            Error::InvalidArgument(format!(
-                "unknown background {name:?}; registered backgrounds: {}",
-                if names.is_empty() { "none (the server registers them by NAME=URL)".to_string() } else { names.join(", ") }
-            ))
+            let registered = if names.is_empty() { "none (the server registers them by NAME=URL)".to_string() } else { names.join(", ") };
+            Error::InvalidArgument(if looks_like_location(reference) {
+                format!("background {reference:?} is a path or URL that no registered background has; registered backgrounds: {registered}")
+            } else {
+                format!("unknown background {reference:?}; registered backgrounds: {registered}")
+            })
         })?;
+        let name = name.as_str();
         let url = Url::parse(&url).map_err(|e| Error::external(ErrorKind::InvalidArgument, format!("bad background URL {url:?}"), e))?;
         let version = self.head(&url).map_err(|e| e.context(format!("background {name:?}")))?;
         if let Some(b) = self.get_background_version(url.as_str(), &version) {
@@ -188,6 +193,20 @@ impl ModelRegistry {
         versions.insert(0, loaded.clone());
         versions.truncate(VERSIONS_KEPT);
         Ok(loaded)
+    }
+
+    /// The registered name and URL of the background `reference` names: a registered name, or
+    /// a path or URL equal to one registered background's URL.
+    fn registered_background(&self, reference: &str) -> Option<(String, String)> {
+        let backgrounds = self.backgrounds.read().expect("backgrounds");
+        if let Some(url) = backgrounds.get(reference) {
+            return Some((reference.to_string(), url.clone()));
+        }
+        let url = looks_like_location(reference).then(|| to_url(reference).ok()).flatten()?;
+        // The first name in order, so the same URL registered twice resolves alike everywhere.
+        let mut named: Vec<_> = backgrounds.iter().filter(|(_, u)| u.as_str() == url.as_str()).collect();
+        named.sort();
+        named.first().map(|(n, u)| (n.to_string(), u.to_string()))
     }
 
     /// Looks up a loaded background by exact URL and version (as recorded at planning time).
@@ -559,6 +578,31 @@ mod tests {
         // model directory.
         assert_eq!(r.served_url("file:///nowhere/fraud.json", None).unwrap().as_str(), "file:///nowhere/fraud.json");
         assert_eq!(r.served_url("file:///models/churn.ubj", Some("/models")).unwrap().as_str(), "file:///models/churn.ubj");
+    }
+
+    #[test]
+    fn a_background_resolves_by_its_name_or_the_url_it_was_registered_with_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, other, unregistered) = (dir.path().join("bg.csv"), dir.path().join("old.csv"), dir.path().join("else.csv"));
+        for (path, rows) in [(&file, "1,2"), (&other, "3,4"), (&unregistered, "1,2")] {
+            std::fs::write(path, format!("f0,f1\n{rows}\n")).unwrap();
+        }
+        let r = ModelRegistry::names_only(None);
+        r.register_background("recent", file.to_str().unwrap()).unwrap();
+        r.register_background("older", other.to_str().unwrap()).unwrap();
+        let by_name = r.background("recent").unwrap();
+        assert_eq!((by_name.name.as_str(), by_name.bytes.as_ref()), ("recent", b"f0,f1\n1,2\n".as_slice()));
+        // Its path and its URL name it too.
+        for reference in [file.to_str().unwrap().to_string(), to_url(file.to_str().unwrap()).unwrap().to_string()] {
+            let b = r.background(&reference).unwrap();
+            assert_eq!((b.name.as_str(), &b.content_hash), ("recent", &by_name.content_hash), "{reference}");
+        }
+        assert_eq!(r.background(other.to_str().unwrap()).unwrap().name, "older");
+        // Another path is never read, even with the same rows, and a name must be registered.
+        let e = r.background(unregistered.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("no registered background has") && e.contains("else.csv") && e.contains("older, recent"), "{e}");
+        let e = r.background("oldest").unwrap_err().to_string();
+        assert!(e.contains("unknown background \"oldest\"") && e.contains("older, recent"), "{e}");
     }
 
     #[test]
