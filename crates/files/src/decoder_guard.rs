@@ -2,7 +2,7 @@
 //! (a model's node data, rows to explain, a background set) without hanging or aborting the
 //! process.
 //!
-//! The crate trusts a file's metadata in four places, each found by fuzzing:
+//! The crate trusts a file's metadata in five places, each found by fuzzing:
 //! - it skips an unknown field of a page header by copying its bytes to a sink, and copying at
 //!   the end of its input succeeds with nothing copied, so a header listing two billion 8-byte
 //!   elements was "skipped" one element at a time past the end of the file (9 s of CPU for a
@@ -16,7 +16,11 @@
 //!   of them loops for seconds however short the file: [`check_thrift`] walks the footer and
 //!   every page header first, in time linear in their bytes, and refuses a list or map of
 //!   booleans longer than the bytes left (a writer that follows Thrift's compact protocol spends
-//!   a byte on each).
+//!   a byte on each);
+//! - it sizes a dictionary by its page header's count of values, filling that many entries
+//!   before decoding one, so a header of a few bytes that claims four hundred million values
+//!   of a 30-row file allocates gigabytes: [`check_thrift`] refuses a dictionary page whose
+//!   count its own bytes cannot hold, or whose entries would pass [`MAX_DICTIONARY_BYTES`].
 
 use std::io::Read;
 use std::sync::Arc;
@@ -150,7 +154,13 @@ fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) 
             while left > 0 {
                 let Ok(bytes) = source.get_bytes(at, window.min(left) as usize) else { break };
                 match walk_struct(&bytes) {
-                    Ok(Walked::Whole { len, compressed_page_size: Some(data) }) if data >= 0 => {
+                    Ok(Walked::Whole { len, header: PageHeader { compressed_page_size: Some(data), uncompressed_page_size, dictionary_values } })
+                        if data >= 0 =>
+                    {
+                        if let Some(values) = dictionary_values {
+                            check_dictionary(values, uncompressed_page_size, column.column_descr())
+                                .map_err(|e| format!("row group {g}, column {c}, dictionary page at byte {at}: {e}"))?;
+                        }
                         let page = len as u64 + data as u64;
                         if page > left {
                             break; // the crate refuses the page's size
@@ -167,6 +177,36 @@ fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) 
     Ok(())
 }
 
+/// Most bytes a dictionary's decoded entries may take: a writer falls back from dictionary
+/// encoding long before (Parquet's writers at a 1 MiB dictionary page by default).
+const MAX_DICTIONARY_BYTES: u64 = 1 << 30;
+
+/// Refuses a dictionary page of `values` values (its header's count) of `column`'s type whose
+/// `uncompressed` bytes (the PLAIN values it decodes) cannot hold that many, or whose decoded
+/// entries would take more than [`MAX_DICTIONARY_BYTES`]: the crate fills that many entries
+/// before it decodes any.
+fn check_dictionary(values: i32, uncompressed: Option<i32>, column: &parquet::schema::types::ColumnDescriptor) -> Result<(), String> {
+    use parquet::basic::Type;
+    let Ok(values) = u64::try_from(values) else { return Ok(()) }; // negative: the crate refuses it
+                                                                   // The fewest bits a PLAIN value of the type takes, and the bytes of a decoded entry.
+    let (bits, entry) = match column.physical_type() {
+        Type::BOOLEAN => (1, 1),
+        Type::INT32 | Type::FLOAT => (32, 4),
+        Type::INT64 | Type::DOUBLE => (64, 8),
+        Type::INT96 => (96, 12),
+        Type::BYTE_ARRAY => (32, std::mem::size_of::<parquet::data_type::ByteArray>() as u64),
+        Type::FIXED_LEN_BYTE_ARRAY => (8 * column.type_length().max(1) as u64, std::mem::size_of::<parquet::data_type::FixedLenByteArray>() as u64),
+    };
+    let bytes = uncompressed.and_then(|u| u64::try_from(u).ok()).unwrap_or(0);
+    if values.saturating_mul(bits) > bytes.saturating_mul(8) {
+        return Err(format!("{values} values of type {} cannot fit in its {bytes} bytes", column.physical_type()));
+    }
+    if values.saturating_mul(entry) > MAX_DICTIONARY_BYTES {
+        return Err(format!("{values} dictionary values would take more than {} MiB", MAX_DICTIONARY_BYTES >> 20));
+    }
+    Ok(())
+}
+
 /// The bytes first read of a page header (it grows fourfold while a header is longer: a page's
 /// statistics can hold long values).
 const PAGE_HEADER_WINDOW: u64 = 4 << 10;
@@ -178,13 +218,25 @@ const MAX_THRIFT_DEPTH: usize = 128;
 /// What [`walk_struct`] found.
 #[derive(Debug, PartialEq)]
 enum Walked {
-    /// A whole struct of `len` bytes; its top-level field 3 when it is an i32 (a page header's
-    /// `compressed_page_size`).
-    Whole { len: usize, compressed_page_size: Option<i32> },
+    /// A whole struct of `len` bytes, with what it holds of a page header's fields.
+    Whole { len: usize, header: PageHeader },
     /// The bytes end inside the struct.
     Truncated,
     /// Something the crate will refuse on its own (a type code no Thrift type has).
     Unparsed,
+}
+
+/// The fields of a page header that [`check_thrift`] checks, as [`walk_struct`] found them (a
+/// struct that is not a page header may hold fields with the same ids; `None` where absent or of
+/// another type).
+#[derive(Debug, Default, PartialEq)]
+struct PageHeader {
+    /// Field 2, `uncompressed_page_size`.
+    uncompressed_page_size: Option<i32>,
+    /// Field 3, `compressed_page_size`.
+    compressed_page_size: Option<i32>,
+    /// Field 1 of field 7 (`dictionary_page_header.num_values`).
+    dictionary_values: Option<i32>,
 }
 
 /// What a value of a list, set or map still to walk repeats: its types (one for a list, key and
@@ -202,7 +254,7 @@ enum Frame {
 fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
     let mut pos = 0usize;
     let mut stack = vec![Frame::Struct { last_id: 0 }];
-    let mut compressed_page_size = None;
+    let mut page = PageHeader::default();
     macro_rules! byte {
         () => {{
             let Some(&b) = buf.get(pos) else { return Ok(Walked::Truncated) };
@@ -231,12 +283,17 @@ fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
     }
     loop {
         let depth = stack.len();
+        // The top-level field whose struct the walk is in (at depth 2).
+        let top_field = match stack.first() {
+            Some(Frame::Struct { last_id }) => *last_id,
+            _ => 0,
+        };
         if depth > MAX_THRIFT_DEPTH {
             return Err(format!("Thrift structures nested deeper than {MAX_THRIFT_DEPTH}"));
         }
         // The type of the next value, or the end of the innermost struct or collection.
         let ty = match stack.last_mut() {
-            None => return Ok(Walked::Whole { len: pos, compressed_page_size }),
+            None => return Ok(Walked::Whole { len: pos, header: page }),
             Some(Frame::Struct { last_id }) => {
                 let header = byte!();
                 if header & 0x0f == 0 {
@@ -252,9 +309,15 @@ fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
                 };
                 *last_id = id;
                 let ty = header & 0x0f;
-                if depth == 1 && id == 3 && ty == 5 {
+                let i32_field = match (depth, top_field, id, ty) {
+                    (1, _, 2, 5) => Some(&mut page.uncompressed_page_size),
+                    (1, _, 3, 5) => Some(&mut page.compressed_page_size),
+                    (2, 7, 1, 5) => Some(&mut page.dictionary_values),
+                    _ => None,
+                };
+                if let Some(field) = i32_field {
                     let zigzag = varint!();
-                    compressed_page_size = Some(((zigzag >> 1) as i32) ^ -((zigzag & 1) as i32));
+                    *field = Some(((zigzag >> 1) as i32) ^ -((zigzag & 1) as i32));
                     continue;
                 }
                 ty
@@ -334,9 +397,22 @@ mod tests {
         header.extend([field(1, 12), field(1, 1), field(1, 9), 0x26, 2, 4, 0, 0]);
         let len = header.len();
         header.extend([0xff; 5]); // the page's data: not walked
-        assert_eq!(walk_struct(&header), Ok(Walked::Whole { len, compressed_page_size: Some(42) }));
+        let sizes = PageHeader { uncompressed_page_size: Some(100), compressed_page_size: Some(42), dictionary_values: None };
+        assert_eq!(walk_struct(&header), Ok(Walked::Whole { len, header: sizes }));
         assert_eq!(walk_struct(&header[..len - 1]), Ok(Walked::Truncated));
         assert_eq!(walk_struct(&header[..4]), Ok(Walked::Truncated));
+    }
+
+    #[test]
+    fn a_dictionary_page_header_gives_its_count_of_values() {
+        // type 2 (i32 1), uncompressed 240, compressed 244, dictionary_page_header (struct 7):
+        // num_values 30 (i32 1), encoding 0 (i32 2), is_sorted (bool 3); stop, stop.
+        let header = [field(1, 5), 4, field(1, 5), 0xe0, 3, field(1, 5), 0xe8, 3, field(4, 12), field(1, 5), 60, field(1, 5), 0, field(1, 1), 0, 0];
+        let sizes = PageHeader { uncompressed_page_size: Some(240), compressed_page_size: Some(244), dictionary_values: Some(30) };
+        assert_eq!(walk_struct(&header), Ok(Walked::Whole { len: header.len(), header: sizes }));
+        // A field 1 nested under another field is not the count.
+        let other = [field(1, 5), 4, field(7, 12), field(1, 5), 60, 0, 0];
+        assert_eq!(walk_struct(&other), Ok(Walked::Whole { len: other.len(), header: PageHeader::default() }));
     }
 
     #[test]
@@ -346,7 +422,7 @@ mod tests {
         let e = walk_struct(&list).unwrap_err();
         assert!(e.contains("a list of 2147483647 booleans in 1 bytes"), "{e}");
         // Three booleans where three bytes follow: the crate's reading (no byte each) goes on.
-        assert_eq!(walk_struct(&[field(5, 9), 0x31, 0, 0, 0]), Ok(Walked::Whole { len: 3, compressed_page_size: None }));
+        assert_eq!(walk_struct(&[field(5, 9), 0x31, 0, 0, 0]), Ok(Walked::Whole { len: 3, header: PageHeader::default() }));
         // A map of booleans to booleans, 2^20 entries in a few bytes.
         let map = [field(2, 11), 0x80, 0x80, 0x40, 0x11, 0];
         assert!(walk_struct(&map).unwrap_err().contains("a map of 1048576 booleans"));

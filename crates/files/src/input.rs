@@ -199,7 +199,7 @@ fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wan
 }
 
 /// The indices of the `wanted` columns in `schema`, to read only those; `None` (read every
-/// column) when all are wanted or the file lacks one of them: the error that then names the
+/// column) when `wanted` is `None` or the file lacks one of them: the error that then names the
 /// missing column lists the columns the file has, not only the wanted ones it has.
 fn projection(schema: &Schema, wanted: Option<&[String]>) -> Option<Vec<usize>> {
     wanted?.iter().map(|n| schema.index_of(n).ok()).collect()
@@ -647,5 +647,14 @@ mod tests {
             replayed += 1;
         }
         assert!(replayed >= 1);
+    }
+
+    /// A dictionary page header that claims 400 million doubles in a 30-row file: refused before
+    /// the crate fills its dictionary (it took 3 GB), naming the page and the count.
+    #[test]
+    fn a_dictionary_count_its_page_cannot_hold_is_refused_before_allocating() {
+        let path = regression("dictionary_count_past_its_bytes.parquet");
+        let e = InputReader::open_all(&path, 256).err().expect("refused when opened").to_string();
+        assert!(e.contains("row group 0, column 0, dictionary page at byte 4") && e.contains("values of type DOUBLE cannot fit"), "{e}");
     }
 }
