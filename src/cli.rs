@@ -747,7 +747,7 @@ fn explain_remote(
                 path.display()
             )))
         }
-        Some(path) => Some(worker_reference(path)?),
+        Some(path) => Some(pinned_file(path)?),
         None => None,
     };
     shapfusion::flight::explain_on_workers(pool, &reference, version, background, input, output, options)
@@ -760,11 +760,18 @@ fn explain_remote(
 #[cfg(feature = "flight")]
 fn worker_reference(path: &std::path::Path) -> Result<(String, Option<String>)> {
     if path.is_file() {
-        let bytes = std::fs::read(path).map_err(|e| shapfusion::Error::io(path, e))?;
-        Ok((shapfusion::registry::to_url(&path.to_string_lossy())?.to_string(), Some(shapfusion::registry::content_hash(&bytes))))
+        let (url, version) = pinned_file(path)?;
+        Ok((url, Some(version)))
     } else {
         Ok((path.to_string_lossy().into_owned(), None))
     }
+}
+
+/// A local file's absolute file:// URL and content hash.
+#[cfg(feature = "flight")]
+fn pinned_file(path: &std::path::Path) -> Result<(String, String)> {
+    let bytes = std::fs::read(path).map_err(|e| shapfusion::Error::io(path, e))?;
+    Ok((shapfusion::registry::to_url(&path.to_string_lossy())?.to_string(), shapfusion::registry::content_hash(&bytes)))
 }
 
 #[cfg(feature = "flight")]

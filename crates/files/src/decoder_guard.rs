@@ -187,8 +187,9 @@ const MAX_DICTIONARY_BYTES: u64 = 1 << 30;
 /// before it decodes any.
 fn check_dictionary(values: i32, uncompressed: Option<i32>, column: &parquet::schema::types::ColumnDescriptor) -> Result<(), String> {
     use parquet::basic::Type;
-    let Ok(values) = u64::try_from(values) else { return Ok(()) }; // negative: the crate refuses it
-                                                                   // The fewest bits a PLAIN value of the type takes, and the bytes of a decoded entry.
+    // A negative count: the crate refuses it.
+    let Ok(values) = u64::try_from(values) else { return Ok(()) };
+    // The fewest bits a PLAIN value of the type takes, and the bytes of a decoded entry.
     let (bits, entry) = match column.physical_type() {
         Type::BOOLEAN => (1, 1),
         Type::INT32 | Type::FLOAT => (32, 4),

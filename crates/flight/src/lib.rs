@@ -53,13 +53,13 @@ use shapfusion_sql::RemoteCompute;
 /// version the first worker to answer has, so workers with another file refuse instead of
 /// mixing versions. Workers compute with `options.settings` or refuse what they cannot honour.
 /// With `background` (a background the workers registered, by name or by the URL they
-/// registered it with, and the content hash of the caller's copy, if any) the calls ask for
+/// registered it with, and the content hash of the caller's copy) the calls ask for
 /// interventional values over it; `options.background` (rows held here) is not sent.
 pub fn explain_on_workers(
     pool: Arc<WorkerPool>,
     model: &str,
     version: Option<String>,
-    background: Option<(String, Option<String>)>,
+    background: Option<(String, String)>,
     input: &Path,
     output: &Path,
     options: &ExplainOptions,
@@ -75,11 +75,7 @@ pub fn explain_on_workers(
     let version = version.or_else(|| Some(info.content_hash.clone()).filter(|v| !v.is_empty()));
     let rows = explain_rows(input, output, options, &features, &features, schema.fields().iter().cloned().collect(), |batch| {
         let chunk = feature_batch(batch, &features)?;
-        let mut call = PinnedCall::new(model, options.output).pinned(version.clone()).with_settings(options.settings);
-        if let Some((reference, background_version)) = &background {
-            call.background = Some(reference.clone());
-            call.background_version = background_version.clone();
-        }
+        let call = PinnedCall::new(model, options.output).pinned(version.clone()).with_background(background.clone()).with_settings(options.settings);
         let pool = pool.clone();
         let out = run_io(async move { pool.run(&call, chunk).await })?;
         Ok(out.columns().to_vec())
