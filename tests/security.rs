@@ -1,6 +1,7 @@
 //! Attacks on the servers, each refused with a clear error while the server keeps serving:
 //! listening beyond loopback without a token, Flight SQL clients reaching for the server's files,
 //! settings and models or for each other's sessions, crafted models sent to a worker or `serve`,
+//! corrupt Parquet tables given to `sql` or `serve`,
 //! a fleet of workers answering internal errors, workers holding other model versions, and a
 //! worker whose compute is stuck.
 
@@ -153,6 +154,62 @@ async fn flight_sql_clients_touch_only_what_the_operator_configured() {
     // And the server still serves the legitimate query, with the right numbers.
     let got = sql(&mut b, &format!("SELECT shap('fraud', {features}) AS s FROM payments ORDER BY id LIMIT 5")).await.unwrap();
     assert_eq!(got.column(0).as_struct().len(), 5);
+}
+
+/// The Parquet files the fuzzer found to make the Parquet crate allocate gigabytes, spin or
+/// panic (`fuzz/regressions/input_rows/`), each with what the refusal names. DataFusion reads a
+/// table's files with its own reader, so these go through `parquet_guard`.
+const CORRUPT_PARQUET: [(&str, &str); 4] = [
+    ("dictionary_count_past_its_bytes.parquet", "dictionary page at byte 4: 402653184 values of type DOUBLE cannot fit in its 240 bytes"),
+    ("dictionary_count_in_an_overlong_varint.parquet", "column 27, dictionary page at byte 10354: 1082196492 values of type DOUBLE cannot fit"),
+    ("page_header_list_past_the_end.parquet", "row group 0, column 2, page header at byte 26903: runs past the end of its column chunk"),
+    ("arrow_schema_unknown_float_precision.parquet", "Arrow schema (ARROW:schema) is corrupt"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_parquet_tables_are_refused_by_sql_and_serve_which_keep_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let corrupt = |name: &str| root().join("fuzz/regressions/input_rows").join(name);
+    for (name, needle) in CORRUPT_PARQUET {
+        let copy = dir.path().join(name);
+        std::fs::copy(corrupt(name), &copy).unwrap();
+        // `shapfusion sql` on a table of the file: a data error naming the file, at once.
+        let query = format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'", copy.display());
+        let out = Command::new(BIN).args(["sql", "-c", &query, "-c", "SELECT * FROM t"]).env("RUST_BACKTRACE", "0").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(65), "{name}: {stderr}");
+        assert!(stderr.contains(&format!("Parquet check error: file://{}: ", copy.display())) && stderr.contains(needle), "{name}: {stderr}");
+        if name.starts_with("arrow_schema") {
+            // Its footer is refused, so `serve` cannot make it a table: it says so and exits
+            // before it listens (the others are refused when a query reads their pages, below).
+            let out = Command::new(BIN).args(["serve", "--table", &format!("t={}", copy.display())]).env("RUST_BACKTRACE", "0").output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(65), "{name}: {stderr}");
+            assert!(stderr.contains("table t") && stderr.contains(needle), "{name}: {stderr}");
+        }
+    }
+
+    // A client's table of such a file under the server's data root: the query fails, naming the
+    // file, and the server goes on serving its tables.
+    let serve = Server::start(&[
+        "serve",
+        "--table",
+        &format!("payments={}", root().join("examples/data/payments.parquet").display()),
+        "--data-root",
+        dir.path().to_str().unwrap(),
+    ]);
+    let mut client = sql_client(&serve.url).await;
+    for (i, (name, needle)) in CORRUPT_PARQUET.into_iter().enumerate() {
+        let copy = dir.path().join(name);
+        let create = format!("CREATE EXTERNAL TABLE c{i} STORED AS PARQUET LOCATION '{}'", copy.display());
+        let e = match sql(&mut client, &create).await {
+            Ok(_) => sql(&mut client, &format!("SELECT * FROM c{i}")).await.expect_err("refused"),
+            Err(e) => e,
+        };
+        assert!(e.contains(&copy.display().to_string()) && e.contains(needle), "{name}: {e}");
+        let n = sql(&mut client, "SELECT count(*) AS n, sum(amount) AS s FROM payments").await.unwrap();
+        assert_eq!(first_string(&n, "n"), "10000");
+    }
 }
 
 /// A worker serving the crafted corpus by name.

@@ -98,7 +98,11 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
     // directory.
     let runtime = match &options.runtime {
         Some(runtime) => runtime.clone(),
-        None => RuntimeEnvBuilder::new().with_temp_file_path(work_dir.clone()).build_arc().map_err(|e| shapfusion_sql::from_datafusion(what, e))?,
+        None => RuntimeEnvBuilder::new()
+            .with_temp_file_path(work_dir.clone())
+            .with_object_store_registry(Arc::new(shapfusion_sql::parquet_guard::GuardedStores::default()))
+            .build_arc()
+            .map_err(|e| shapfusion_sql::from_datafusion(what, e))?,
     };
     let registry = options.models.registry(Some(runtime.clone()))?;
     let functions = {

@@ -15,7 +15,7 @@ use ballista_scheduler::metrics::default_metrics_collector;
 use ballista_scheduler::scheduler_server::SchedulerServer;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::{plan_datafusion_err, Result as DfResult};
-use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::AnalyzerRule;
@@ -81,7 +81,13 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<RunningSchedul
     let what = "shapfusion ballista scheduler";
     let policy = AccessPolicy::new(&options.data_roots, &options.allow_write)?;
     let (listener, addr) = transport::bind(&options.listen, what).await?;
-    let runtime = options.runtime.clone().unwrap_or_default();
+    let runtime = match options.runtime.clone() {
+        Some(runtime) => runtime,
+        None => RuntimeEnvBuilder::new()
+            .with_object_store_registry(Arc::new(shapfusion_sql::parquet_guard::GuardedStores::default()))
+            .build_arc()
+            .map_err(|e| shapfusion_sql::from_datafusion(what, e))?,
+    };
     let registry = options.models.registry(Some(runtime.clone()))?;
 
     let model_dir = options.models.model_dir.clone();

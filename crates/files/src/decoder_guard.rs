@@ -20,7 +20,12 @@
 //! - it sizes a dictionary by its page header's count of values, filling that many entries
 //!   before decoding one, so a header of a few bytes that claims four hundred million values
 //!   of a 30-row file allocates gigabytes: [`check_thrift`] refuses a dictionary page whose
-//!   count its own bytes cannot hold, or whose entries would pass [`MAX_DICTIONARY_BYTES`].
+//!   count its own bytes cannot hold, or whose entries would pass [`MAX_DICTIONARY_BYTES`]
+//!   (reading each varint as the crate does, whatever its length).
+//!
+//! [`open`] puts these in front of the crate's synchronous reader. Readers that fetch a file's
+//! byte ranges themselves (DataFusion's, for SQL tables) get them from [`CheckedFooter`]: the
+//! footer's checks once, then the page headers of each range as it is fetched.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -110,6 +115,107 @@ fn check_column_chunks(metadata: &ParquetMetaData, file_len: u64) -> Result<(), 
     Ok(())
 }
 
+/// A Parquet file's footer, checked as [`open`] checks a file's, for a reader that fetches the
+/// file's byte ranges itself (DataFusion's tables): it knows where each column chunk lies, so
+/// that [`check_range`](Self::check_range) can check the pages of a range fetched from one before
+/// the Parquet crate decodes them.
+#[derive(Debug)]
+pub struct CheckedFooter {
+    /// The column chunks, by their first byte.
+    chunks: Vec<ChunkSpan>,
+    /// Where the footer starts: no column chunk's page lies past it.
+    footer_start: u64,
+}
+
+/// Where one column chunk lies in its file.
+#[derive(Debug)]
+struct ChunkSpan {
+    start: u64,
+    end: u64,
+    row_group: usize,
+    column: usize,
+    descr: parquet::schema::types::ColumnDescPtr,
+}
+
+impl CheckedFooter {
+    /// How many bytes at the end of a file hold its footer, its length and its magic, from its
+    /// last 8 bytes (`tail` may hold more before them); `None` where they are not a plain
+    /// Parquet footer's end (an encrypted footer, or not Parquet: nothing to check).
+    pub fn tail_len(tail: &[u8]) -> Option<u64> {
+        let end = tail.len().checked_sub(8).map(|at| &tail[at..])?;
+        (&end[4..] == b"PAR1").then(|| u64::from(u32::from_le_bytes([end[0], end[1], end[2], end[3]])) + 8)
+    }
+
+    /// Checks the footer of a file of `file_len` bytes whose last bytes are `tail`, which holds
+    /// at least [`tail_len`](Self::tail_len) of them: refuses, naming what it found, a footer
+    /// that would make the Parquet crate loop or panic (also in turning its schema into Arrow's),
+    /// and a column chunk that lies outside the file. A footer the crate cannot parse is left
+    /// to the crate, which says why (the result then checks no pages).
+    pub fn new(tail: &[u8], file_len: u64) -> Result<CheckedFooter, String> {
+        let unchecked = CheckedFooter { chunks: Vec::new(), footer_start: 0 };
+        let Some(needed) = Self::tail_len(tail) else { return Ok(unchecked) };
+        let (Ok(needed_usize), true) = (usize::try_from(needed), needed <= file_len) else { return Ok(unchecked) };
+        let Some(footer) = tail.len().checked_sub(needed_usize).map(|at| &tail[at..tail.len() - 8]) else {
+            return Err(format!("the footer needs the last {needed} bytes of the file, {} given", tail.len()));
+        };
+        walk_struct(footer).map_err(|e| format!("footer: {e}"))?;
+        let metadata = match catch_decoder_panic(|| parquet::file::metadata::ParquetMetaDataReader::decode_metadata(footer)) {
+            Some(Ok(metadata)) => metadata,
+            Some(Err(_)) => return Ok(unchecked),
+            None => return Err(corrupt("Parquet")),
+        };
+        let file = metadata.file_metadata();
+        if catch_decoder_panic(|| parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())).is_none() {
+            return Err("the footer's Arrow schema (ARROW:schema) is corrupt: the Parquet reader failed on it".into());
+        }
+        check_column_chunks(&metadata, file_len)?;
+        let mut chunks = Vec::new();
+        for (row_group, group) in metadata.row_groups().iter().enumerate() {
+            for (column, chunk) in group.columns().iter().enumerate() {
+                // In the file, as `check_column_chunks` found.
+                let start = chunk.dictionary_page_offset().unwrap_or_else(|| chunk.data_page_offset()) as u64;
+                let end = start + chunk.compressed_size() as u64;
+                chunks.push(ChunkSpan { start, end, row_group, column, descr: chunk.column_descr_ptr() });
+            }
+        }
+        chunks.sort_by_key(|c| c.start);
+        Ok(CheckedFooter { chunks, footer_start: file_len - needed })
+    }
+
+    /// Checks `bytes`, fetched from byte `start` of the file, before the crate decodes them:
+    /// the page headers of every column chunk the range holds are walked as the crate reads
+    /// them (from the range's start where it starts inside a chunk: a reader fetches pages
+    /// from a chunk's start, or from where the file's offset index puts a page), refusing what
+    /// the module docs list (a dictionary count past its bytes, a list of booleans past its
+    /// header's bytes) and a header that runs past its chunk. A read that reaches the footer is
+    /// of the metadata (a reader's first read of a file, from any byte before its end; its
+    /// pages are read again, and checked then) and passes.
+    pub fn check_range(&self, start: u64, bytes: &Bytes) -> Result<(), String> {
+        let fetched_end = start.saturating_add(bytes.len() as u64);
+        if fetched_end > self.footer_start {
+            return Ok(()); // a read of the metadata
+        }
+        // The chunks that start before the range ends, from the last that starts at or before it.
+        let first = self.chunks.partition_point(|c| c.start <= start).saturating_sub(1);
+        let last = self.chunks.partition_point(|c| c.start < fetched_end);
+        for chunk in self.chunks.get(first..last).unwrap_or_default() {
+            let from = match chunk.start >= start {
+                true => chunk.start,
+                false if start < chunk.end => start,
+                false => continue,
+            };
+            let end = fetched_end.min(chunk.end);
+            let read = |at: u64, len: u64| {
+                let to = at.saturating_add(len).min(end);
+                (at < to).then(|| bytes.slice((at - start) as usize..(to - start) as usize))
+            };
+            walk_pages(read, from, end - from, fetched_end >= chunk.end, &chunk.descr)
+                .map_err(|e| format!("row group {}, column {}, {e}", chunk.row_group, chunk.column))?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs `decode` (reading a file's metadata or pages), turning a panic of the decoder (the
 /// Parquet or Arrow IPC crate) on a corrupt file into `None`. The fuzz targets recognise a panic
 /// inside this function's closure by its name, `catch_decoder_panic`, and let it through to
@@ -147,31 +253,52 @@ fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) 
     };
     for (g, group) in metadata.row_groups().iter().enumerate() {
         for (c, column) in group.columns().iter().enumerate() {
-            let (mut at, mut left) =
-                (column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset()) as u64, column.compressed_size() as u64);
-            // A header is read through a window that grows while the header runs past it.
-            let mut window = PAGE_HEADER_WINDOW;
-            while left > 0 {
-                let Ok(bytes) = source.get_bytes(at, window.min(left) as usize) else { break };
-                match walk_struct(&bytes) {
-                    Ok(Walked::Whole { len, header: PageHeader { compressed_page_size: Some(data), uncompressed_page_size, dictionary_values } })
-                        if data >= 0 =>
-                    {
-                        if let Some(values) = dictionary_values {
-                            check_dictionary(values, uncompressed_page_size, column.column_descr())
-                                .map_err(|e| format!("row group {g}, column {c}, dictionary page at byte {at}: {e}"))?;
-                        }
-                        let page = len as u64 + data as u64;
-                        if page > left {
-                            break; // the crate refuses the page's size
-                        }
-                        (at, left, window) = (at + page, left - page, PAGE_HEADER_WINDOW);
-                    }
-                    Ok(Walked::Truncated) if window < left => window = window.saturating_mul(4),
-                    Ok(_) => break,
-                    Err(e) => return Err(format!("row group {g}, column {c}, page header at byte {at}: {e}")),
+            let start = column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset()) as u64;
+            let read = |at: u64, len: u64| source.get_bytes(at, len as usize).ok();
+            // A header that runs past its chunk is left to the crate, whose reads past the end
+            // of the file fail here (`EofIsAnError`).
+            walk_pages(read, start, column.compressed_size() as u64, false, column.column_descr())
+                .map_err(|e| format!("row group {g}, column {c}, {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Walks the page headers of `left` bytes of a column chunk of `column` from byte `at`, one page
+/// after the other as the crate reads them, reading each header through `read(at, len)` (which
+/// may return fewer bytes; `None`: nothing more to read), and checks each dictionary page. A
+/// header that runs past the `left` bytes is refused where `past_end_refused` says so, else left
+/// to the caller. What the walk cannot parse it leaves to the crate.
+fn walk_pages(
+    mut read: impl FnMut(u64, u64) -> Option<Bytes>,
+    mut at: u64,
+    mut left: u64,
+    past_end_refused: bool,
+    column: &parquet::schema::types::ColumnDescriptor,
+) -> Result<(), String> {
+    // A header is read through a window that grows while the header runs past it.
+    let mut window = PAGE_HEADER_WINDOW;
+    while left > 0 {
+        let Some(bytes) = read(at, window.min(left)) else { break };
+        match walk_struct(&bytes) {
+            Ok(Walked::Whole { len, header: PageHeader { compressed_page_size: Some(data), uncompressed_page_size, dictionary_values } })
+                if data >= 0 =>
+            {
+                if let Some(values) = dictionary_values {
+                    check_dictionary(values, uncompressed_page_size, column).map_err(|e| format!("dictionary page at byte {at}: {e}"))?;
                 }
+                let page = len as u64 + data as u64;
+                if page > left {
+                    break; // the crate refuses the page's size
+                }
+                (at, left, window) = (at + page, left - page, PAGE_HEADER_WINDOW);
             }
+            Ok(Walked::Truncated) if window < left && (bytes.len() as u64) >= window => window = window.saturating_mul(4),
+            Ok(Walked::Truncated) if past_end_refused && (bytes.len() as u64) >= left => {
+                return Err(format!("page header at byte {at}: runs past the end of its column chunk"));
+            }
+            Ok(_) => break,
+            Err(e) => return Err(format!("page header at byte {at}: {e}")),
         }
     }
     Ok(())
@@ -263,21 +390,19 @@ fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
             b
         }};
     }
+    // A varint as the crate reads it: of any length, its bits past the 64th wrapping around
+    // onto the first (a longer one is not refused there, so it is not left to the crate here:
+    // a page header's count of eleven bytes read as a billion values took gigabytes).
     macro_rules! varint {
         () => {{
             let mut value = 0u64;
-            let mut shift = 0;
+            let mut shift = 0u32;
             loop {
                 let b = byte!();
-                if shift < 64 {
-                    value |= u64::from(b & 0x7f) << shift;
-                }
-                shift += 7;
+                value |= u64::from(b & 0x7f).wrapping_shl(shift);
+                shift = shift.wrapping_add(7);
                 if b & 0x80 == 0 {
                     break value;
-                }
-                if shift > 70 {
-                    return Ok(Walked::Unparsed);
                 }
             }
         }};
@@ -432,11 +557,104 @@ mod tests {
     }
 
     #[test]
+    fn a_varint_is_read_as_the_crate_reads_it_whatever_its_length() {
+        // uncompressed_page_size (i32 2) as eleven bytes: seven bits each, the last ones past
+        // the 64th wrapping onto the first, as the crate's `read_vlq` has it; then a stop.
+        let mut header = vec![field(2, 5)];
+        header.extend([0xe7; 10]);
+        header.extend([0x07, 0]);
+        let mut wide = 0u64;
+        for (i, b) in header[1..12].iter().enumerate() {
+            wide |= u64::from(b & 0x7f).wrapping_shl(7 * i as u32);
+        }
+        let expected = ((wide >> 1) as i64 ^ -((wide & 1) as i64)) as i32;
+        let sizes = PageHeader { uncompressed_page_size: Some(expected), ..PageHeader::default() };
+        assert_eq!(walk_struct(&header), Ok(Walked::Whole { len: header.len(), header: sizes }));
+    }
+
+    #[test]
     fn nesting_is_bounded_without_recursion() {
         // A struct field inside a struct field, thousands deep: refused at the bound, no stack.
         let deep = vec![field(1, 12); 100_000];
         assert!(walk_struct(&deep).unwrap_err().contains("nested deeper than 128"));
         // A type code no Thrift type has is the crate's to report.
         assert_eq!(walk_struct(&[field(1, 14)]), Ok(Walked::Unparsed));
+    }
+
+    /// The bytes of a committed regression input of the `input_rows` fuzz target.
+    fn regression(name: &str) -> Bytes {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/input_rows").join(name);
+        Bytes::from(std::fs::read(path).unwrap())
+    }
+
+    /// What a reader that fetches ranges (DataFusion's) asks of [`CheckedFooter`]: every column
+    /// chunk whole, in the file's order; the first refusal.
+    fn check_every_chunk(file: &Bytes) -> Result<CheckedFooter, String> {
+        let footer = CheckedFooter::new(file, file.len() as u64)?;
+        for chunk in &footer.chunks {
+            footer.check_range(chunk.start, &file.slice(chunk.start as usize..chunk.end as usize))?;
+        }
+        Ok(footer)
+    }
+
+    #[test]
+    fn a_checked_footer_refuses_what_open_refuses_from_the_ranges_a_reader_fetches() {
+        let e = check_every_chunk(&regression("dictionary_count_past_its_bytes.parquet")).unwrap_err();
+        assert!(e.contains("row group 0, column 0, dictionary page at byte 4") && e.contains("values of type DOUBLE cannot fit"), "{e}");
+        let file = regression("page_header_list_past_the_end.parquet");
+        let e = check_every_chunk(&file).unwrap_err();
+        assert!(e.contains("runs past the end of its column chunk"), "{e}");
+        // Read as DataFusion reads it: the whole file at once with the footer (the metadata),
+        // then the chunks in one range (adjacent ranges coalesced).
+        let footer = CheckedFooter::new(&file, file.len() as u64).unwrap();
+        footer.check_range(0, &file).unwrap();
+        let (data, end) = (footer.chunks[0].start as usize, footer.footer_start as usize);
+        let e = footer.check_range(data as u64, &file.slice(data..end)).unwrap_err();
+        assert!(e.contains("row group 0, column 2, page header at byte 26903: runs past the end of its column chunk"), "{e}");
+        // The footer itself: its Arrow schema names a float precision Arrow has not (the crate
+        // panics turning it into Arrow's).
+        let e = check_every_chunk(&regression("arrow_schema_unknown_float_precision.parquet")).unwrap_err();
+        assert!(e.contains("Arrow schema (ARROW:schema) is corrupt"), "{e}");
+    }
+
+    /// A good file passes whatever a reader fetches: each chunk whole, pages from inside a
+    /// chunk, every chunk in one range, and its end from the middle of a page (a first read of
+    /// the metadata).
+    #[test]
+    fn a_checked_footer_passes_every_read_of_a_good_file() {
+        use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray};
+        let values = Float64Array::from_iter_values((0..20_000).map(|i| f64::from(i % 300)));
+        let names = StringArray::from_iter_values((0..20_000).map(|i| format!("name {}", i % 50)));
+        let batch = RecordBatch::try_from_iter([("x", Arc::new(values) as ArrayRef), ("name", Arc::new(names) as ArrayRef)]).unwrap();
+        let properties = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(6_000))
+            .set_data_page_row_count_limit(1_000)
+            .build();
+        let mut file = Vec::new();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(&mut file, batch.schema(), Some(properties)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let file = Bytes::from(file);
+        let footer = check_every_chunk(&file).unwrap();
+        assert_eq!(footer.chunks.len(), 8, "four row groups of two columns");
+        // Each page where the offset index puts it, as a reader with a row selection fetches it.
+        let metadata = parquet::file::metadata::ParquetMetaDataReader::new()
+            .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Required)
+            .parse_and_finish(&file)
+            .unwrap();
+        let pages: Vec<_> = metadata.offset_index().unwrap().iter().flatten().flat_map(|c| c.page_locations().iter()).collect();
+        assert!(pages.len() > 16, "several pages a chunk: {}", pages.len());
+        for page in pages {
+            let (at, len) = (page.offset as usize, page.compressed_page_size as usize);
+            footer.check_range(at as u64, &file.slice(at..at + len)).unwrap();
+        }
+        let (first, end) = (footer.chunks[0].start, footer.footer_start);
+        footer.check_range(first, &file.slice(first as usize..end as usize)).unwrap();
+        footer.check_range(0, &file).unwrap();
+        for chunk in &footer.chunks {
+            // From the middle of a chunk to the end of the file: a read of the metadata.
+            let middle = (chunk.start + chunk.end) / 2;
+            footer.check_range(middle, &file.slice(middle as usize..)).unwrap();
+        }
     }
 }

@@ -656,5 +656,10 @@ mod tests {
         let path = regression("dictionary_count_past_its_bytes.parquet");
         let e = InputReader::open_all(&path, 256).err().expect("refused when opened").to_string();
         assert!(e.contains("row group 0, column 0, dictionary page at byte 4") && e.contains("values of type DOUBLE cannot fit"), "{e}");
+        // The count in a varint of more than ten bytes, whose bits past the 64th the crate
+        // wraps onto the first (8.5 GB, found by fuzzing after the check above).
+        let path = regression("dictionary_count_in_an_overlong_varint.parquet");
+        let e = InputReader::open_all(&path, 256).err().expect("refused when opened").to_string();
+        assert!(e.contains("row group 0, column 27, dictionary page at byte 10354: 1082196492 values of type DOUBLE cannot fit"), "{e}");
     }
 }

@@ -16,6 +16,8 @@ pub mod input;
 pub mod pipeline;
 pub mod spark;
 
+pub use decoder_guard::CheckedFooter;
+
 use std::path::Path;
 
 use shapfusion_core::{Model, Result};

@@ -29,6 +29,7 @@ pub mod explainer_cache;
 pub mod ffi;
 pub mod io_runtime;
 mod options;
+pub mod parquet_guard;
 pub mod registry;
 mod remote;
 pub mod shell;
