@@ -25,7 +25,23 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(reader) = InputReader::from_bytes(Bytes::copy_from_slice(data), "fuzz", &columns, &columns, BATCH_ROWS) {
         drain(reader);
     }
+    check_ranges(data);
 });
+
+/// The checks SQL tables get (`CheckedFooter`, before DataFusion's reader): the footer, then
+/// ranges as a reader fetches them (the data before the footer, the whole file, a middle third
+/// and a range from each of a few bytes), which may refuse anything and panic on nothing.
+fn check_ranges(data: &[u8]) {
+    let Ok(footer) = shapfusion_files::CheckedFooter::new(data, data.len() as u64) else { return };
+    let bytes = Bytes::copy_from_slice(data);
+    let len = data.len();
+    let ranges = [(4, len.saturating_sub(8)), (0, len), (len / 3, 2 * len / 3), (len / 2, len / 2 + 1)];
+    for (start, end) in ranges.into_iter().chain((0..len).step_by(len / 7 + 1).map(|s| (s, len.min(s + 4096)))) {
+        if start <= end && end <= len {
+            let _ = footer.check_range(start as u64, &bytes.slice(start..end));
+        }
+    }
+}
 
 /// Reads batches until the end or the first error (after which a reader may stop or repeat).
 fn drain(reader: InputReader) {
