@@ -208,21 +208,37 @@ fn read_arrow_ipc(path: &Path) -> RecordBatch {
 fn arrow_ipc_input_and_output_give_the_parquet_numbers() {
     let f = fixture("xgb_multiclass");
     let dir = tmp();
+    // The rows with an id first, which `--keep` copies (not a feature, and not a float).
+    let mut fields: Vec<Field> = vec![Field::new("id", DataType::Int64, false)];
+    fields.extend(f.batch.schema().fields().iter().map(|field| field.as_ref().clone()));
+    let mut columns: Vec<Arc<dyn Array>> = vec![Arc::new(Int64Array::from_iter_values(0..f.batch.num_rows() as i64))];
+    columns.extend(f.batch.columns().iter().cloned());
+    let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+    let parquet = dir.path().join("in.parquet");
+    write_parquet(&parquet, &rows);
     let input = dir.path().join("in.arrow");
-    let mut w = arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&input).unwrap(), &f.batch.schema()).unwrap();
+    let mut w = arrow::ipc::writer::FileWriter::try_new(std::fs::File::create(&input).unwrap(), &rows.schema()).unwrap();
     // Two batches, so the reader's batching is exercised.
-    let half = f.batch.num_rows() / 2;
-    w.write(&f.batch.slice(0, half)).unwrap();
-    w.write(&f.batch.slice(half, f.batch.num_rows() - half)).unwrap();
+    let half = rows.num_rows() / 2;
+    w.write(&rows.slice(0, half)).unwrap();
+    w.write(&rows.slice(half, rows.num_rows() - half)).unwrap();
     w.finish().unwrap();
     let out_pq = dir.path().join("pq.parquet");
-    assert!(explain(&f.model_path, &f.input_path(), &out_pq, &[]).status.success());
+    assert!(explain(&f.model_path, &parquet, &out_pq, &["--keep", "id"]).status.success());
     let want = read_parquet(&out_pq);
-    // IPC in, Parquet out; Parquet in, IPC out (by extension: .arrow and .feather).
-    let from_ipc = dir.path().join("from_ipc.parquet");
-    let o = explain(&f.model_path, &input, &from_ipc, &[]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(read_parquet(&from_ipc), want);
+    // IPC in, Parquet out, also cut into batches smaller than the file's; Parquet in, IPC out
+    // (by extension: .arrow and .feather).
+    for batch_rows in ["7", "100000"] {
+        let from_ipc = dir.path().join("from_ipc.parquet");
+        let o = explain(&f.model_path, &input, &from_ipc, &["--keep", "id", "--batch-rows", batch_rows]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(read_parquet(&from_ipc), want, "--batch-rows {batch_rows}");
+    }
+    let want = read_parquet(&{
+        let out = dir.path().join("no_keep.parquet");
+        assert!(explain(&f.model_path, &f.input_path(), &out, &[]).status.success());
+        out
+    });
     for name in ["out.arrow", "out.feather"] {
         let out = dir.path().join(name);
         let o = explain(&f.model_path, &f.input_path(), &out, &[]);

@@ -1,7 +1,7 @@
 //! Attacks on the servers, each refused with a clear error while the server keeps serving:
 //! listening beyond loopback without a token, Flight SQL clients reaching for the server's files,
 //! settings and models or for each other's sessions, crafted models sent to a worker or `serve`,
-//! corrupt Parquet tables given to `sql` or `serve`,
+//! corrupt Parquet and Arrow IPC tables given to `sql` or `serve`,
 //! a fleet of workers answering internal errors, workers holding other model versions, and a
 //! worker whose compute is stuck.
 
@@ -156,10 +156,11 @@ async fn flight_sql_clients_touch_only_what_the_operator_configured() {
     assert_eq!(got.column(0).as_struct().len(), 5);
 }
 
-/// The Parquet files the fuzzer found to make the Parquet crate allocate gigabytes, spin or
-/// panic (`fuzz/regressions/input_rows/`), each with what the refusal names. DataFusion reads a
-/// table's files with its own reader, so these go through `parquet_guard`.
-const CORRUPT_PARQUET: [(&str, &str); 4] = [
+/// The files found to make the Parquet and Arrow IPC crates allocate gigabytes (or abort),
+/// spin or panic (`fuzz/regressions/input_rows/`), each with what the refusal names. DataFusion
+/// reads a table's files with its own readers, so these go through `file_guard`.
+const CORRUPT_FILES: [(&str, &str); 5] = [
+    ("ipc_record_batch_past_the_end.arrow", "its record batch 0 claims 144 + 107374182400 bytes at byte 136, past the end of the file (482 bytes)"),
     ("dictionary_count_past_its_bytes.parquet", "dictionary page at byte 4: 402653184 values of type DOUBLE cannot fit in its 240 bytes"),
     ("dictionary_count_in_an_overlong_varint.parquet", "column 27, dictionary page at byte 10354: 1082196492 values of type DOUBLE cannot fit"),
     ("page_header_list_past_the_end.parquet", "row group 0, column 2, page header at byte 26903: runs past the end of its column chunk"),
@@ -167,18 +168,19 @@ const CORRUPT_PARQUET: [(&str, &str); 4] = [
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corrupt_parquet_tables_are_refused_by_sql_and_serve_which_keep_serving() {
+async fn corrupt_table_files_are_refused_by_sql_and_serve_which_keep_serving() {
     let dir = tempfile::tempdir().unwrap();
     let corrupt = |name: &str| root().join("fuzz/regressions/input_rows").join(name);
-    for (name, needle) in CORRUPT_PARQUET {
+    for (name, needle) in CORRUPT_FILES {
         let copy = dir.path().join(name);
         std::fs::copy(corrupt(name), &copy).unwrap();
         // `shapfusion sql` on a table of the file: a data error naming the file, at once.
-        let query = format!("CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{}'", copy.display());
+        let format = if name.ends_with(".arrow") { "ARROW" } else { "PARQUET" };
+        let query = format!("CREATE EXTERNAL TABLE t STORED AS {format} LOCATION '{}'", copy.display());
         let out = Command::new(BIN).args(["sql", "-c", &query, "-c", "SELECT * FROM t"]).env("RUST_BACKTRACE", "0").output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(65), "{name}: {stderr}");
-        assert!(stderr.contains(&format!("Parquet check error: file://{}: ", copy.display())) && stderr.contains(needle), "{name}: {stderr}");
+        assert!(stderr.contains(&format!("file check error: file://{}: ", copy.display())) && stderr.contains(needle), "{name}: {stderr}");
         if name.starts_with("arrow_schema") {
             // Its footer is refused, so `serve` cannot make it a table: it says so and exits
             // before it listens (the others are refused when a query reads their pages, below).
@@ -199,9 +201,10 @@ async fn corrupt_parquet_tables_are_refused_by_sql_and_serve_which_keep_serving(
         dir.path().to_str().unwrap(),
     ]);
     let mut client = sql_client(&serve.url).await;
-    for (i, (name, needle)) in CORRUPT_PARQUET.into_iter().enumerate() {
+    for (i, (name, needle)) in CORRUPT_FILES.into_iter().enumerate() {
         let copy = dir.path().join(name);
-        let create = format!("CREATE EXTERNAL TABLE c{i} STORED AS PARQUET LOCATION '{}'", copy.display());
+        let format = if name.ends_with(".arrow") { "ARROW" } else { "PARQUET" };
+        let create = format!("CREATE EXTERNAL TABLE c{i} STORED AS {format} LOCATION '{}'", copy.display());
         let e = match sql(&mut client, &create).await {
             Ok(_) => sql(&mut client, &format!("SELECT * FROM c{i}")).await.expect_err("refused"),
             Err(e) => e,

@@ -43,11 +43,19 @@ fn check_ranges(data: &[u8]) {
     }
 }
 
-/// Reads batches until the end or the first error (after which a reader may stop or repeat).
+/// Rows read of an input, at most: a file of a few hundred bytes can hold billions of rows of
+/// nulls, which a reader gives as it should, a batch after the other, with nothing new to
+/// decode after the first ones.
+const MAX_ROWS: usize = 1 << 20;
+
+/// Reads batches until the end, the first error (after which a reader may stop or repeat) or
+/// [`MAX_ROWS`].
 fn drain(reader: InputReader) {
+    let mut rows = 0;
     for batch in reader {
-        if batch.is_err() {
-            return;
+        match batch {
+            Ok(batch) if rows < MAX_ROWS => rows += batch.num_rows().max(1),
+            _ => return,
         }
     }
 }

@@ -100,7 +100,7 @@ pub async fn run_executor(options: ExecutorOptions) -> Result<()> {
         Some(runtime) => runtime.clone(),
         None => RuntimeEnvBuilder::new()
             .with_temp_file_path(work_dir.clone())
-            .with_object_store_registry(Arc::new(shapfusion_sql::parquet_guard::GuardedStores::default()))
+            .with_object_store_registry(Arc::new(shapfusion_sql::file_guard::GuardedStores::default()))
             .build_arc()
             .map_err(|e| shapfusion_sql::from_datafusion(what, e))?,
     };

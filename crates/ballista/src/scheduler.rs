@@ -84,7 +84,7 @@ pub async fn start_scheduler(options: SchedulerOptions) -> Result<RunningSchedul
     let runtime = match options.runtime.clone() {
         Some(runtime) => runtime,
         None => RuntimeEnvBuilder::new()
-            .with_object_store_registry(Arc::new(shapfusion_sql::parquet_guard::GuardedStores::default()))
+            .with_object_store_registry(Arc::new(shapfusion_sql::file_guard::GuardedStores::default()))
             .build_arc()
             .map_err(|e| shapfusion_sql::from_datafusion(what, e))?,
     };

@@ -216,6 +216,47 @@ impl CheckedFooter {
     }
 }
 
+/// Checks what the Arrow IPC file reader allocates rather than checks: the footer's length,
+/// and that every block of the footer (a dictionary or a record batch) lies within the file.
+/// The reader allocates a block's stated metadata and body, zeroed, before it reads a byte of
+/// it, so a 482-byte file whose footer claims a 100 GB body aborted the process. What this
+/// cannot parse it leaves to the reader, which reports it; `source` is left at its start.
+pub fn check_ipc_blocks<R: Read + std::io::Seek>(source: &mut R) -> Result<(), String> {
+    use std::io::SeekFrom;
+    let checked = check_ipc_footer(source);
+    source.seek(SeekFrom::Start(0)).map_err(|e| format!("seeking back to the start: {e}"))?;
+    checked
+}
+
+fn check_ipc_footer<R: Read + std::io::Seek>(source: &mut R) -> Result<(), String> {
+    use std::io::SeekFrom;
+    let Ok(len) = source.seek(SeekFrom::End(0)) else { return Ok(()) };
+    let mut trailer = [0u8; 10];
+    if len < 16 || source.seek(SeekFrom::End(-10)).is_err() || source.read_exact(&mut trailer).is_err() || &trailer[4..] != b"ARROW1" {
+        return Ok(()); // not an Arrow IPC file's end: the reader says what it is
+    }
+    let footer_len = i32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+    let Ok(footer_len) = u64::try_from(footer_len) else { return Ok(()) }; // the reader refuses it
+    if footer_len + 10 > len {
+        return Err(format!("its footer of {footer_len} bytes is longer than the file ({len} bytes)"));
+    }
+    let mut footer = vec![0u8; footer_len as usize];
+    if source.seek(SeekFrom::End(-10 - footer_len as i64)).is_err() || source.read_exact(&mut footer).is_err() {
+        return Ok(());
+    }
+    let Ok(footer) = arrow::ipc::root_as_footer(&footer) else { return Ok(()) };
+    for (kind, blocks) in [("dictionary", footer.dictionaries()), ("record batch", footer.recordBatches())] {
+        for (i, block) in blocks.iter().flatten().enumerate() {
+            let (offset, metadata, body) = (block.offset(), i64::from(block.metaDataLength()), block.bodyLength());
+            let end = i128::from(offset) + i128::from(metadata) + i128::from(body);
+            if offset < 0 || metadata < 0 || body < 0 || end > i128::from(len) {
+                return Err(format!("its {kind} {i} claims {metadata} + {body} bytes at byte {offset}, past the end of the file ({len} bytes)"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs `decode` (reading a file's metadata or pages), turning a panic of the decoder (the
 /// Parquet or Arrow IPC crate) on a corrupt file into `None`. The fuzz targets recognise a panic
 /// inside this function's closure by its name, `catch_decoder_panic`, and let it through to

@@ -80,7 +80,7 @@ impl InputReader {
         guarded(format, label, |label| match format {
             InputFormat::Parquet => parquet_reader(file, label, Some(wanted), batch_rows),
             InputFormat::Csv => csv_reader(file, label, numeric, batch_rows),
-            InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, Some(wanted)),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, Some(wanted), batch_rows),
         })
     }
 
@@ -92,7 +92,7 @@ impl InputReader {
         guarded(format, label, |label| match format {
             InputFormat::Parquet => parquet_reader(file, label, None, batch_rows),
             InputFormat::Csv => csv_reader(file, label, &[], batch_rows),
-            InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, None),
+            InputFormat::ArrowIpc => ipc_reader(BufReader::new(file), label, None, batch_rows),
         })
     }
 
@@ -102,7 +102,7 @@ impl InputReader {
         guarded(format, label.to_string(), |label| match format {
             InputFormat::Parquet => parquet_reader(bytes, label, Some(wanted), batch_rows),
             InputFormat::Csv => csv_reader(Cursor::new(bytes), label, numeric, batch_rows),
-            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label, Some(wanted)),
+            InputFormat::ArrowIpc => ipc_reader(Cursor::new(bytes), label, Some(wanted), batch_rows),
         })
     }
 
@@ -183,19 +183,67 @@ impl RecordBatchReader for Guarded {
 }
 
 /// An Arrow IPC file reader over `source` projected to the `wanted` columns it has (all:
-/// `None`); batches come as the file holds them.
-fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wanted: Option<&[String]>) -> Result<InputReader> {
-    let Some(wanted) = wanted else {
-        let reader = arrow::ipc::reader::FileReader::try_new(source, None).map_err(|e| Error::arrow(format!("reading {label}"), e))?;
-        return Ok(InputReader { reader: Box::new(reader), total_rows: None, label });
-    };
+/// `None`), its batches cut to at most `batch_rows` rows.
+fn ipc_reader<R: Read + Seek + Send + 'static>(mut source: R, label: String, wanted: Option<&[String]>, batch_rows: usize) -> Result<InputReader> {
+    decoder_guard::check_ipc_blocks(&mut source).map_err(|detail| Error::BadData(format!("{label}: {detail}")))?;
     let ctx = || format!("reading {label}");
-    // The footer first, for the column indices of the projection.
-    let schema = arrow::ipc::reader::FileReader::try_new(&mut source, None).map_err(|e| Error::arrow(ctx(), e))?.schema();
-    let projection = projection(&schema, Some(wanted));
-    source.seek(SeekFrom::Start(0)).map_err(|e| Error::external(ErrorKind::Io, ctx(), e))?;
-    let reader = arrow::ipc::reader::FileReader::try_new(source, projection).map_err(|e| Error::arrow(ctx(), e))?;
+    let projection = match wanted {
+        // The footer first, for the column indices of the projection.
+        Some(wanted) => {
+            let schema = arrow::ipc::reader::FileReader::try_new(&mut source, None).map_err(|e| Error::arrow(ctx(), e))?.schema();
+            source.seek(SeekFrom::Start(0)).map_err(|e| Error::external(ErrorKind::Io, ctx(), e))?;
+            projection(&schema, Some(wanted))
+        }
+        None => None,
+    };
+    let reader = arrow::ipc::reader::FileReader::try_new(source, projection.clone()).map_err(|e| Error::arrow(ctx(), e))?;
+    // The reader's `schema()` is the file's, its batches the projection's (columns in the
+    // projection's order): the schema given is theirs.
+    let schema = match &projection {
+        Some(indices) => Arc::new(reader.schema().project(indices).map_err(|e| Error::arrow(ctx(), e))?),
+        None => reader.schema(),
+    };
+    let reader = Rebatched { schema, reader, batch_rows: batch_rows.max(1), cutting: None };
     Ok(InputReader { reader: Box::new(reader), total_rows: None, label })
+}
+
+/// Batches of `reader` cut to at most `batch_rows` rows (slices, no copy): an Arrow IPC file's
+/// batches are as large as its writer made them, and what is computed for a batch is sized by
+/// its rows (a file of a few hundred bytes can hold two billion rows of nulls).
+struct Rebatched<R> {
+    schema: SchemaRef,
+    reader: R,
+    batch_rows: usize,
+    /// The batch being cut, and the rows of it already given.
+    cutting: Option<(RecordBatch, usize)>,
+}
+
+impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator for Rebatched<R> {
+    type Item = std::result::Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((batch, given)) = &mut self.cutting {
+                if *given < batch.num_rows() {
+                    let rows = self.batch_rows.min(batch.num_rows() - *given);
+                    let part = batch.slice(*given, rows);
+                    *given += rows;
+                    return Some(Ok(part));
+                }
+                self.cutting = None;
+            }
+            match self.reader.next()? {
+                Ok(batch) if batch.num_rows() > self.batch_rows => self.cutting = Some((batch, 0)),
+                other => return Some(other),
+            }
+        }
+    }
+}
+
+impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> RecordBatchReader for Rebatched<R> {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
 }
 
 /// The indices of the `wanted` columns in `schema`, to read only those; `None` (read every
@@ -661,5 +709,55 @@ mod tests {
         let path = regression("dictionary_count_in_an_overlong_varint.parquet");
         let e = InputReader::open_all(&path, 256).err().expect("refused when opened").to_string();
         assert!(e.contains("row group 0, column 27, dictionary page at byte 10354: 1082196492 values of type DOUBLE cannot fit"), "{e}");
+    }
+
+    /// An Arrow IPC file whose footer says a record batch has a 100 GB body (482 bytes in all):
+    /// refused before the reader allocates the body (the process aborted), naming the block.
+    #[test]
+    fn an_arrow_ipc_block_past_the_end_of_its_file_is_refused_before_allocating() {
+        let path = regression("ipc_record_batch_past_the_end.arrow");
+        let (from_file, from_bytes) = read_both(&path);
+        for e in [from_file.unwrap_err().to_string(), from_bytes.unwrap_err().to_string()] {
+            assert!(e.contains("its record batch 0 claims 144 + 107374182400 bytes at byte 136, past the end of the file (482 bytes)"), "{e}");
+        }
+    }
+
+    /// Arrow IPC batches come at most `batch_rows` rows at a time, whatever their writer made
+    /// (two billion rows of nulls take a few hundred bytes, and each batch is computed whole),
+    /// and a projected file's schema is its batches' (the kept columns are found in them).
+    #[test]
+    fn arrow_ipc_batches_are_cut_to_the_batch_rows_and_keep_their_schema() {
+        use arrow::array::{Int64Array, NullArray};
+        let write = |batch: &RecordBatch| {
+            let mut bytes = Vec::new();
+            let mut writer = arrow::ipc::writer::FileWriter::try_new(&mut bytes, &batch.schema()).unwrap();
+            writer.write(batch).unwrap();
+            writer.finish().unwrap();
+            drop(writer);
+            Bytes::from(bytes)
+        };
+        // One batch of 10,000 rows: an id first, then two features.
+        let id = Arc::new(Int64Array::from_iter_values(0..10_000)) as ArrayRef;
+        let x = |k: f64| Arc::new(Float64Array::from_iter_values((0..10_000).map(|i| f64::from(i) * k))) as ArrayRef;
+        let batch = RecordBatch::try_from_iter([("id", id), ("x0", x(0.5)), ("x1", x(2.0))]).unwrap();
+        let wanted = ["x0".to_string(), "x1".to_string(), "id".to_string()];
+        let reader = InputReader::from_bytes(write(&batch), "ids.arrow", &wanted, &[], 256).unwrap();
+        let schema = reader.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["x0", "x1", "id"]);
+        let batches: Vec<RecordBatch> = reader.collect::<Result<_>>().unwrap();
+        assert_eq!(batches.len(), 40);
+        assert!(batches.iter().all(|b| b.num_rows() <= 256 && b.schema() == schema));
+        let ids: Vec<i64> = batches.iter().flat_map(|b| b.column(2).as_primitive::<arrow::datatypes::Int64Type>().values().to_vec()).collect();
+        assert_eq!(ids, (0..10_000).collect::<Vec<i64>>());
+
+        let nulls = i32::MAX as usize;
+        let batch = RecordBatch::try_from_iter([("x0", Arc::new(NullArray::new(nulls)) as ArrayRef)]).unwrap();
+        let bytes = write(&batch);
+        assert!(bytes.len() < 2048, "{} bytes", bytes.len());
+        let mut reader = InputReader::from_bytes(bytes, "nulls.arrow", &["x0".to_string()], &[], 1000).unwrap();
+        for _ in 0..3 {
+            assert_eq!(reader.next().unwrap().unwrap().num_rows(), 1000);
+        }
     }
 }

@@ -16,7 +16,7 @@ pub mod input;
 pub mod pipeline;
 pub mod spark;
 
-pub use decoder_guard::CheckedFooter;
+pub use decoder_guard::{check_ipc_blocks, CheckedFooter};
 
 use std::path::Path;
 

@@ -22,7 +22,7 @@ pub fn from_datafusion(context: impl Into<String>, e: DataFusionError) -> Error 
         DataFusionError::IoError(_) => ErrorKind::Io,
         DataFusionError::ObjectStore(store) => match store.as_ref() {
             object_store::Error::NotFound { .. } => ErrorKind::NotFound,
-            // One of ours, such as a Parquet file the guard refused (`parquet_guard`).
+            // One of ours, such as a Parquet file the guard refused (`file_guard`).
             object_store::Error::Generic { source, .. } if source.downcast_ref::<Error>().is_some() => {
                 source.downcast_ref::<Error>().map_or(ErrorKind::Unavailable, Error::kind)
             }

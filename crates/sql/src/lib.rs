@@ -27,9 +27,9 @@ pub mod errors;
 pub mod explainer_cache;
 #[cfg(feature = "ffi")]
 pub mod ffi;
+pub mod file_guard;
 pub mod io_runtime;
 mod options;
-pub mod parquet_guard;
 pub mod registry;
 mod remote;
 pub mod shell;

@@ -107,7 +107,7 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
     let df = |e: datafusion::error::DataFusionError| crate::from_datafusion("shapfusion sql", e);
     let stores = Arc::new(InstrumentedObjectStoreRegistry::new());
     // Every store behind a Parquet guard: DataFusion's Parquet reader trusts what a file says.
-    let guarded = Arc::new(crate::parquet_guard::GuardedStores::new(stores.clone()));
+    let guarded = Arc::new(crate::file_guard::GuardedStores::new(stores.clone()));
     let mut runtime = RuntimeEnvBuilder::new().with_object_store_registry(guarded);
     if let Some(bytes) = setup.memory_limit {
         runtime = runtime.with_memory_limit(bytes, 1.0);

@@ -1,19 +1,21 @@
-//! The Parquet files of SQL tables (`shapfusion serve --table`, `CREATE EXTERNAL TABLE`) and of
-//! URL tables (`SELECT * FROM 'rows.parquet'` in `shapfusion sql`) are read by DataFusion's own
-//! Parquet reader, not through `shapfusion-files`. That reader trusts a file's metadata where
-//! the Parquet crate does (found by fuzzing `shapfusion-files`): a 3 KB file whose dictionary
-//! page claims 400 million values made a query allocate 3 GB, one whose page header claims a
-//! list longer than the file spun for half a minute, and one whose embedded Arrow schema names
-//! an unknown float precision panicked while DataFusion inferred the table's schema.
+//! The files of SQL tables (`shapfusion serve --table`, `CREATE EXTERNAL TABLE`) and of URL
+//! tables (`SELECT * FROM 'rows.parquet'` in `shapfusion sql`) are read by DataFusion's own
+//! readers, not through `shapfusion-files`. Those trust a file's metadata where the Parquet and
+//! Arrow IPC crates do (found by fuzzing `shapfusion-files`): a 3 KB Parquet file whose
+//! dictionary page claims 400 million values made a query allocate 3 GB, one whose page header
+//! claims a list longer than the file spun for half a minute, one whose embedded Arrow schema
+//! names an unknown float precision panicked while DataFusion inferred the table's schema, and
+//! a 482-byte Arrow IPC file whose footer claims a 100 GB record batch aborted the process.
 //!
 //! Everything DataFusion reads goes through the session's object stores, so the checks sit
-//! there: [`GuardedStores`] puts a [`ParquetGuard`] in front of every store it holds. The guard
+//! there: [`GuardedStores`] puts a [`FileGuard`] in front of every store it holds. The guard
 //! recognises a Parquet reader by its first read, the end of a file ending in `PAR1`, checks
 //! the footer ([`CheckedFooter`]) before handing it over, and then checks the page headers of
-//! every range read from a column chunk of that file before the crate decodes them. A refused
-//! file fails its query with an error naming the file and what is wrong; nothing else about a
-//! read changes (other files, and reads that are not a Parquet file's pages, stream through
-//! untouched).
+//! every range read from a column chunk of that file before the crate decodes them. An Arrow IPC
+//! file read whole has its footer's blocks checked against its size, and any read of more than
+//! 64 MiB must lie within its file. A refused file fails its query with an error naming the file
+//! and what is wrong; nothing else about a read changes (other files, and reads that are not a
+//! Parquet file's pages, stream through untouched).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,8 +29,8 @@ use futures::stream::{BoxStream, StreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions,
-    PutOptions, PutPayload, PutResult, RenameOptions,
+    CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
 };
 use shapfusion_core::Error;
 use shapfusion_files::CheckedFooter;
@@ -39,6 +41,10 @@ use url::Url;
 /// hint). A longer read of a file's end (a CSV partition) streams through unchecked.
 const MAX_TAIL_READ: u64 = 16 << 20;
 
+/// Reads larger than this are checked to lie within their file before the store is asked
+/// (`FileGuard::check_within`).
+const LARGE_READ: u64 = 64 << 20;
+
 /// The bytes at the end of a file the guard reads itself to check a footer it has not seen
 /// (more where the footer is longer).
 const TAIL_READ: u64 = 64 << 10;
@@ -47,7 +53,7 @@ const TAIL_READ: u64 = 64 << 10;
 /// again on the next query of each).
 const MAX_FILES: usize = 65_536;
 
-/// An object store registry whose stores are each behind a [`ParquetGuard`]: the default local
+/// An object store registry whose stores are each behind a [`FileGuard`]: the default local
 /// file system, and every store registered later (DataFusion's dynamic catalog registers one per
 /// bucket a query names).
 #[derive(Debug)]
@@ -60,7 +66,7 @@ impl GuardedStores {
     /// file system.
     pub fn new(inner: Arc<dyn ObjectStoreRegistry>) -> Self {
         let local = Url::parse("file://").expect("file:// is a URL");
-        inner.register_store(&local, ParquetGuard::wrap(&local, Arc::new(LocalFileSystem::new())));
+        inner.register_store(&local, FileGuard::wrap(&local, Arc::new(LocalFileSystem::new())));
         GuardedStores { inner }
     }
 }
@@ -74,7 +80,7 @@ impl Default for GuardedStores {
 
 impl ObjectStoreRegistry for GuardedStores {
     fn register_store(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Option<Arc<dyn ObjectStore>> {
-        self.inner.register_store(url, ParquetGuard::wrap(url, store))
+        self.inner.register_store(url, FileGuard::wrap(url, store))
     }
 
     fn deregister_store(&self, url: &Url) -> datafusion::error::Result<Arc<dyn ObjectStore>> {
@@ -86,8 +92,9 @@ impl ObjectStoreRegistry for GuardedStores {
     }
 }
 
-/// An object store that checks the Parquet files read through it (see the module docs).
-pub struct ParquetGuard {
+/// An object store that checks the Parquet and Arrow IPC files read through it (see the module
+/// docs).
+pub struct FileGuard {
     inner: Arc<dyn ObjectStore>,
     /// The store's URL, to name a refused file by its whole URL.
     base: String,
@@ -110,7 +117,7 @@ impl PartialEq for Version {
 /// A checked footer, or why the file is refused.
 type Verdict = std::result::Result<CheckedFooter, String>;
 
-impl ParquetGuard {
+impl FileGuard {
     /// `store` behind a guard, as a store; a store already guarded is returned as it is.
     pub fn wrap(url: &Url, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
         if store.to_string().starts_with(&format!("{GUARD_NAME}(")) {
@@ -119,7 +126,7 @@ impl ParquetGuard {
         // `file:///` for the local file system, `s3://bucket/` for a bucket: then the path.
         let base = format!("{}/", url.as_str().trim_end_matches('/'));
         let base = if base == "file:/" { "file:///".to_string() } else { base };
-        Arc::new(ParquetGuard { inner: store, base, footers: Mutex::new(HashMap::new()) })
+        Arc::new(FileGuard { inner: store, base, footers: Mutex::new(HashMap::new()) })
     }
 
     /// The file's name in errors: its URL.
@@ -192,6 +199,48 @@ impl ParquetGuard {
         Ok(Some(verdict))
     }
 
+    /// Refuses a read of more than [`LARGE_READ`] bytes that goes past the end of the file, before
+    /// the store allocates for it (the local file system fills a buffer of the size asked for
+    /// before it reads: an Arrow IPC footer claiming a 100 GB record batch in a 482-byte file
+    /// aborted the process). Smaller reads are the store's to answer.
+    async fn check_within(&self, location: &Path, ranges: &[Range<u64>]) -> object_store::Result<()> {
+        if !ranges.iter().any(|r| r.end.saturating_sub(r.start) > LARGE_READ) {
+            return Ok(());
+        }
+        let size = self.inner.head(location).await?.size;
+        match ranges.iter().find(|r| r.end > size || r.start > r.end) {
+            Some(r) => Err(self.refused(location, &format!("a read of bytes {}..{} lies past the end of the file ({size} bytes)", r.start, r.end))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks the blocks of an Arrow IPC file read whole (see
+    /// [`check_ipc_blocks`](shapfusion_files::check_ipc_blocks)) before DataFusion's reader
+    /// allocates them: a local file by its footer (any file: the check reads its last 10 bytes
+    /// and passes what is not Arrow IPC), another store's file when its name says Arrow IPC.
+    async fn check_whole_arrow_ipc(&self, location: &Path, result: GetResult) -> object_store::Result<GetResult> {
+        let refused = |why: String| self.refused(location, &why);
+        match &result.payload {
+            GetResultPayload::File(file, _) => {
+                // A second handle to the same open file: the check leaves it at its start.
+                let mut file = file.try_clone().map_err(|e| object_store::Error::Generic { store: GUARD_NAME, source: Box::new(e) })?;
+                shapfusion_files::check_ipc_blocks(&mut file).map_err(refused)?;
+                Ok(result)
+            }
+            GetResultPayload::Stream(_) => {
+                let named_ipc = location.extension().is_some_and(|e| ["arrow", "feather", "ipc"].iter().any(|x| e.eq_ignore_ascii_case(x)));
+                if !named_ipc {
+                    return Ok(result);
+                }
+                let (meta, range, attributes) = (result.meta.clone(), result.range.clone(), result.attributes.clone());
+                let bytes = result.bytes().await?;
+                shapfusion_files::check_ipc_blocks(&mut std::io::Cursor::new(&bytes)).map_err(refused)?;
+                let payload = GetResultPayload::Stream(futures::stream::once(async move { Ok(bytes) }).boxed());
+                Ok(GetResult { payload, meta, range, attributes })
+            }
+        }
+    }
+
     /// Checks `bytes`, read from byte `start` of `location`, against the file's verdict.
     fn check_range(&self, location: &Path, verdict: &Verdict, start: u64, bytes: &Bytes) -> object_store::Result<()> {
         match verdict {
@@ -201,24 +250,24 @@ impl ParquetGuard {
     }
 }
 
-/// How a guard shows itself (`Display`, and in its errors: "Generic Parquet check error: ..."),
-/// also how [`ParquetGuard::wrap`] recognises one (a store has no `Any` to downcast).
-const GUARD_NAME: &str = "Parquet check";
+/// How a guard shows itself (`Display`, and in its errors: "Generic file check error: ..."),
+/// also how [`FileGuard::wrap`] recognises one (a store has no `Any` to downcast).
+const GUARD_NAME: &str = "file check";
 
-impl fmt::Display for ParquetGuard {
+impl fmt::Display for FileGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{GUARD_NAME}({})", self.inner)
     }
 }
 
-impl fmt::Debug for ParquetGuard {
+impl fmt::Debug for FileGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ParquetGuard").field("inner", &self.inner).field("base", &self.base).finish_non_exhaustive()
+        f.debug_struct("FileGuard").field("inner", &self.inner).field("base", &self.base).finish_non_exhaustive()
     }
 }
 
 #[async_trait]
-impl ObjectStore for ParquetGuard {
+impl ObjectStore for FileGuard {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
         self.inner.put_opts(location, payload, opts).await
     }
@@ -229,8 +278,13 @@ impl ObjectStore for ParquetGuard {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
         if options.range.is_none() {
-            // A whole file (a model, a background, a CSV file): not how a Parquet reader reads.
-            return self.inner.get_opts(location, options).await;
+            // A whole file (a model, a background, a CSV file): not how a Parquet reader reads,
+            // but how DataFusion reads an Arrow IPC file.
+            let result = self.inner.get_opts(location, options).await?;
+            return self.check_whole_arrow_ipc(location, result).await;
+        }
+        if let Some(GetRange::Bounded(range)) = &options.range {
+            self.check_within(location, std::slice::from_ref(range)).await?;
         }
         let result = self.inner.get_opts(location, options).await?;
         let range = result.range.clone();
@@ -250,6 +304,7 @@ impl ObjectStore for ParquetGuard {
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
+        self.check_within(location, ranges).await?;
         let fetched = self.inner.get_ranges(location, ranges).await?;
         if let Some(verdict) = self.verdict_for_pages(location).await? {
             for (range, bytes) in ranges.iter().zip(&fetched) {
@@ -348,20 +403,20 @@ mod tests {
     async fn a_corrupt_file_is_refused_however_it_is_first_read() {
         let inner = Arc::new(InMemory::new());
         let url = Url::parse("memory://bucket").unwrap();
-        let guard = ParquetGuard::wrap(&url, inner.clone());
+        let guard = FileGuard::wrap(&url, inner.clone());
         let (file, bad) = (corrupt_parquet(), Path::from("bad.parquet"));
         inner.put(&bad, file.clone().into()).await.unwrap();
         // Its pages first (its first chunk, a dictionary page at byte 4).
         let e = guard.get_range(&bad, 4..94).await.unwrap_err().to_string();
         assert!(e.contains("memory://bucket/bad.parquet") && e.contains("402653184 values of type DOUBLE cannot fit"), "{e}");
         // Its footer first, then its pages, through `get_ranges`.
-        let guard = ParquetGuard::wrap(&url, inner.clone());
+        let guard = FileGuard::wrap(&url, inner.clone());
         let size = file.len() as u64;
         assert_eq!(guard.get_range(&bad, size - 1000..size).await.unwrap(), file.slice(file.len() - 1000..));
         let e = guard.get_ranges(&bad, &[0..4, 4..94]).await.unwrap_err().to_string();
         assert!(e.contains("cannot fit"), "{e}");
         // A guarded store is not guarded twice.
-        assert!(Arc::ptr_eq(&guard, &ParquetGuard::wrap(&url, guard.clone())));
+        assert!(Arc::ptr_eq(&guard, &FileGuard::wrap(&url, guard.clone())));
 
         let csv = Path::from("rows.csv");
         let text = Bytes::from("a,b\n1,2\n3,4\n".repeat(1000));
