@@ -115,10 +115,10 @@ fn check_column_chunks(metadata: &ParquetMetaData, file_len: u64) -> Result<(), 
     Ok(())
 }
 
-/// A Parquet file's footer, checked as [`open`] checks a file's, for a reader that fetches the
-/// file's byte ranges itself (DataFusion's tables): it knows where each column chunk lies, so
-/// that [`check_range`](Self::check_range) can check the pages of a range fetched from one before
-/// the Parquet crate decodes them.
+/// A Parquet file's footer, checked as this crate's readers check a file's, for a reader that
+/// fetches the file's byte ranges itself (DataFusion's tables): it knows where each column
+/// chunk lies, so that [`check_range`](Self::check_range) can check the pages of a range
+/// fetched from one before the Parquet crate decodes them.
 #[derive(Debug)]
 pub struct CheckedFooter {
     /// The column chunks, by their first byte.
