@@ -172,10 +172,9 @@ impl CheckedFooter {
         let mut chunks = Vec::new();
         for (row_group, group) in metadata.row_groups().iter().enumerate() {
             for (column, chunk) in group.columns().iter().enumerate() {
-                // In the file, as `check_column_chunks` found.
-                let start = chunk.dictionary_page_offset().unwrap_or_else(|| chunk.data_page_offset()) as u64;
-                let end = start + chunk.compressed_size() as u64;
-                chunks.push(ChunkSpan { start, end, row_group, column, descr: chunk.column_descr_ptr() });
+                // Within the file, as `check_column_chunks` found above.
+                let (start, len) = chunk.byte_range();
+                chunks.push(ChunkSpan { start, end: start + len, row_group, column, descr: chunk.column_descr_ptr() });
             }
         }
         chunks.sort_by_key(|c| c.start);
@@ -232,11 +231,12 @@ fn check_ipc_footer<R: Read + std::io::Seek>(source: &mut R) -> Result<(), Strin
     use std::io::SeekFrom;
     let Ok(len) = source.seek(SeekFrom::End(0)) else { return Ok(()) };
     let mut trailer = [0u8; 10];
-    if len < 16 || source.seek(SeekFrom::End(-10)).is_err() || source.read_exact(&mut trailer).is_err() || &trailer[4..] != b"ARROW1" {
-        return Ok(()); // not an Arrow IPC file's end: the reader says what it is
+    if len < 16 || source.seek(SeekFrom::End(-10)).is_err() || source.read_exact(&mut trailer).is_err() {
+        return Ok(());
     }
-    let footer_len = i32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
-    let Ok(footer_len) = u64::try_from(footer_len) else { return Ok(()) }; // the reader refuses it
+    // Not an Arrow IPC file's end, or a negative length: the reader says what it is.
+    let Ok(footer_len) = arrow::ipc::reader::read_footer_length(trailer) else { return Ok(()) };
+    let footer_len = footer_len as u64;
     if footer_len + 10 > len {
         return Err(format!("its footer of {footer_len} bytes is longer than the file ({len} bytes)"));
     }
@@ -285,21 +285,20 @@ fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) 
             return Ok(());
         }
         let Ok(tail) = source.get_bytes(len - 8, 8) else { return Ok(()) };
-        let footer_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
-        if &tail[4..] != b"PAR1" || footer_len + 8 > len {
+        let Some(needed) = CheckedFooter::tail_len(&tail).filter(|&n| n <= len) else {
             return Ok(()); // not a plain footer: the crate says what it is
-        }
-        let Ok(footer) = source.get_bytes(len - 8 - footer_len, footer_len as usize) else { return Ok(()) };
+        };
+        let Ok(footer) = source.get_bytes(len - needed, (needed - 8) as usize) else { return Ok(()) };
         return walk_struct(&footer).map(|_| ()).map_err(|e| format!("footer: {e}"));
     };
     for (g, group) in metadata.row_groups().iter().enumerate() {
         for (c, column) in group.columns().iter().enumerate() {
-            let start = column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset()) as u64;
+            // Within the file, as `check_column_chunks` found before this walk.
+            let (start, len) = column.byte_range();
             let read = |at: u64, len: u64| source.get_bytes(at, len as usize).ok();
             // A header that runs past its chunk is left to the crate, whose reads past the end
             // of the file fail here (`EofIsAnError`).
-            walk_pages(read, start, column.compressed_size() as u64, false, column.column_descr())
-                .map_err(|e| format!("row group {g}, column {c}, {e}"))?;
+            walk_pages(read, start, len, false, column.column_descr()).map_err(|e| format!("row group {g}, column {c}, {e}"))?;
         }
     }
     Ok(())

@@ -153,7 +153,7 @@ impl FileGuard {
         if let Some(verdict) = self.verdict(location) {
             return Ok(Some(verdict));
         }
-        if !location.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet")) {
+        if !named(location, &["parquet"]) {
             return Ok(None);
         }
         let meta = self.inner.head(location).await?;
@@ -172,8 +172,7 @@ impl FileGuard {
             }
         }
         let needed = CheckedFooter::tail_len(tail).filter(|&n| n <= meta.size);
-        let named_parquet = meta.location.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet"));
-        if needed.is_none() && !named_parquet {
+        if needed.is_none() && !named(&meta.location, &["parquet"]) {
             return Ok(None); // not Parquet (a CSV file's last part): streamed through from now on
         }
         // A file named Parquet that does not end as one is the crate's to refuse; its verdict
@@ -228,15 +227,12 @@ impl FileGuard {
                 Ok(result)
             }
             GetResultPayload::Stream(_) => {
-                let named_ipc = location.extension().is_some_and(|e| ["arrow", "feather", "ipc"].iter().any(|x| e.eq_ignore_ascii_case(x)));
-                if !named_ipc {
+                if !named(location, &["arrow", "feather", "ipc"]) {
                     return Ok(result);
                 }
-                let (meta, range, attributes) = (result.meta.clone(), result.range.clone(), result.attributes.clone());
-                let bytes = result.bytes().await?;
+                let (result, bytes) = buffered(result).await?;
                 shapfusion_files::check_ipc_blocks(&mut std::io::Cursor::new(&bytes)).map_err(refused)?;
-                let payload = GetResultPayload::Stream(futures::stream::once(async move { Ok(bytes) }).boxed());
-                Ok(GetResult { payload, meta, range, attributes })
+                Ok(result)
             }
         }
     }
@@ -248,6 +244,20 @@ impl FileGuard {
             Err(why) => Err(self.refused(location, why)),
         }
     }
+}
+
+/// Whether `location`'s extension is one of `extensions` (in any case).
+fn named(location: &Path, extensions: &[&str]) -> bool {
+    location.extension().is_some_and(|e| extensions.iter().any(|x| e.eq_ignore_ascii_case(x)))
+}
+
+/// `result`'s bytes, read whole to be checked, and the same result again to hand on.
+async fn buffered(result: GetResult) -> object_store::Result<(GetResult, Bytes)> {
+    let (meta, range, attributes) = (result.meta.clone(), result.range.clone(), result.attributes.clone());
+    let bytes = result.bytes().await?;
+    let again = bytes.clone();
+    let payload = GetResultPayload::Stream(futures::stream::once(async move { Ok(again) }).boxed());
+    Ok((GetResult { payload, meta, range, attributes }, bytes))
 }
 
 /// How a guard shows itself (`Display`, and in its errors: "Generic file check error: ..."),
@@ -293,14 +303,12 @@ impl ObjectStore for FileGuard {
         if !reads_the_end && known.is_none() {
             return Ok(result); // not a Parquet file: streamed through
         }
-        let (meta, attributes) = (result.meta.clone(), result.attributes.clone());
-        let bytes = result.bytes().await?;
-        let verdict = if reads_the_end { self.check_footer(&meta, &bytes).await? } else { known };
+        let (result, bytes) = buffered(result).await?;
+        let verdict = if reads_the_end { self.check_footer(&result.meta, &bytes).await? } else { known };
         if let Some(verdict) = verdict {
             self.check_range(location, &verdict, range.start, &bytes)?;
         }
-        let payload = GetResultPayload::Stream(futures::stream::once(async move { Ok(bytes) }).boxed());
-        Ok(GetResult { payload, meta, range, attributes })
+        Ok(result)
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
