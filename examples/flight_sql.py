@@ -7,7 +7,9 @@ Start the server (it computes in-process, or on workers with --workers), then ru
     python examples/flight_sql.py --server grpc://127.0.0.1:50051
 
 Tables can also be registered by the client: statements such as CREATE EXTERNAL TABLE go through
-the same execute() call as queries.
+the same execute() call as queries. Parameters are written `?` and passed to execute(), as with
+any DB-API driver; the server's tables are listed by the driver's own calls (`adbc_get_objects`,
+`adbc_get_table_schema`), as database browsers list them.
 """
 
 import argparse
@@ -23,10 +25,11 @@ def connect(server, token=None):
     return flight_sql.connect(server, db_kwargs=kwargs, autocommit=True)
 
 
-def query(conn, sql):
-    """Runs one statement and returns its result as a pyarrow Table."""
+def query(conn, sql, parameters=None):
+    """Runs one statement (with `?` parameters bound from `parameters`) and returns its result
+    as a pyarrow Table."""
     with conn.cursor() as cur:
-        cur.execute(sql)
+        cur.execute(sql, parameters)
         return cur.fetch_arrow_table()
 
 
@@ -43,6 +46,10 @@ def main():
                 FROM payments ORDER BY amount_effect DESC LIMIT 5""",
         )
         print(top)
+        # One payment's attributions, its id bound as a parameter: what an online lookup sends.
+        one = query(conn, f"SELECT id, shap('fraud', {FEATURES}) AS s FROM payments WHERE id = ?", (top["id"][0].as_py(),))
+        assert one.num_rows == 1 and one["s"][0]["amount"].as_py() == top["amount_effect"][0].as_py(), one
+        print(f"payment {one['id'][0]}: {one['s'][0]}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ use shapfusion::pipeline::{explain_with_model, ExplainOptions};
 use shapfusion::{ErrorKind, OutputKind};
 use tonic::Code;
 
-use common::server::{sql_client, sql_result, Server, BIN};
+use common::server::{fetch, sql_client, sql_result, Server, BIN};
 
 /// A worker serving the example model as `fraud` and every fixture model by its fixture name
 /// (workers serve configured models only; the pool sends their URLs).
@@ -337,6 +337,121 @@ async fn flight_sql_serves_shap_over_tables_locally_and_on_workers() {
         let e = c.execute("SELECT shap('fraud', amount) FROM payments".to_string(), None).await.unwrap_err().to_string();
         assert!(e.contains("takes") && e.contains("features"), "{e}");
     }
+}
+
+/// The rows of `batch` ordered by its first column (an integer id), for results whose runs
+/// come back in any order.
+fn by_id(batch: &RecordBatch) -> RecordBatch {
+    let order = arrow::compute::sort_to_indices(batch.column(0), None, None).unwrap();
+    arrow::compute::take_record_batch(batch, &order).unwrap()
+}
+
+/// What database browsers, BI tools, JDBC and ADBC ask before and while they query: the
+/// session's catalogs, schemas, tables (each client's own), table types, keys and the server's
+/// SQL info; prepared statements with `?` parameters, one run per bound row, equal to the same
+/// statement with the values written in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flight_sql_lists_each_session_and_binds_parameters() {
+    use arrow_flight::sql::{CommandGetDbSchemas, CommandGetPrimaryKeys, CommandGetTables, SqlInfo};
+    let (model, model_path, _) = payments(1);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = root.join("examples/data/payments.parquet");
+    let features = model.feature_names().join(", ");
+    let out = tempfile::tempdir().unwrap();
+    let model_arg = format!("fraud={}", model_path.display());
+    let table_arg = format!("payments={}", data.display());
+    let data_root = root.join("examples/data").display().to_string();
+    let write_root = out.path().display().to_string();
+    let serve = Server::start(&["serve", "--model", &model_arg, "--table", &table_arg, "--data-root", &data_root, "--allow-write", &write_root]);
+    let mut a = sql_client(&serve.url).await;
+    let mut b = sql_client(&serve.url).await;
+    let text = |batch: &RecordBatch| arrow::util::pretty::pretty_format_batches(std::slice::from_ref(batch)).unwrap().to_string();
+
+    // The server's SQL info.
+    let info = a.get_sql_info(vec![SqlInfo::FlightSqlServerName, SqlInfo::FlightSqlServerReadOnly]).await.unwrap();
+    let info = text(&fetch(&mut a, info).await.unwrap());
+    assert!(info.contains("shapfusion") && info.contains("false"), "{info}");
+
+    // Catalogs and schemas, filtered as asked.
+    let catalogs = a.get_catalogs().await.unwrap();
+    assert!(text(&fetch(&mut a, catalogs).await.unwrap()).contains("datafusion"));
+    let request = CommandGetDbSchemas { catalog: Some("datafusion".into()), db_schema_filter_pattern: Some("pub%".into()) };
+    let schemas = a.get_db_schemas(request).await.unwrap();
+    let schemas = fetch(&mut a, schemas).await.unwrap();
+    assert_eq!(schemas.num_rows(), 1, "{}", text(&schemas));
+    assert!(text(&schemas).contains("public"));
+    let types = a.get_table_types().await.unwrap();
+    assert!(text(&fetch(&mut a, types).await.unwrap()).contains("TABLE"));
+
+    // Tables: the operator's for everyone, a client's own for that client only, with their
+    // Arrow schemas when asked.
+    sql_result(&mut b, &format!("CREATE EXTERNAL TABLE mine STORED AS PARQUET LOCATION '{}'", data.display())).await.unwrap();
+    let tables = |pattern: &str| CommandGetTables {
+        catalog: None,
+        db_schema_filter_pattern: None,
+        table_name_filter_pattern: Some(pattern.into()),
+        table_types: vec!["TABLE".into()],
+        include_schema: true,
+    };
+    let listed = a.get_tables(tables("%")).await.unwrap();
+    let listed = fetch(&mut a, listed).await.unwrap();
+    let names = arrow::array::AsArray::as_string::<i32>(listed.column_by_name("table_name").unwrap());
+    assert_eq!(names.iter().flatten().collect::<Vec<_>>(), ["payments"], "client a's tables");
+    let ipc = arrow::array::AsArray::as_binary::<i32>(listed.column_by_name("table_schema").unwrap()).value(0).to_vec();
+    let listed_schema = arrow::datatypes::Schema::try_from(arrow_flight::IpcMessage(ipc.into())).unwrap();
+    let scanned = sql_result(&mut a, "SELECT * FROM payments LIMIT 0").await.unwrap();
+    assert_eq!(listed_schema.fields(), scanned.schema().fields(), "the listed schema is the table's");
+    let listed = b.get_tables(tables("m%")).await.unwrap();
+    let listed = fetch(&mut b, listed).await.unwrap();
+    assert_eq!(listed.num_rows(), 1, "client b's own table: {}", text(&listed));
+    assert!(text(&listed).contains("mine"));
+    let request = CommandGetPrimaryKeys { catalog: None, db_schema: None, table: "payments".into() };
+    let keys = a.get_primary_keys(request).await.unwrap();
+    assert_eq!(fetch(&mut a, keys).await.unwrap().num_rows(), 0, "DataFusion's tables have no keys");
+
+    // `?` parameters, numbered by their place in the text, cast to the column's type.
+    let mut statement =
+        a.prepare(format!("SELECT id, shap('fraud', {features}) AS s FROM payments WHERE id = ? OR amount > ? ORDER BY id"), None).await.unwrap();
+    let parameters = statement.parameter_schema().unwrap().clone();
+    assert_eq!(parameters.fields().len(), 2, "{parameters:?}");
+    assert_eq!(parameters.field(0).data_type(), listed_schema.field_with_name("id").unwrap().data_type());
+    assert_eq!(parameters.field(1).data_type(), listed_schema.field_with_name("amount").unwrap().data_type());
+    let e = statement.execute().await.unwrap_err().to_string();
+    assert!(e.contains("bind their values"), "{e}");
+    let one = RecordBatch::try_from_iter([
+        ("id", Arc::new(arrow::array::Int32Array::from(vec![7])) as _),
+        ("amount", Arc::new(arrow::array::Float64Array::from(vec![1_000.0])) as _),
+    ])
+    .unwrap();
+    statement.set_parameters(one).unwrap();
+    let got = fetch(&mut a, statement.execute().await.unwrap()).await.unwrap();
+    let want = sql_result(&mut a, &format!("SELECT id, shap('fraud', {features}) AS s FROM payments WHERE id = 7 OR amount > 1000.0 ORDER BY id"))
+        .await
+        .unwrap();
+    assert!(want.num_rows() > 1, "the comparison has rows: {}", want.num_rows());
+    assert_same(&got, &want, "a bound statement");
+
+    // Several rows bound: one run each, together the rows of all.
+    let mut statement = a.prepare(format!("SELECT id, shap('fraud', {features}) AS s FROM payments WHERE id = $1"), None).await.unwrap();
+    statement.set_parameters(RecordBatch::try_from_iter([("id", Arc::new(arrow::array::Int64Array::from(vec![3, 11, 5])) as _)]).unwrap()).unwrap();
+    let got = fetch(&mut a, statement.execute().await.unwrap()).await.unwrap();
+    let want = sql_result(&mut a, &format!("SELECT id, shap('fraud', {features}) AS s FROM payments WHERE id IN (3, 5, 11)")).await.unwrap();
+    assert_eq!(want.num_rows(), 3);
+    assert_same(&by_id(&got), &by_id(&want), "three bound rows");
+    statement.set_parameters(RecordBatch::try_from_iter([("id", Arc::new(arrow::array::StringArray::from(vec!["three"])) as _)]).unwrap()).unwrap();
+    let e = statement.execute().await.unwrap_err().to_string();
+    assert!(e.contains("parameter $1") && e.contains("Int64"), "{e}");
+
+    // Prepared updates (JDBC runs DDL and COPY this way), parameters sent with the update.
+    let mut create = a.prepare(format!("CREATE EXTERNAL TABLE p3 STORED AS PARQUET LOCATION '{}'", data.display()), None).await.unwrap();
+    assert_eq!(create.execute_update().await.unwrap(), 0);
+    let n = sql_result(&mut a, "SELECT count(*) AS n FROM p3 WHERE id < 100").await.unwrap();
+    let n = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(n.column(0)).value(0);
+    let target = out.path().join("low.parquet");
+    let mut copy = a.prepare(format!("COPY (SELECT id FROM p3 WHERE id < ?) TO '{}'", target.display()), None).await.unwrap();
+    copy.set_parameters(RecordBatch::try_from_iter([("limit", Arc::new(arrow::array::Int64Array::from(vec![100])) as _)]).unwrap()).unwrap();
+    assert_eq!(copy.execute_update().await.unwrap(), n, "rows written");
+    assert_eq!(read_parquet(&target).num_rows() as i64, n);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

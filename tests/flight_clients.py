@@ -108,6 +108,26 @@ def main(binary):
                 print("ok: ADBC cannot read, write or reroute outside what the operator configured")
                 top = fs.query(conn, f"SELECT id, shap('fraud', {fs.FEATURES})['amount'] AS e FROM payments ORDER BY e DESC LIMIT 5")
                 assert top.num_rows == 5 and pc.max(local["amount"]).as_py() == top["e"][0].as_py()
+
+                # Parameters, bound the DB-API way: `?` in the text, values beside it.
+                ids = pq.read_table(DATA, columns=["id"])["id"]
+                for row in [0, 1234, local.num_rows - 1]:
+                    got = fs.query(conn, f"SELECT shap('fraud', {fs.FEATURES}) AS s FROM payments WHERE id = ?", (ids[row].as_py(),))
+                    check_same(pa.Table.from_struct_array(got["s"].combine_chunks()), local.slice(row, 1), f"ADBC with a bound id (row {row})")
+
+                # What a database browser asks: the server, its table types, the session's objects.
+                info = conn.adbc_get_info()
+                assert info["vendor_name"] == "shapfusion", info
+                assert "TABLE" in conn.adbc_get_table_types(), conn.adbc_get_table_types()
+                objects = conn.adbc_get_objects(depth="columns").read_all().to_pylist()
+                tables = {t["table_name"]: t for c in objects for s in c["catalog_db_schemas"] for t in s["db_schema_tables"]}
+                assert {"payments", "p2"} <= set(tables), sorted(tables)
+                columns = [c["column_name"] for c in tables["payments"]["table_columns"]]
+                assert columns == pq.read_schema(DATA).names, columns
+                schema = conn.adbc_get_table_schema("payments")
+                assert schema.names == pq.read_schema(DATA).names and schema.types == pq.read_schema(DATA).types, schema
+                print(f"ok: ADBC lists the server ({info['vendor_name']} {info.get('vendor_version')}), its table types and the session's "
+                      f"tables with their columns ({len(tables)} tables)")
             try:
                 with fs.connect(serve_url, "wrong") as conn:
                     fs.query(conn, "SELECT 1")

@@ -69,8 +69,18 @@ pub async fn sql_result(
     c: &mut arrow_flight::sql::client::FlightSqlServiceClient<tonic::transport::Channel>,
     sql: &str,
 ) -> Result<arrow::array::RecordBatch, String> {
-    use futures::TryStreamExt;
     let info = c.execute(sql.to_string(), None).await.map_err(|e| e.to_string())?;
+    fetch(c, info).await
+}
+
+/// Fetches the rows of a Flight SQL `FlightInfo` (every endpoint's, in order), or the error as
+/// text.
+#[cfg(feature = "flight")]
+pub async fn fetch(
+    c: &mut arrow_flight::sql::client::FlightSqlServiceClient<tonic::transport::Channel>,
+    info: arrow_flight::FlightInfo,
+) -> Result<arrow::array::RecordBatch, String> {
+    use futures::TryStreamExt;
     let schema = std::sync::Arc::new(info.clone().try_decode_schema().unwrap());
     let mut batches = Vec::new();
     for endpoint in info.endpoint {

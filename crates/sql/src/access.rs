@@ -47,6 +47,11 @@ impl AccessPolicy {
         Ok(AccessPolicy { read: parse("data root", data_roots)?, write: parse("write root", write_roots)? })
     }
 
+    /// Whether clients may write files anywhere (`--allow-write`).
+    pub fn allows_writes(&self) -> bool {
+        !self.write.is_empty()
+    }
+
     /// Refuses a plan that reaches outside the grants (the whole plan is walked, so `EXPLAIN
     /// ANALYZE COPY …` is refused like `COPY …`). The message says what was refused and which
     /// flag grants it.

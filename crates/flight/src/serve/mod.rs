@@ -3,6 +3,8 @@
 //! [`AccessPolicy`](shapfusion_sql::AccessPolicy); the functions compute in this process, on Flight
 //! workers (`shap.workers`), or the whole query runs on a Ballista cluster.
 
+mod catalog;
+mod parameters;
 mod service;
 
 pub use service::SqlService;

@@ -4,7 +4,10 @@
 //!
 //! Statements go through the standard path: `GetFlightInfo(CommandStatementQuery)` plans the
 //! statement (`SET` and the permitted DDL take effect here) and returns a ticket; `DoGet` on the
-//! ticket streams the result. Prepared statements (used by JDBC) plan the same way.
+//! ticket streams the result. Prepared statements (used by JDBC) plan the same way; their
+//! parameters (`?` or `$1`) are bound by `DoPut`, one run of the statement a bound row. Clients
+//! list the session's catalogs, schemas, tables and table types and the server's SQL info the
+//! standard way too (`GetTables` and the rest), as database browsers and BI tools do.
 //!
 //! **One session per client.** Each client connection (its gRPC connection, identified by the
 //! peer address) gets its own DataFusion session: the operator's `--table` tables and the shap
@@ -16,17 +19,25 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, SchemaRef};
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::server::FlightSqlService;
+use arrow_flight::sql::server::PeekableFlightDataStream;
 use arrow_flight::sql::{
-    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, CommandPreparedStatementQuery,
-    CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, CommandGetCatalogs,
+    CommandGetCrossReference, CommandGetDbSchemas, CommandGetExportedKeys, CommandGetImportedKeys, CommandGetPrimaryKeys, CommandGetSqlInfo,
+    CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementQuery,
+    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, IpcMessage, SchemaAsIpc, Ticket};
 use bytes::Bytes;
 use datafusion::catalog::TableProvider;
+use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
@@ -36,6 +47,8 @@ use prost::Message;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::catalog;
+use super::parameters::{self, MAX_PARAMETER_BYTES};
 use crate::net::auth;
 use crate::net::limits::Admission;
 use crate::protocol::status_from_error;
@@ -49,7 +62,8 @@ const TICKET_TTL: Duration = Duration::from_secs(600);
 /// Planned statements and prepared statements one session may hold at once.
 pub const MAX_HANDLES_PER_SESSION: usize = 64;
 
-/// A session unused this long is dropped (with its tables, settings and handles).
+/// A session unused this long is dropped (with its tables, settings and handles); so is a
+/// prepared statement.
 const SESSION_IDLE: Duration = Duration::from_secs(1800);
 
 /// Sessions held at once; a new client beyond this is refused until one goes idle.
@@ -61,8 +75,19 @@ struct Session {
     last_used: Instant,
     /// Planned statements by ticket handle.
     planned: HashMap<Bytes, (Instant, DataFrame)>,
-    /// Prepared statements' SQL by handle.
-    prepared: HashMap<Bytes, (Instant, String)>,
+    /// Prepared statements by handle.
+    prepared: HashMap<Bytes, Prepared>,
+}
+
+/// A prepared statement: its SQL, its parameters, and the parameter sets bound to it.
+struct Prepared {
+    /// Last created, bound or run: a statement unused for [`SESSION_IDLE`] is dropped.
+    used: Instant,
+    sql: String,
+    /// `$1` … `$n`, with the types the statement gives them.
+    parameters: Vec<Field>,
+    /// Each set runs the statement once; empty until the client binds.
+    bound: Vec<Vec<ScalarValue>>,
 }
 
 impl Session {
@@ -82,7 +107,7 @@ impl Session {
 
     fn expire(&mut self) {
         self.planned.retain(|_, (at, _)| at.elapsed() < TICKET_TTL);
-        self.prepared.retain(|_, (at, _)| at.elapsed() < SESSION_IDLE);
+        self.prepared.retain(|_, p| p.used.elapsed() < SESSION_IDLE);
     }
 }
 
@@ -106,11 +131,13 @@ pub struct SqlService {
     policy: AccessPolicy,
     admission: Admission,
     sessions: Mutex<HashMap<String, Session>>,
+    /// The answers to `GetSqlInfo`.
+    sql_info: SqlInfoData,
 }
 
 /// A DataFusion error's status, by the kind it has as shapfusion's (an error of a shap function
 /// keeps its own).
-fn df_status(e: datafusion::error::DataFusionError) -> Status {
+pub(super) fn df_status(e: datafusion::error::DataFusionError) -> Status {
     status_from_error(&shapfusion_sql::from_datafusion("the query", e))
 }
 
@@ -137,7 +164,8 @@ impl SqlService {
         // turned creating one off once it had its own).
         let config = state.config().clone().with_create_default_catalog_and_schema(true);
         let template = SessionTemplate { config, runtime: ctx.runtime_env(), registry, tables: Vec::new(), backend: None };
-        SqlService { base: ctx, template: Mutex::new(template), token, policy, admission, sessions: Mutex::new(HashMap::new()) }
+        let sql_info = catalog::sql_info(policy.allows_writes(), SESSION_IDLE.as_millis() as i32);
+        SqlService { base: ctx, template: Mutex::new(template), token, policy, admission, sessions: Mutex::new(HashMap::new()), sql_info }
     }
 
     /// Client sessions submit their queries to `backend` (a Ballista cluster, whose executors
@@ -230,11 +258,97 @@ impl SqlService {
         ctx.execute_logical_plan(plan).await.map_err(df_status)
     }
 
-    /// The logical plan of `sql` in `ctx`, once the access policy allowed it.
+    /// The logical plan of `sql` in `ctx` (bare `?` parameters numbered by their place in the
+    /// text), once the access policy allowed it.
     async fn allowed_plan(&self, ctx: &SessionContext, sql: &str) -> std::result::Result<LogicalPlan, Status> {
-        let plan = ctx.state().create_logical_plan(sql).await.map_err(df_status)?;
+        let state = ctx.state();
+        let statement = parameters::parse_numbered(&state, sql).map_err(df_status)?;
+        let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
         self.policy.check(&plan).map_err(Status::permission_denied)?;
         Ok(plan)
+    }
+
+    /// Plans the client's prepared statement `handle` once for each parameter set bound to it
+    /// (once if it has no parameters) and returns the runs, DDL and `SET` having taken effect.
+    async fn plan_prepared(&self, client: &str, handle: &Bytes) -> std::result::Result<Vec<DataFrame>, Status> {
+        let (sql, count, bound) = self.with_prepared(client, handle, |p| Ok((p.sql.clone(), p.parameters.len(), p.bound.clone())))?;
+        if count == 0 {
+            return Ok(vec![self.plan(client, &sql).await?]);
+        }
+        if bound.is_empty() {
+            return Err(Status::failed_precondition(format!(
+                "this prepared statement has {count} parameter(s): bind their values (DoPut with the statement's handle) before running it"
+            )));
+        }
+        let ctx = self.session_ctx(client)?;
+        let plan = self.allowed_plan(&ctx, &sql).await?;
+        let mut runs = Vec::with_capacity(bound.len());
+        for values in bound {
+            let plan = plan.clone().with_param_values(values).map_err(df_status)?;
+            self.policy.check(&plan).map_err(Status::permission_denied)?;
+            register_stores(&ctx, &plan).map_err(|e| status_from_error(&e))?;
+            runs.push(ctx.execute_logical_plan(plan).await.map_err(df_status)?);
+        }
+        Ok(runs)
+    }
+
+    /// Binds the parameter rows a `DoPut` carries to the client's prepared statement `handle`
+    /// (each row a set; the sets replace any bound before). A stream with no rows binds nothing.
+    async fn bind(&self, client: &str, handle: &Bytes, stream: PeekableFlightDataStream) -> std::result::Result<(), Status> {
+        let fields = self.with_prepared(client, handle, |p| Ok(p.parameters.clone()))?;
+        let batches = read_parameters(stream).await?;
+        if batches.iter().all(|b| b.num_rows() == 0) {
+            return Ok(());
+        }
+        let sets = parameters::parameter_sets(&fields, &batches)?;
+        self.with_prepared(client, handle, |p| {
+            p.bound = sets;
+            Ok(())
+        })
+    }
+
+    /// Runs `frames` as statements that return no rows but a count (DDL, `INSERT`, `COPY`) within
+    /// the server's deadline, and returns the rows they affected.
+    async fn run_update(&self, frames: Vec<DataFrame>) -> std::result::Result<i64, Status> {
+        let deadline = self.admission.limits().deadline;
+        let mut affected = 0;
+        for frame in frames {
+            let batches = tokio::time::timeout(deadline, frame.collect())
+                .await
+                .map_err(|_| Status::deadline_exceeded(format!("the statement ran longer than this server's limit of {}s", deadline.as_secs())))?
+                .map_err(df_status)?;
+            // DDL returns no rows; DML (INSERT/COPY) returns one `count` row.
+            affected += batches
+                .first()
+                .filter(|b| b.num_rows() == 1 && b.num_columns() == 1)
+                .and_then(|b| b.column(0).as_any().downcast_ref::<arrow::array::UInt64Array>().map(|a| a.value(0) as i64))
+                .unwrap_or(0);
+        }
+        Ok(affected)
+    }
+
+    /// Answers a listing's `GetFlightInfo`: the ticket is the command itself, listed when the
+    /// client fetches it (from its session then).
+    fn listing(
+        &self,
+        command: &impl ProstMessageExt,
+        schema: &arrow::datatypes::Schema,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.authorize(request.metadata())?;
+        Ok(Response::new(flight_info(command.as_any().encode_to_vec(), schema, request.into_inner())?))
+    }
+
+    /// The session a listing's `DoGet` lists, once the client is authorized.
+    fn listed_session(&self, request: &Request<Ticket>) -> std::result::Result<SessionContext, Status> {
+        self.authorize(request.metadata())?;
+        self.session_ctx(&client_of(request))
+    }
+
+    /// A listing's `DoGet` of no rows in `schema`.
+    fn no_rows(&self, request: &Request<Ticket>, schema: SchemaRef) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.authorize(request.metadata())?;
+        Ok(one_batch(catalog::no_rows(schema)))
     }
 
     /// Keeps a planned statement for the client's `DoGet` and returns the FlightInfo pointing
@@ -248,23 +362,66 @@ impl SqlService {
             Ok(())
         })?;
         let ticket = TicketStatementQuery { statement_handle: handle };
-        let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-        Ok(FlightInfo::new()
-            .try_with_schema(&schema)
-            .map_err(|e| Status::internal(format!("encoding schema: {e}")))?
-            .with_endpoint(endpoint)
-            .with_descriptor(descriptor))
+        flight_info(ticket.as_any().encode_to_vec(), &schema, descriptor)
     }
 
-    /// The SQL of the client's prepared statement `handle`.
-    fn prepared_sql(&self, client: &str, handle: &Bytes) -> std::result::Result<String, Status> {
+    /// Runs `f` on the client's prepared statement `handle`, which counts as used now.
+    fn with_prepared<T>(
+        &self,
+        client: &str,
+        handle: &Bytes,
+        f: impl FnOnce(&mut Prepared) -> std::result::Result<T, Status>,
+    ) -> std::result::Result<T, Status> {
         self.with_session(client, |s| {
-            s.prepared
-                .get(handle)
-                .map(|(_, sql)| sql.clone())
-                .ok_or_else(|| Status::not_found("unknown or closed prepared statement (handles belong to the connection that made them)"))
+            let prepared = s.prepared.get_mut(handle).ok_or_else(|| {
+                Status::not_found("unknown, expired or closed prepared statement (handles belong to the connection that made them)")
+            })?;
+            prepared.used = Instant::now();
+            f(prepared)
         })
     }
+}
+
+/// The record batches of a parameter `DoPut`, within [`MAX_PARAMETER_BYTES`]. Messages without
+/// IPC data (the descriptor alone, as clients send for an update without parameters) are
+/// skipped.
+async fn read_parameters(stream: PeekableFlightDataStream) -> std::result::Result<Vec<RecordBatch>, Status> {
+    let mut bytes = 0u64;
+    let data = stream
+        .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
+        .and_then(move |m| {
+            bytes += (m.data_header.len() + m.data_body.len()) as u64;
+            let too_many = bytes > MAX_PARAMETER_BYTES;
+            async move {
+                if too_many {
+                    return Err(Status::out_of_range(format!(
+                        "more than {MAX_PARAMETER_BYTES} bytes of parameters bound; put large inputs in a table and join it"
+                    )));
+                }
+                Ok(m)
+            }
+        })
+        .map_err(FlightError::from);
+    FlightRecordBatchStream::new_from_flight_data(data).try_collect().await.map_err(|e| match e {
+        FlightError::Tonic(status) => *status,
+        other => Status::invalid_argument(format!("cannot decode the bound parameters: {other}")),
+    })
+}
+
+/// The `FlightInfo` of a result of `schema` fetched by one `DoGet` of `ticket`.
+fn flight_info(ticket: Vec<u8>, schema: &arrow::datatypes::Schema, descriptor: FlightDescriptor) -> std::result::Result<FlightInfo, Status> {
+    Ok(FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("encoding schema: {e}")))?
+        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+        .with_descriptor(descriptor))
+}
+
+/// A `DoGet` reply of one batch.
+fn one_batch(batch: RecordBatch) -> Response<<SqlService as FlightService>::DoGetStream> {
+    let schema: SchemaRef = batch.schema();
+    let stream = FlightDataEncoderBuilder::new().with_schema(schema).build(futures::stream::once(async { Ok(batch) })).map_err(Status::from);
+    Response::new(Box::pin(stream))
 }
 
 /// Registers the object stores a `CREATE EXTERNAL TABLE` plan needs (nothing for other plans).
@@ -329,9 +486,11 @@ impl FlightSqlService for SqlService {
     ) -> std::result::Result<Response<FlightInfo>, Status> {
         self.authorize(request.metadata())?;
         let client = client_of(&request);
-        let sql = self.prepared_sql(&client, &query.prepared_statement_handle)?;
         let _planning = self.admission.admit(&client).await?;
-        let frame = self.plan(&client, &sql).await?;
+        let mut runs = self.plan_prepared(&client, &query.prepared_statement_handle).await?.into_iter();
+        let first = runs.next().ok_or_else(|| Status::internal("a prepared statement planned no run"))?;
+        // Each bound parameter set is a run of its own; their rows come back one after another.
+        let frame = runs.try_fold(first, |all, run| all.union(run)).map_err(df_status)?;
         Ok(Response::new(self.ticket_for(&client, frame, request.into_inner())?))
     }
 
@@ -375,22 +534,35 @@ impl FlightSqlService for SqlService {
         let client = client_of(&request);
         let _running = self.admission.admit(&client).await?;
         let frame = self.plan(&client, &command.query).await?;
-        let batches = tokio::time::timeout(self.admission.limits().deadline, frame.collect())
-            .await
-            .map_err(|_| {
-                Status::deadline_exceeded(format!(
-                    "the statement ran longer than this server's limit of {}s",
-                    self.admission.limits().deadline.as_secs()
-                ))
-            })?
-            .map_err(df_status)?;
-        // DDL returns no rows; DML (INSERT/COPY) returns one `count` row.
-        let affected = batches
-            .first()
-            .filter(|b| b.num_rows() == 1 && b.num_columns() == 1)
-            .and_then(|b| b.column(0).as_any().downcast_ref::<arrow::array::UInt64Array>().map(|a| a.value(0) as i64))
-            .unwrap_or(0);
-        Ok(affected)
+        self.run_update(vec![frame]).await
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> std::result::Result<DoPutPreparedStatementResult, Status> {
+        self.authorize(request.metadata())?;
+        let client = client_of(&request);
+        let handle = query.prepared_statement_handle;
+        self.bind(&client, &handle, request.into_inner()).await?;
+        Ok(DoPutPreparedStatementResult { prepared_statement_handle: Some(handle) })
+    }
+
+    /// Runs a prepared statement that returns a count; parameter rows sent with it are bound
+    /// first (JDBC sends them here), otherwise those bound before are used.
+    async fn do_put_prepared_statement_update(
+        &self,
+        query: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> std::result::Result<i64, Status> {
+        self.authorize(request.metadata())?;
+        let client = client_of(&request);
+        let handle = query.prepared_statement_handle;
+        self.bind(&client, &handle, request.into_inner()).await?;
+        let _running = self.admission.admit(&client).await?;
+        let runs = self.plan_prepared(&client, &handle).await?;
+        self.run_update(runs).await
     }
 
     async fn do_action_create_prepared_statement(
@@ -404,18 +576,26 @@ impl FlightSqlService for SqlService {
         // execution.
         let ctx = self.session_ctx(&client)?;
         let plan = self.allowed_plan(&ctx, &query.query).await?;
+        let parameters = parameters::parameter_fields(&plan)?;
         let schema = plan.schema().as_arrow().clone();
         let options = arrow::ipc::writer::IpcWriteOptions::default();
-        let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &options)
-            .try_into()
-            .map_err(|e: arrow::error::ArrowError| Status::internal(format!("encoding schema: {e}")))?;
+        let encode = |schema: &arrow::datatypes::Schema| -> std::result::Result<Bytes, Status> {
+            let IpcMessage(bytes) = SchemaAsIpc::new(schema, &options)
+                .try_into()
+                .map_err(|e: arrow::error::ArrowError| Status::internal(format!("encoding schema: {e}")))?;
+            Ok(bytes)
+        };
+        let dataset_schema = encode(&schema)?;
+        // No parameters, no parameter schema: clients then bind nothing.
+        let parameter_schema = if parameters.is_empty() { Bytes::new() } else { encode(&parameters::parameter_schema(&parameters))? };
         let handle = random_handle("prep")?;
         self.with_session(&client, |s| {
             s.room_for_handle()?;
-            s.prepared.insert(handle.clone(), (Instant::now(), query.query.clone()));
+            let prepared = Prepared { used: Instant::now(), sql: query.query.clone(), parameters, bound: Vec::new() };
+            s.prepared.insert(handle.clone(), prepared);
             Ok(())
         })?;
-        Ok(ActionCreatePreparedStatementResult { prepared_statement_handle: handle, dataset_schema, parameter_schema: Bytes::new() })
+        Ok(ActionCreatePreparedStatementResult { prepared_statement_handle: handle, dataset_schema, parameter_schema })
     }
 
     async fn do_action_close_prepared_statement(
@@ -442,6 +622,156 @@ impl FlightSqlService for SqlService {
         }
         let body = Bytes::from_static(br#"{"status":"serving","role":"flight-sql"}"#);
         Ok(Response::new(Box::pin(futures::stream::iter([Ok(arrow_flight::Result { body })]))))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder(&self.sql_info).schema();
+        self.listing(&query, &schema, request)
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.authorize(request.metadata())?;
+        let batch = query.into_builder(&self.sql_info).build().map_err(|e| Status::internal(format!("building the SQL info: {e}")))?;
+        Ok(one_batch(batch))
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &query.into_builder().schema(), request)
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Ok(one_batch(catalog::catalogs(&self.listed_session(&request)?, query)?))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &query.clone().into_builder().schema(), request)
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Ok(one_batch(catalog::schemas(&self.listed_session(&request)?, query)?))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &query.clone().into_builder().schema(), request)
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Ok(one_batch(catalog::tables(&self.listed_session(&request)?, query).await?))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &query.into_builder().schema(), request)
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.authorize(request.metadata())?;
+        Ok(one_batch(catalog::table_types(query)?))
+    }
+
+    // Keys: DataFusion's tables have none, so each listing is empty, in its own schema.
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &catalog::primary_keys_schema(), request)
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        _query: CommandGetPrimaryKeys,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.no_rows(&request, catalog::primary_keys_schema())
+    }
+
+    async fn get_flight_info_exported_keys(
+        &self,
+        query: CommandGetExportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &catalog::foreign_keys_schema(), request)
+    }
+
+    async fn do_get_exported_keys(
+        &self,
+        _query: CommandGetExportedKeys,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.no_rows(&request, catalog::foreign_keys_schema())
+    }
+
+    async fn get_flight_info_imported_keys(
+        &self,
+        query: CommandGetImportedKeys,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &catalog::foreign_keys_schema(), request)
+    }
+
+    async fn do_get_imported_keys(
+        &self,
+        _query: CommandGetImportedKeys,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.no_rows(&request, catalog::foreign_keys_schema())
+    }
+
+    async fn get_flight_info_cross_reference(
+        &self,
+        query: CommandGetCrossReference,
+        request: Request<FlightDescriptor>,
+    ) -> std::result::Result<Response<FlightInfo>, Status> {
+        self.listing(&query, &catalog::foreign_keys_schema(), request)
+    }
+
+    async fn do_get_cross_reference(
+        &self,
+        _query: CommandGetCrossReference,
+        request: Request<Ticket>,
+    ) -> std::result::Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.no_rows(&request, catalog::foreign_keys_schema())
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
