@@ -84,7 +84,7 @@ pub fn schemas(ctx: &SessionContext, query: CommandGetDbSchemas) -> Result<Recor
 
 /// `GetTables` over `ctx`, with each table's Arrow schema when the client asks for it.
 pub async fn tables(ctx: &SessionContext, query: CommandGetTables) -> Result<RecordBatch, Status> {
-    let no_columns = Schema::empty();
+    let no_columns = Arc::new(Schema::empty());
     let mut builder = query.into_builder();
     let with_schema = builder.include_schema();
     for catalog_name in ctx.catalog_names() {
@@ -93,7 +93,7 @@ pub async fn tables(ctx: &SessionContext, query: CommandGetTables) -> Result<Rec
             let Some(schema) = catalog.schema(&schema_name) else { continue };
             for table_name in schema.table_names() {
                 let Some(table) = schema.table(&table_name).await.map_err(df_status)? else { continue };
-                let columns = if with_schema { table.schema() } else { Arc::new(no_columns.clone()) };
+                let columns = if with_schema { table.schema() } else { Arc::clone(&no_columns) };
                 builder
                     .append(&catalog_name, &schema_name, &table_name, table_type_name(table.table_type()), &columns)
                     .map_err(|e| arrow_status("table", e))?;
