@@ -4,11 +4,10 @@
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
@@ -118,11 +117,6 @@ pub fn parameter_fields(plan: &LogicalPlan) -> Result<Vec<Field>, Status> {
         .collect())
 }
 
-/// The parameter schema a client binds to (Flight SQL's `parameter_schema`).
-pub fn parameter_schema(fields: &[Field]) -> SchemaRef {
-    Arc::new(Schema::new(fields.to_vec()))
-}
-
 /// The parameter sets of `batches`, one a row, each value cast to its parameter's type where
 /// the statement gives one (a client binding an `int` where the column is `BIGINT` or `DOUBLE`).
 pub fn parameter_sets(fields: &[Field], batches: &[RecordBatch]) -> Result<Vec<Vec<ScalarValue>>, Status> {
@@ -184,6 +178,7 @@ mod tests {
     use super::*;
     use arrow::array::{Int32Array, StringArray};
     use datafusion::prelude::SessionContext;
+    use std::sync::Arc;
 
     async fn plan_of(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<LogicalPlan> {
         let state = ctx.state();

@@ -254,8 +254,7 @@ impl SqlService {
     async fn plan(&self, client: &str, sql: &str) -> std::result::Result<DataFrame, Status> {
         let ctx = self.session_ctx(client)?;
         let plan = self.allowed_plan(&ctx, sql).await?;
-        register_stores(&ctx, &plan).map_err(|e| status_from_error(&e))?;
-        ctx.execute_logical_plan(plan).await.map_err(df_status)
+        execute_plan(&ctx, plan).await
     }
 
     /// The logical plan of `sql` in `ctx` (bare `?` parameters numbered by their place in the
@@ -272,22 +271,21 @@ impl SqlService {
     /// (once if it has no parameters) and returns the runs, DDL and `SET` having taken effect.
     async fn plan_prepared(&self, client: &str, handle: &Bytes) -> std::result::Result<Vec<DataFrame>, Status> {
         let (sql, count, bound) = self.with_prepared(client, handle, |p| Ok((p.sql.clone(), p.parameters.len(), p.bound.clone())))?;
-        if count == 0 {
-            return Ok(vec![self.plan(client, &sql).await?]);
-        }
-        if bound.is_empty() {
+        if count > 0 && bound.is_empty() {
             return Err(Status::failed_precondition(format!(
                 "this prepared statement has {count} parameter(s): bind their values (DoPut with the statement's handle) before running it"
             )));
         }
         let ctx = self.session_ctx(client)?;
         let plan = self.allowed_plan(&ctx, &sql).await?;
+        if count == 0 {
+            return Ok(vec![execute_plan(&ctx, plan).await?]);
+        }
         let mut runs = Vec::with_capacity(bound.len());
         for values in bound {
             let plan = plan.clone().with_param_values(values).map_err(df_status)?;
             self.policy.check(&plan).map_err(Status::permission_denied)?;
-            register_stores(&ctx, &plan).map_err(|e| status_from_error(&e))?;
-            runs.push(ctx.execute_logical_plan(plan).await.map_err(df_status)?);
+            runs.push(execute_plan(&ctx, plan).await?);
         }
         Ok(runs)
     }
@@ -422,6 +420,13 @@ fn one_batch(batch: RecordBatch) -> Response<<SqlService as FlightService>::DoGe
     let schema: SchemaRef = batch.schema();
     let stream = FlightDataEncoderBuilder::new().with_schema(schema).build(futures::stream::once(async { Ok(batch) })).map_err(Status::from);
     Response::new(Box::pin(stream))
+}
+
+/// `plan` as a DataFrame of `ctx`, its DDL and `SET` run now, after the object stores a
+/// `CREATE EXTERNAL TABLE` needs are registered.
+async fn execute_plan(ctx: &SessionContext, plan: LogicalPlan) -> std::result::Result<DataFrame, Status> {
+    register_stores(ctx, &plan).map_err(|e| status_from_error(&e))?;
+    ctx.execute_logical_plan(plan).await.map_err(df_status)
 }
 
 /// Registers the object stores a `CREATE EXTERNAL TABLE` plan needs (nothing for other plans).
@@ -587,7 +592,7 @@ impl FlightSqlService for SqlService {
         };
         let dataset_schema = encode(&schema)?;
         // No parameters, no parameter schema: clients then bind nothing.
-        let parameter_schema = if parameters.is_empty() { Bytes::new() } else { encode(&parameters::parameter_schema(&parameters))? };
+        let parameter_schema = if parameters.is_empty() { Bytes::new() } else { encode(&arrow::datatypes::Schema::new(parameters.clone()))? };
         let handle = random_handle("prep")?;
         self.with_session(&client, |s| {
             s.room_for_handle()?;
