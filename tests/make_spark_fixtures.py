@@ -4,8 +4,14 @@
 Each fixture holds
   model/           the model directory Spark writes with ``model.save(dir)`` (metadata JSON,
                    Parquet node data, tree weights), without Hadoop's .crc side files
-  input.parquet    the rows to explain, one column per vector slot (f0, f1, ...)
+  input.parquet    the rows to explain, one column per vector slot (f0, f1, ...), or for a
+                   pipeline one per column its VectorAssembler assembles, by that name
   expected.json    references
+
+Two are the models users save around a tree model: ``spark_pipeline_gbt``, a PipelineModel
+(StringIndexer, VectorAssembler, GBTClassifier: a categorical feature from the indexer), and
+``spark_cv_forest``, a CrossValidatorModel whose best model is a PipelineModel (VectorAssembler
+into a RandomForestClassifier reading another features column).
 
 References: shap's TreeExplainer for Spark models (which reads the trees through
 ``rootNode``); Spark's own ``transform`` for the margins (``probability`` for forests and
@@ -25,10 +31,13 @@ import math
 import numpy as np
 import shap
 from fixture_common import f64_list, output_dir, write_input
+from pyspark.ml import Pipeline
 from pyspark.ml.classification import GBTClassifier, RandomForestClassifier
-from pyspark.ml.feature import VectorIndexer
+from pyspark.ml.evaluation import BinaryClassificationEvaluator
+from pyspark.ml.feature import StringIndexer, VectorAssembler, VectorIndexer
 from pyspark.ml.linalg import Vectors
 from pyspark.ml.regression import DecisionTreeRegressor, RandomForestRegressor
+from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 from pyspark.sql import SparkSession
 
 SEED = 20261127
@@ -103,13 +112,14 @@ def brute_force_regression(trees: list[tuple[dict, float]], X: np.ndarray) -> np
     return out
 
 
-def write(out, name: str, model, X: np.ndarray, margin: np.ndarray, contribs: np.ndarray, reference: str) -> None:
+def write(out, name: str, model, X: np.ndarray, margin: np.ndarray, contribs: np.ndarray, reference: str,
+          names: list[str] | None = None) -> None:
     d = out / name
     d.mkdir(parents=True)
     model.write().overwrite().save(str(d / "model"))
     for crc in list((d / "model").rglob("*.crc")) + list((d / "model").rglob("_SUCCESS")):
         crc.unlink()
-    names = [f"f{j}" for j in range(X.shape[1])]
+    names = names or [f"f{j}" for j in range(X.shape[1])]
     write_input(d / "input.parquet", X, names)
     n, g = contribs.shape[0], contribs.shape[1]
     import pyspark
@@ -123,7 +133,8 @@ def write(out, name: str, model, X: np.ndarray, margin: np.ndarray, contribs: np
 
 
 def main() -> None:
-    out = output_dir(["spark_random_forest", "spark_gbt_classifier", "spark_forest_regressor", "spark_tree_categorical"])
+    out = output_dir(["spark_random_forest", "spark_gbt_classifier", "spark_forest_regressor", "spark_tree_categorical",
+                      "spark_pipeline_gbt", "spark_cv_forest"])
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -157,6 +168,39 @@ def main() -> None:
         pred = np.array([row.prediction for row in m.transform(indexed.limit(ROWS)).select("prediction").collect()])
         tree = spark_tree(m._java_obj.rootNode())
         write(out, "spark_tree_categorical", m, Xi, pred, brute_force_regression([(tree, 1.0)], Xi), "brute force (all coalitions)")
+
+        # A PipelineModel: a string column indexed (a categorical feature of the GBT model, from
+        # the indexer's metadata), assembled with three numeric columns.
+        X, y = data(600, 4, 3)
+        X = X[:, :3]
+        cities = np.array(["oslo", "lima", "pune", "kobe"])[r.integers(0, 4, size=len(X))]
+        y = y + (cities == "lima") * 1.5
+        rows = spark.createDataFrame([(float(a), float(b), float(c), str(k), float(t > 0.5)) for (a, b, c), k, t in zip(X, cities, y)],
+                                     ["amount", "age", "score", "city", "label"])
+        names = ["amount", "age", "score", "city_index"]
+        pipeline = Pipeline(stages=[StringIndexer(inputCol="city", outputCol="city_index"),
+                                    VectorAssembler(inputCols=names, outputCol="features"),
+                                    GBTClassifier(maxIter=8, maxDepth=3, seed=0)]).fit(rows)
+        test = pipeline.transform(rows.limit(ROWS)).select(*names, "rawPrediction").collect()
+        Xp = np.array([[row[n] for n in names] for row in test])
+        raw = np.array([row.rawPrediction.toArray()[1] for row in test])
+        gbt = pipeline.stages[-1]
+        trees = [(spark_tree(t._java_obj.rootNode()), w) for t, w in zip(gbt.trees, gbt.treeWeights)]
+        write(out, "spark_pipeline_gbt", pipeline, Xp, raw, brute_force_regression(trees, Xp), "brute force (all coalitions)", names)
+
+        # A CrossValidatorModel over a pipeline whose forest reads the column "assembled".
+        X, y = data(600, 5, 4)
+        names = ["income", "tenure", "balance", "utilisation", "inquiries"]
+        rows = spark.createDataFrame([(*map(float, x), float(t > 0.3)) for x, t in zip(X, y)], [*names, "label"])
+        forest = RandomForestClassifier(numTrees=6, featuresCol="assembled", seed=0)
+        tuned = CrossValidator(estimator=Pipeline(stages=[VectorAssembler(inputCols=names, outputCol="assembled"), forest]),
+                               estimatorParamMaps=ParamGridBuilder().addGrid(forest.maxDepth, [3, 5]).build(),
+                               evaluator=BinaryClassificationEvaluator(), numFolds=2, seed=0).fit(rows)
+        test = tuned.transform(rows.limit(ROWS)).select(*names, "probability").collect()
+        Xt = np.array([[row[n] for n in names] for row in test])
+        proba = np.array([row.probability.toArray() for row in test])
+        best = tuned.bestModel.stages[-1]
+        write(out, "spark_cv_forest", tuned, Xt, proba, shap_reference(best, Xt, 2), "shap", names)
     finally:
         spark.stop()
 

@@ -294,22 +294,26 @@ async fn sql_with_index_banzhaf_equals_explain_with_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spark_ml_directories_are_found_under_the_model_dir() {
-    let f = fixture("spark_random_forest");
-    let dir = tempfile::tempdir().unwrap();
-    // `<model_dir>/forest/` is the directory Spark wrote (with a stray _SUCCESS marker).
-    for entry in walk(&f.model_path) {
-        let to = dir.path().join("forest").join(entry.strip_prefix(&f.model_path).unwrap());
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(&entry, to).unwrap();
+    // A forest as Spark wrote it, and a CrossValidatorModel (its best model a PipelineModel,
+    // beside the estimator and evaluator it also saves), listed through the object store.
+    for (name, fixture_name) in [("forest", "spark_random_forest"), ("tuned", "spark_cv_forest")] {
+        let f = fixture(fixture_name);
+        let dir = tempfile::tempdir().unwrap();
+        // `<model_dir>/NAME/` is the directory Spark wrote (with a stray _SUCCESS marker).
+        for entry in walk(&f.model_path) {
+            let to = dir.path().join(name).join(entry.strip_prefix(&f.model_path).unwrap());
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(&entry, to).unwrap();
+        }
+        std::fs::write(dir.path().join(name).join("_SUCCESS"), "").unwrap();
+        let (ctx, _) = session(1);
+        ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+        ctx.sql(&format!("SET shap.model_dir = '{}'", dir.path().display())).await.unwrap();
+        let got = query(&ctx, &format!("SELECT margin('{name}', {}) FROM t", feature_list(&f))).await;
+        assert!(same_bits(got.column(0).as_ref(), explain_output(&f, OutputKind::Margin).column(0).as_ref()), "{fixture_name}");
+        let e = query_err(&ctx, &format!("SELECT margin('nothere', {}) FROM t", feature_list(&f))).await;
+        assert!(e.contains("nothere/ (a Spark ML model directory)"), "{e}");
     }
-    std::fs::write(dir.path().join("forest/_SUCCESS"), "").unwrap();
-    let (ctx, _) = session(1);
-    ctx.register_parquet("t", f.input_path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
-    ctx.sql(&format!("SET shap.model_dir = '{}'", dir.path().display())).await.unwrap();
-    let got = query(&ctx, &format!("SELECT margin('forest', {}) FROM t", feature_list(&f))).await;
-    assert!(same_bits(got.column(0).as_ref(), explain_output(&f, OutputKind::Margin).column(0).as_ref()));
-    let e = query_err(&ctx, &format!("SELECT margin('nothere', {}) FROM t", feature_list(&f))).await;
-    assert!(e.contains("nothere/ (a Spark ML model directory)"), "{e}");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -494,7 +494,7 @@ def _model_source(model: ModelLike) -> dict[str, Any]:
     raise TypeError(
         "model must be a path, the bytes of a model file, an xgboost Booster/XGBModel, a "
         "lightgbm Booster/LGBMModel, a fitted scikit-learn tree estimator, a catboost model or a "
-        f"fitted pyspark.ml tree model; got {type(model).__module__}.{type(model).__qualname__}"
+        f"fitted pyspark.ml tree model (alone, in a PipelineModel or tuned); got {type(model).__module__}.{type(model).__qualname__}"
     )
 
 
@@ -510,14 +510,21 @@ def _spark_model_files(model: Any) -> list[tuple[str, bytes]]:
 
 
 def _directory_files(root: str) -> list[tuple[str, bytes]]:
-    """Every file under ``root`` as (path relative to it, with ``/``, bytes), in a stable order."""
+    """The files of the Spark ML model directory ``root`` that the reader reads (the model's,
+    or its pipeline stages' and tuned best model's; not a tuning model's sub-models) as (path
+    relative to it, with ``/``, bytes), in a stable order."""
+    # A build without Spark ML support ships every file, for the native side's clear refusal.
+    wanted = getattr(_shapfusion, "spark_model_path", lambda relative, is_dir: True)
     files = []
     for dirpath, dirnames, names in os.walk(root):
-        dirnames.sort()
+        relative_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        prefix = "" if relative_dir == "." else relative_dir + "/"
+        dirnames[:] = sorted(d for d in dirnames if wanted(prefix + d, True))
         for n in sorted(names):
-            full = os.path.join(dirpath, n)
-            with open(full, "rb") as f:
-                files.append((os.path.relpath(full, root).replace(os.sep, "/"), f.read()))
+            if not wanted(prefix + n, False):
+                continue
+            with open(os.path.join(dirpath, n), "rb") as f:
+                files.append((prefix + n, f.read()))
     return files
 
 

@@ -13,6 +13,9 @@ HAS_DATAFUSION: bool
 #: The DataFusion release the SQL functions are built against (builds with DataFusion only).
 DATAFUSION_VERSION: str
 
+def spark_model_path(relative: str, is_dir: bool) -> bool:
+    """Whether a path inside a Spark ML model directory is read (builds with Spark ML support)."""
+
 class NativeExplainer:
     def __init__(
         self,

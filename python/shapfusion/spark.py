@@ -11,7 +11,8 @@
 back without pandas. The model is read once on the driver and broadcast as bytes; each Python
 worker builds one ``shapfusion.Explainer`` per model and thread count and keeps it for every
 later task. Features are matched to columns by name (categorical features by their category
-names, as everywhere in shapfusion); Spark's nulls are missing values.
+names, as everywhere in shapfusion), or read from one Spark ML vector or array column
+(``features="features"``); Spark's nulls are missing values.
 
 Threads: each task computes with ``spark.task.cpus`` threads (the slots the scheduler gave it),
 so an executor running several tasks is not oversubscribed; ``threads=`` overrides it.
@@ -175,7 +176,7 @@ def _background_ipc(background: Any, features: Sequence[str]) -> bytes | None:
 def explain(
     df: Any,
     model: Any,
-    features: Sequence[str] | dict[str, str] | None = None,
+    features: str | Sequence[str] | dict[str, str] | None = None,
     output: str = "shap",
     background: Any = None,
     keep: Sequence[str] | None = None,
@@ -197,7 +198,10 @@ def explain(
         ``shapfusion.Explainer`` takes. Read once here, on the driver.
     features
         The columns holding the model's features when their names differ: a list in the model's
-        feature order, or a dict from feature name to column name.
+        feature order, or a dict from feature name to column name; or the name of one column
+        holding every feature in the model's order, a Spark ML vector (what Spark ML models
+        read, dense or sparse) or an array of numbers, each row exactly as long as the model
+        has features (a null element is a missing value).
     output
         ``"shap"`` (SHAP values and the bias), ``"interactions"`` or ``"margin"``.
     background
@@ -234,18 +238,28 @@ def explain(
     _check_choices(output, index)
     keep = list(keep or [])
     payload, model_features, result_type = _prepare(model, output)
-    mapping = _feature_columns(model_features, features)
     # The schema once, for the checks below and the result's kept fields.
     schema = df.schema
     columns = set(schema.fieldNames())
+    # With one features column, the tasks unpack it (the closure ships to them: its name, not a
+    # DataFrame).
+    vector_column = features if isinstance(features, str) else None
+    if vector_column is not None:
+        vector = _vector_column(df, vector_column, keep)
+        mapping = {f: f for f in model_features}
+    else:
+        vector = None
+        mapping = _feature_columns(model_features, features)
     missing = [
         f"{feature!r} (column {column!r})" if column != feature else repr(feature)
         for feature, column in mapping.items()
         if column not in columns
     ]
-    if missing:
+    if missing and vector is None:
+        vectors = [f.name for f in schema.fields if _is_vector_type(f.dataType)]
+        hint = f" (pass features={vectors[0]!r} to read the features from that vector column)" if vectors else ""
         raise ValueError(
-            f"the DataFrame lacks the model's feature column(s) {', '.join(missing)}; it has: {', '.join(schema.fieldNames())}"
+            f"the DataFrame lacks the model's feature column(s) {', '.join(missing)}; it has: {', '.join(schema.fieldNames())}{hint}"
         )
     absent = [k for k in keep if k not in columns]
     if absent:
@@ -260,10 +274,13 @@ def explain(
     # trips a column (0.07 s on 51 columns), so a DataFrame that already is the kept and feature
     # columns in this order goes as it is.
     feature_columns = list(dict.fromkeys(mapping.values()))
-    needed = [*keep, *feature_columns]
-    inputs = df if schema.fieldNames() == needed else df.select(*needed)
-    if renamed:
-        inputs = inputs.toDF(*keep, *[renamed.get(c, c) for c in feature_columns])
+    if vector is not None:
+        inputs = vector
+    else:
+        needed = [*keep, *feature_columns]
+        inputs = df if schema.fieldNames() == needed else df.select(*needed)
+        if renamed:
+            inputs = inputs.toDF(*keep, *[renamed.get(c, c) for c in feature_columns])
 
     spark = df.sparkSession
     background_ipc = _background_ipc(background, model_features)
@@ -275,11 +292,60 @@ def explain(
         (model_payload_, background_) = broadcast.value
         explainer = _explainer(model_payload_, key, _task_threads(threads), background_, device=device, index=index)
         for batch in batches:
-            struct = _spark_struct(explainer._compute(batch, output, True))
+            rows = batch if vector_column is None else _unpacked(batch, vector_column, model_features)
+            struct = _spark_struct(explainer._compute(rows, output, True))
             kept = [batch.column(batch.schema.get_field_index(k)) for k in keep]
             yield pa.RecordBatch.from_arrays(kept + [struct], names=keep + [column])
 
     return inputs.mapInArrow(run, spark_schema)
+
+
+def _is_vector_type(data_type: Any) -> bool:
+    """Whether a Spark type is Spark ML's vector (``pyspark.ml.linalg.VectorUDT``)."""
+    return type(data_type).__name__ == "VectorUDT"
+
+
+def _vector_column(df: Any, column: str, keep: list[str]) -> Any:
+    """``df`` as the kept columns and ``column`` (a Spark ML vector or an array of numbers) as an
+    array of doubles, for :func:`_unpacked` in each task."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, NumericType
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if column not in fields:
+        raise ValueError(f"features names the column {column!r}, which the DataFrame lacks; it has: {', '.join(fields)}")
+    if column in keep:
+        raise ValueError(f"the features column {column!r} is also a kept column")
+    data_type = fields[column]
+    if _is_vector_type(data_type):
+        from pyspark.ml.functions import vector_to_array
+
+        values = vector_to_array(F.col(column), "float64")
+    elif isinstance(data_type, ArrayType) and isinstance(data_type.elementType, NumericType):
+        values = F.col(column).cast("array<double>")
+    else:
+        raise ValueError(
+            f"features names the column {column!r} of type {data_type.simpleString()}: a Spark ML vector or an array of numbers is read"
+        )
+    return df.select(*keep, values.alias(column))
+
+
+def _unpacked(batch: Any, column: str, features: list[str]) -> Any:
+    """The features of ``batch``'s list column ``column`` as one column a feature (a null element
+    is a missing value); a row of another length, or a null row, is refused naming both."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = batch.column(batch.schema.get_field_index(column))
+    if values.null_count:
+        raise ValueError(f"column {column!r} is null in {values.null_count} row(s): no features to explain")
+    lengths = pc.list_value_length(values)
+    if len(values) and (pc.min(lengths).as_py() != len(features) or pc.max(lengths).as_py() != len(features)):
+        found = sorted({n for n in lengths.to_pylist() if n != len(features)})
+        raise ValueError(
+            f"column {column!r} holds rows of {', '.join(map(str, found[:5]))} values; the model has {len(features)} features"
+        )
+    return pa.RecordBatch.from_arrays([pc.list_element(values, j) for j in range(len(features))], names=features)
 
 
 def spark_arrays(batch: Any) -> list[Any]:

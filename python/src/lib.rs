@@ -19,6 +19,8 @@ fn _shapfusion(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("HAS_DATAFUSION", cfg!(feature = "datafusion"))?;
     m.add_class::<explainer::NativeExplainer>()?;
+    #[cfg(feature = "files")]
+    m.add_function(wrap_pyfunction!(spark_model_path, m)?)?;
     #[cfg(feature = "datafusion")]
     {
         m.add("DATAFUSION_VERSION", udf::DATAFUSION_VERSION)?;
@@ -26,4 +28,18 @@ fn _shapfusion(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(udf::datafusion_udfs, m)?)?;
     }
     Ok(())
+}
+
+/// Whether a path inside a Spark ML model directory (relative, `/`-separated) is read: a
+/// directory that may hold the model's files (`is_dir`), or one of those files. The Python half
+/// walks a directory with it, so that it neither reads nor ships what the reader skips (a tuning
+/// model's sub-models, Hadoop's side files).
+#[cfg(feature = "files")]
+#[pyfunction]
+fn spark_model_path(relative: &str, is_dir: bool) -> bool {
+    if is_dir {
+        shapfusion_files::spark::is_model_dir(relative)
+    } else {
+        shapfusion_files::spark::is_model_file(relative)
+    }
 }

@@ -269,7 +269,9 @@ def _catboost_json(model) -> str:
         return path.read_text()
 
 
-@pytest.mark.parametrize("name", ["spark_random_forest", "spark_gbt_classifier", "spark_tree_categorical"])
+@pytest.mark.parametrize(
+    "name", ["spark_random_forest", "spark_gbt_classifier", "spark_tree_categorical", "spark_pipeline_gbt", "spark_cv_forest"]
+)
 def test_spark_ml_model_directories_match_the_fixtures(name):
     fixture = REPO / "tests" / "fixtures" / name
     expected = json.loads((fixture / "expected.json").read_text())

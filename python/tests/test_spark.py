@@ -205,20 +205,27 @@ def test_each_task_uses_its_task_cpus(spark):
     assert set(got) == {int(spark.conf.get("spark.task.cpus", "1"))}
 
 
+def labelled_rows(spark, columns: list[str], seed: int):
+    """300 rows of three normal features, an ``id`` and a binary ``label``: as a pandas frame
+    and as a Spark DataFrame."""
+    import pandas as pd
+
+    frame = pd.DataFrame(np.random.default_rng(seed).normal(size=(300, 3)), columns=columns)
+    a, b, c = (frame[name] for name in columns)
+    frame["label"] = ((a + b * c) > 0).astype(float)
+    frame.insert(0, "id", np.arange(300))
+    return frame, spark.createDataFrame(frame)
+
+
 def test_fitted_spark_ml_and_xgboost_spark_models(spark, tmp_path):
     """A fitted pyspark.ml model (saved and read on the driver, its features named by the
     DataFrame's columns through features=) and an xgboost.spark model (its booster) give what
     shapfusion.Explainer gives for the same model."""
-    import pandas as pd
     from pyspark.ml.classification import RandomForestClassifier
     from pyspark.ml.feature import VectorAssembler
 
-    rng = np.random.default_rng(8)
     columns = ["amount", "age", "hour"]
-    frame = pd.DataFrame(rng.normal(size=(300, 3)), columns=columns)
-    frame["label"] = ((frame.amount + frame.age * frame.hour) > 0).astype(float)
-    frame.insert(0, "id", np.arange(300))
-    df = spark.createDataFrame(frame)
+    frame, df = labelled_rows(spark, columns, seed=8)
     assembled = VectorAssembler(inputCols=columns, outputCol="features").transform(df)
     forest = RandomForestClassifier(numTrees=5, maxDepth=4, seed=1).fit(assembled)
     forest.write().save(str(tmp_path / "forest"))
@@ -227,6 +234,26 @@ def test_fitted_spark_ml_and_xgboost_spark_models(spark, tmp_path):
     assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, "pyspark.ml forest")
     with pytest.raises(ValueError, match="lacks the model's feature column.*'f0'"):
         sfs.explain(df, forest)  # a Spark ML model names its features f0, f1, ... : map them
+    with pytest.raises(ValueError, match="pass features='features'"):
+        sfs.explain(assembled, forest)
+    # The features read from the vector column the model itself reads, or from an array column.
+    from pyspark.sql import functions as F
+
+    for source, column in ((assembled, "features"), (df.withColumn("values", F.array(*columns)), "values")):
+        got = sfs.to_arrow(sfs.explain(source, forest, features=column, keep=["id"]).orderBy("id"))
+        assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, f"features={column!r}")
+    short = df.withColumn("values", F.array("amount", "age"))
+    with pytest.raises(Exception, match="holds rows of 2 values; the model has 3 features"):
+        sfs.explain(short, forest, features="values").collect()
+    with pytest.raises(ValueError, match="of type string: a Spark ML vector or an array"):
+        sfs.explain(df.withColumn("text", F.lit("x")), forest, features="text")
+    # Sparse vectors: their zeros are values (as Spark ML's own models read them), not missing.
+    from pyspark.ml.linalg import Vectors
+
+    sparse = spark.createDataFrame([(0, Vectors.sparse(3, {1: 0.5})), (1, Vectors.sparse(3, {}))], ["id", "features"])
+    dense = pa.table({"f0": [0.0, 0.0], "f1": [0.5, 0.0], "f2": [0.0, 0.0]})
+    got = sfs.to_arrow(sfs.explain(sparse, forest, features="features", keep=["id"]).orderBy("id"))
+    assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), shapfusion.Explainer(forest).shap_values(dense, as_arrow=True), "sparse")
 
     xgboost_spark = pytest.importorskip("xgboost.spark")
     regressor = xgboost_spark.SparkXGBRegressor(features_col=columns, label_col="label", n_estimators=10, max_depth=3, num_workers=1).fit(df)
@@ -235,6 +262,46 @@ def test_fitted_spark_ml_and_xgboost_spark_models(spark, tmp_path):
     names = booster.feature_names or [f"f{j}" for j in range(3)]
     got = sfs.to_arrow(sfs.explain(df, regressor, features=dict(zip(names, columns)), keep=["id"]).orderBy("id"))
     assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, "xgboost.spark")
+
+
+def test_pipelines_and_tuned_models_name_features_by_their_assembler(spark, tmp_path):
+    """A fitted PipelineModel (VectorAssembler into a forest) and a CrossValidatorModel over it
+    are explained on the DataFrame's own columns, which the assembler names: no features=
+    mapping. Their values equal the tree stage's alone, mapped by hand, and add up to Spark's
+    probabilities; a saved tuning model's estimator and evaluator are not read."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import RandomForestClassifier
+    from pyspark.ml.evaluation import BinaryClassificationEvaluator
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    columns = ["amount", "age", "hour"]
+    frame, df = labelled_rows(spark, columns, seed=11)
+    forest = RandomForestClassifier(numTrees=5, maxDepth=4, seed=1, featuresCol="assembled")
+    pipeline = Pipeline(stages=[VectorAssembler(inputCols=columns, outputCol="assembled"), forest])
+    fitted = pipeline.fit(df)
+    tuned = CrossValidator(
+        estimator=pipeline,
+        estimatorParamMaps=ParamGridBuilder().addGrid(forest.maxDepth, [2, 4]).build(),
+        evaluator=BinaryClassificationEvaluator(),
+        numFolds=2,
+        seed=1,
+    ).fit(df)
+    rows = pa.Table.from_pandas(frame[columns])
+    for model, tree_stage in ((fitted, fitted.stages[-1]), (tuned, tuned.bestModel.stages[-1])):
+        explainer = shapfusion.Explainer(model)
+        assert explainer.feature_names == columns
+        want = explainer.shap_values(rows, as_arrow=True)
+        alone = shapfusion.Explainer(tree_stage).shap_values(rows.rename_columns(["f0", "f1", "f2"]))
+        np.testing.assert_array_equal(explainer.shap_values(rows), alone)
+        got = sfs.to_arrow(sfs.explain(df, model, keep=["id"]).orderBy("id"))
+        assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, type(model).__name__)
+        probability = np.array([r.probability.toArray() for r in model.transform(df).orderBy("id").select("probability").collect()])
+        np.testing.assert_allclose(alone.sum(axis=2), probability, atol=1e-9)
+    tuned.write().save(str(tmp_path / "tuned"))
+    read = [path for path, _ in shapfusion._directory_files(str(tmp_path / "tuned"))]
+    assert read and all(p.startswith(("bestModel/", "metadata/")) for p in read), read
+    assert any("/stages/" in p and "/data/" in p for p in read), read
 
 
 def test_fitted_pyspark_models_are_taken_as_they_are_and_their_explainers_pickle(spark):

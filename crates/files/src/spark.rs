@@ -1,12 +1,18 @@
 //! Spark ML tree model reader: the directory `model.save(dir)` writes for `DecisionTree*`,
-//! `RandomForest*` and `GBT*` models (Spark 3.x and 4.x).
+//! `RandomForest*` and `GBT*` models (Spark 3.x and 4.x), alone or inside the models users
+//! save around them: a `PipelineModel` (its one tree model stage, with feature names from the
+//! `VectorAssembler` that builds the stage's features column) and the tuning models
+//! `CrossValidatorModel` and `TrainValidationSplitModel` (their `bestModel`).
 //!
 //! The directory holds `metadata/part-00000` (one JSON line: the model class, `numFeatures`,
 //! `numClasses`, parameters), `data/` (Parquet, one row per node: `id`, `prediction`,
 //! `impurityStats`, `leftChild`, `rightChild`, `split{featureIndex, leftCategoriesOrThreshold,
 //! numCategories}`; ensembles wrap it as `{treeID, nodeData}`) and, for ensembles,
 //! `treesMetadata/` (tree id, tree metadata, tree weight; Spark 3 names the columns `treeID,
-//! metadata, weights`, Spark 4 `_1, _2, _3`, so they are read by position).
+//! metadata, weights`, Spark 4 `_1, _2, _3`, so they are read by position). A pipeline's
+//! metadata lists its stages' uids (`paramMap.stageUids`), each saved whole under
+//! `stages/{index}_{uid}/`; a tuning model saves its best model whole under `bestModel/` (beside
+//! its estimator, evaluator and, when kept, every sub-model, which are not read).
 //!
 //! What the trees compute is what shap's TreeExplainer explains for Spark models: a classifier's
 //! trees give class probabilities (the normalised `impurityStats`), a random forest averages its
@@ -14,8 +20,11 @@
 //! classifier, the margin F of `rawPrediction = [-F, F]`). Covers are the weighted instance
 //! counts from `impurityStats` (not `rawCount`, which ignores `weightCol`). A continuous split
 //! sends `x <= threshold` left, so NaN goes right; a categorical split sends the listed
-//! category values left and every other value right. Spark stores no feature names: features
-//! are `f0, f1, …` in vector order.
+//! category values left and every other value right. A tree model stores no feature names:
+//! features are `f0, f1, …` in vector order, unless a pipeline's `VectorAssembler` made the
+//! model's features column from as many columns as the model has features (then they are those
+//! columns' names; an assembler with a vector among its inputs makes more features than names,
+//! and the model keeps `f0, f1, …`).
 
 use std::path::Path;
 
@@ -29,30 +38,52 @@ const FORMAT: &str = ModelFormat::SparkMl.name();
 /// Most files a model directory may hold that are read.
 const MAX_FILES: usize = 100_000;
 
+/// Most pipelines and tuning models a tree model may sit inside, one in another (Spark sets no
+/// limit; a directory is never walked deeper than this, whatever it holds).
+const MAX_NESTING: usize = 8;
+
+/// The directories of one saved model whose files are read.
+const MODEL_PART_DIRS: [&str; 3] = [SPARK_METADATA_DIR, "data", "treesMetadata"];
+
+/// Whether the directories `dirs` (relative to the model directory) can hold files the reader
+/// reads: a model's part directory ([`MODEL_PART_DIRS`]) under at most [`MAX_NESTING`] pipeline
+/// stages (`stages/{index}_{uid}`) and tuned best models (`bestModel`). With `complete`, `dirs`
+/// must end at a part directory; without, it may stop on the way to one (a directory to walk).
+fn model_layout(dirs: &[&str], complete: bool) -> bool {
+    let mut rest = dirs;
+    for _ in 0..=MAX_NESTING {
+        rest = match rest {
+            [] | ["stages"] => return !complete,
+            [part] if MODEL_PART_DIRS.contains(part) => return true,
+            ["stages", _, tail @ ..] | ["bestModel", tail @ ..] => tail,
+            _ => return false,
+        };
+    }
+    false
+}
+
+/// Whether `file` (a path relative to the model directory, `/`-separated) is one the reader
+/// reads: metadata, node data or tree weights of the model or of a pipeline stage or tuned best
+/// model inside it; not Hadoop's side files (`_SUCCESS`, `.crc`), nor a tuning model's
+/// estimator, evaluator or sub-models. Directory listings (local and object stores) keep only
+/// these.
+pub fn is_model_file(file: &str) -> bool {
+    let mut dirs: Vec<&str> = file.split('/').collect();
+    let name = dirs.pop().unwrap_or_default();
+    is_data_file(name) && model_layout(&dirs, true)
+}
+
+/// Whether the directory `dir` (a path relative to the model directory, `/`-separated) may hold
+/// files the reader reads ([`is_model_file`]): one a directory walk goes into.
+pub fn is_model_dir(dir: &str) -> bool {
+    let dirs: Vec<&str> = dir.split('/').collect();
+    model_layout(&dirs, false)
+}
+
 /// Reads the model directory at `dir`.
 pub fn from_dir(dir: &Path) -> Result<Model> {
     let name = dir.display().to_string();
-    let mut files = Vec::new();
-    for sub in ["metadata", "data", "treesMetadata"] {
-        let path = dir.join(sub);
-        if !path.is_dir() {
-            continue;
-        }
-        let mut entries: Vec<_> =
-            std::fs::read_dir(&path).map_err(|e| Error::io(&path, e))?.collect::<std::io::Result<_>>().map_err(|e| Error::io(&path, e))?;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let file = entry.file_name().to_string_lossy().into_owned();
-            if !is_data_file(&file) {
-                continue;
-            }
-            if files.len() >= MAX_FILES {
-                return Err(Error::ModelFormat { path: name, format: FORMAT, detail: format!("more than {MAX_FILES} files") });
-            }
-            let bytes = std::fs::read(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
-            files.push((format!("{sub}/{file}"), bytes::Bytes::from(bytes)));
-        }
-    }
+    let files = model_files(dir)?;
     if !files.iter().any(|(f, _)| is_metadata(f)) {
         return Err(Error::ModelFormat {
             path: name,
@@ -61,6 +92,39 @@ pub fn from_dir(dir: &Path) -> Result<Model> {
         });
     }
     from_files(&files, &name)
+}
+
+/// The files of the model directory `dir` that the reader reads ([`is_model_file`]), as (path
+/// relative to `dir`, content) pairs in path order.
+fn model_files(dir: &Path) -> Result<Vec<(String, bytes::Bytes)>> {
+    let name = dir.display().to_string();
+    let too_many = || Error::ModelFormat { path: name.clone(), format: FORMAT, detail: format!("more than {MAX_FILES} files") };
+    let mut files = Vec::new();
+    // Walked without recursion: the layout bounds the depth, whatever the directory holds.
+    let mut pending = vec![(String::new(), dir.to_path_buf())];
+    while let Some((relative, path)) = pending.pop() {
+        let mut entries: Vec<_> =
+            std::fs::read_dir(&path).map_err(|e| Error::io(&path, e))?.collect::<std::io::Result<_>>().map_err(|e| Error::io(&path, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let entry_name = entry.file_name().to_string_lossy().into_owned();
+            let entry_relative = if relative.is_empty() { entry_name } else { format!("{relative}/{entry_name}") };
+            let entry_path = entry.path();
+            if entry_path.is_dir() {
+                if is_model_dir(&entry_relative) {
+                    pending.push((entry_relative, entry_path));
+                }
+            } else if is_model_file(&entry_relative) {
+                if files.len() >= MAX_FILES {
+                    return Err(too_many());
+                }
+                let bytes = std::fs::read(&entry_path).map_err(|e| Error::io(&entry_path, e))?;
+                files.push((entry_relative, bytes::Bytes::from(bytes)));
+            }
+        }
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
 }
 
 /// Whether `file` (relative to the model directory) is its metadata JSON.
@@ -80,8 +144,9 @@ pub fn is_data_file(file: &str) -> bool {
 
 /// Reads a Spark ML model directory from its files, given as (path relative to the directory,
 /// content) pairs: `metadata/part-*`, the Parquet parts under `data/` and, for ensembles,
-/// `treesMetadata/`. Other files (`_SUCCESS`, `.crc`) are skipped. `name` is used in error
-/// messages. The model is validated.
+/// `treesMetadata/`, or those of a pipeline's stages and a tuning model's best model (see
+/// [`is_model_file`]). Other files are skipped. `name` is used in error messages. The model is
+/// validated.
 pub fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<Model> {
     Model::new(reader::from_files(files, name)?, name)
 }
@@ -131,41 +196,237 @@ mod reader {
     }
 
     pub(super) fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<ModelParts> {
+        let located = locate(files, name)?;
+        let files: Vec<(String, bytes::Bytes)> = match located.prefix.as_str() {
+            "" => files.to_vec(),
+            prefix => files.iter().filter_map(|(f, b)| Some((f.strip_prefix(prefix)?.to_string(), b.clone()))).collect(),
+        };
+        // Errors in the tree model name its own directory.
+        let model_dir = match located.prefix.as_str() {
+            "" => name.to_string(),
+            prefix => format!("{}/{}", name.trim_end_matches('/'), prefix.trim_end_matches('/')),
+        };
+        let mut parts = tree_model(&files, &located.meta, &model_dir)?;
+        if let Some(names) = located.feature_names {
+            let unique = names.iter().collect::<std::collections::HashSet<_>>().len() == names.len();
+            if names.len() == parts.feature_names.len() && unique {
+                parts.feature_names = names;
+            } else {
+                tracing::warn!(
+                    model = name,
+                    "the VectorAssembler before the tree model has {} input columns for {} features{}: features are named f0, f1, ... in vector order",
+                    names.len(),
+                    parts.feature_names.len(),
+                    if unique { "" } else { " (some named twice)" },
+                );
+            }
+        }
+        Ok(parts)
+    }
+
+    /// Where a directory's tree model is, and what a pipeline around it says of its features.
+    struct Located {
+        /// The tree model's directory, relative to the model directory, with a trailing `/`
+        /// (empty for the directory itself).
+        prefix: String,
+        /// The tree model's metadata (its file's name and first line).
+        meta: Metadata,
+        /// The input columns of the `VectorAssembler` that makes the model's features column,
+        /// when a pipeline around the model has one before it.
+        feature_names: Option<Vec<String>>,
+    }
+
+    /// A saved model's metadata: the first line of `metadata/part-*`.
+    struct Metadata {
+        file: String,
+        json: Value,
+        /// The class's last component (`GBTClassificationModel`).
+        class: String,
+    }
+
+    impl Metadata {
+        /// The metadata of the model saved in `prefix` (a directory with a trailing `/`, or
+        /// empty), when `files` holds it.
+        fn of(files: &[(String, bytes::Bytes)], prefix: &str, name: &str) -> Result<Option<Metadata>> {
+            let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
+            let Some((file, bytes)) = files.iter().filter(|(f, _)| f.strip_prefix(prefix).is_some_and(is_metadata)).min_by(|a, b| a.0.cmp(&b.0))
+            else {
+                return Ok(None);
+            };
+            let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+            let json: Value = serde_json::from_slice(line).map_err(|e| err(format!("{file}: {e}")))?;
+            let class = json.get("class").and_then(Value::as_str).ok_or_else(|| err(format!("{file} has no \"class\"")))?;
+            let class = class.rsplit('.').next().unwrap_or(class).to_string();
+            Ok(Some(Metadata { file: file.clone(), json, class }))
+        }
+
+        /// A parameter as set (`paramMap`), else its default (`defaultParamMap`).
+        fn param(&self, key: &str) -> Option<&Value> {
+            ["paramMap", "defaultParamMap"].iter().find_map(|map| self.json.get(*map)?.get(key))
+        }
+
+        /// A string parameter, refusing another type.
+        fn string_param(&self, key: &str, name: &str) -> Result<Option<&str>> {
+            match self.param(key) {
+                None => Ok(None),
+                Some(v) => v.as_str().map(Some).ok_or_else(|| Error::ModelFormat {
+                    path: name.into(),
+                    format: FORMAT,
+                    detail: format!("{}: {key} = {v} is not a string", self.file),
+                }),
+            }
+        }
+
+        /// A list-of-strings parameter, refusing another type.
+        fn strings_param(&self, key: &str, name: &str) -> Result<Option<Vec<String>>> {
+            let bad = |v: &Value| Error::ModelFormat {
+                path: name.into(),
+                format: FORMAT,
+                detail: format!("{}: {key} = {v} is not a list of strings", self.file),
+            };
+            match self.param(key) {
+                None => Ok(None),
+                Some(v) => {
+                    let list = v.as_array().ok_or_else(|| bad(v))?;
+                    list.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| bad(v))).collect::<Result<Vec<_>>>().map(Some)
+                }
+            }
+        }
+    }
+
+    /// Whether a model class is read as trees ([`tree_model`]'s classes).
+    fn is_tree_class(class: &str) -> bool {
+        tree_kind(class).is_some()
+    }
+
+    /// Whether a model class holds another model that this reader walks into.
+    fn is_container_class(class: &str) -> bool {
+        matches!(class, "PipelineModel" | "CrossValidatorModel" | "TrainValidationSplitModel")
+    }
+
+    /// Finds the tree model in `files`: the directory's own, or the one a pipeline's stages or a
+    /// tuning model's best model hold, at most [`MAX_NESTING`] deep (walked in a loop, not by
+    /// recursion).
+    fn locate(files: &[(String, bytes::Bytes)], name: &str) -> Result<Located> {
         let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
-        let metadata = files
-            .iter()
-            .filter(|(f, _)| is_metadata(f))
-            .min_by(|a, b| a.0.cmp(&b.0))
-            .ok_or_else(|| err(format!("no {SPARK_METADATA_DIR}/part-* file: not a Spark ML model directory")))?;
-        let line = metadata.1.split(|&b| b == b'\n').next().unwrap_or_default();
-        let meta: Value = serde_json::from_slice(line).map_err(|e| err(format!("{}: {e}", metadata.0)))?;
-        let class = meta.get("class").and_then(Value::as_str).ok_or_else(|| err(format!("{} has no \"class\"", metadata.0)))?;
-        let short = class.rsplit('.').next().unwrap_or(class);
-        let (kind, classifier) = match short {
+        let mut prefix = String::new();
+        // Assemblers' output column -> input columns, in the order their stages run.
+        let mut assembled: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+        for _ in 0..=MAX_NESTING {
+            let meta = Metadata::of(files, &prefix, name)?
+                .ok_or_else(|| err(format!("no {prefix}{SPARK_METADATA_DIR}/part-* file: not a Spark ML model directory")))?;
+            match meta.class.as_str() {
+                "PipelineModel" => prefix = pipeline_model_stage(files, &prefix, &meta, &mut assembled, name)?,
+                "CrossValidatorModel" | "TrainValidationSplitModel" => {
+                    let best = format!("{prefix}bestModel/");
+                    if Metadata::of(files, &best, name)?.is_none() {
+                        return Err(err(format!("a {} without {best}{SPARK_METADATA_DIR}/part-* (its best model)", meta.class)));
+                    }
+                    prefix = best;
+                }
+                _ => {
+                    let features_column = meta.string_param("featuresCol", name)?.unwrap_or("features").to_string();
+                    let feature_names = assembled.remove(&features_column);
+                    return Ok(Located { prefix, meta, feature_names });
+                }
+            }
+        }
+        Err(err(format!("pipelines and tuning models nested more than {MAX_NESTING} deep")))
+    }
+
+    /// The directory (with a trailing `/`) of the one stage of the `PipelineModel` saved in
+    /// `prefix` that is a tree model or holds one, recording the `VectorAssembler`s before it
+    /// in `assembled`.
+    fn pipeline_model_stage(
+        files: &[(String, bytes::Bytes)],
+        prefix: &str,
+        meta: &Metadata,
+        assembled: &mut std::collections::HashMap<String, Vec<String>>,
+        name: &str,
+    ) -> Result<String> {
+        let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
+        let uids = meta.strings_param("stageUids", name)?.ok_or_else(|| err(format!("{}: a PipelineModel without stageUids", meta.file)))?;
+        // Spark saves stage i as `stages/{i, zero-padded}_{uid}`: found by uid.
+        let stages_dir = format!("{prefix}stages/");
+        let mut stage_dirs: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for (file, _) in files {
+            let Some(stage) = file.strip_prefix(&stages_dir).and_then(|f| f.split('/').next()) else { continue };
+            if let Some((index, uid)) = stage.split_once('_') {
+                if index.bytes().all(|b| b.is_ascii_digit()) {
+                    stage_dirs.insert(uid, stage);
+                }
+            }
+        }
+        let mut models = Vec::new();
+        let mut stages = Vec::with_capacity(uids.len());
+        for (i, uid) in uids.iter().enumerate() {
+            let dir = stage_dirs.get(uid.as_str()).map(|stage| format!("{stages_dir}{stage}/"));
+            let stage = match &dir {
+                Some(dir) => Metadata::of(files, dir, name)?,
+                None => None,
+            };
+            let stage = stage
+                .ok_or_else(|| err(format!("stage {i} ({uid}) of the PipelineModel has no {stages_dir}*_{uid}/{SPARK_METADATA_DIR}/part-* file")))?;
+            if is_tree_class(&stage.class) || is_container_class(&stage.class) {
+                models.push((i, dir.unwrap_or_default(), stage.class.clone()));
+            } else if stage.class == "VectorAssembler" && models.is_empty() {
+                if let (Some(output), Some(inputs)) = (stage.string_param("outputCol", name)?, stage.strings_param("inputCols", name)?) {
+                    assembled.insert(output.to_string(), inputs);
+                }
+            }
+            stages.push(format!("{i}: {}", stage.class));
+        }
+        match models.len() {
+            1 => Ok(models.remove(0).1),
+            0 => Err(err(format!(
+                "a PipelineModel with no tree model stage read here (DecisionTree, RandomForest and GBT models are); its stages: {}",
+                stages.join(", ")
+            ))),
+            _ => Err(err(format!(
+                "a PipelineModel with {} model stages ({}): save the one to explain by itself (`model.stages[i].save(dir)`)",
+                models.len(),
+                models.iter().map(|(i, _, class)| format!("{i}: {class}")).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+
+    /// What kind of tree model a class is, and whether it is a classifier.
+    fn tree_kind(class: &str) -> Option<(Kind, bool)> {
+        Some(match class {
             "DecisionTreeClassificationModel" => (Kind::DecisionTree, true),
             "DecisionTreeRegressionModel" => (Kind::DecisionTree, false),
             "RandomForestClassificationModel" => (Kind::RandomForest, true),
             "RandomForestRegressionModel" => (Kind::RandomForest, false),
             "GBTClassificationModel" => (Kind::Gbt, true),
             "GBTRegressionModel" => (Kind::Gbt, false),
-            _ => {
-                return Err(err(format!(
-                    "model class {class} is not a tree model read here (DecisionTree, RandomForest and GBT classification and regression models are)"
-                )))
-            }
-        };
+            _ => return None,
+        })
+    }
+
+    /// Reads the tree model whose files are `files` (paths relative to its own directory) and
+    /// whose metadata is `metadata`.
+    fn tree_model(files: &[(String, bytes::Bytes)], metadata: &Metadata, name: &str) -> Result<ModelParts> {
+        let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
+        let meta = &metadata.json;
+        let short = metadata.class.as_str();
+        let (kind, classifier) = tree_kind(short).ok_or_else(|| {
+            let class = meta.get("class").and_then(Value::as_str).unwrap_or(short);
+            err(format!(
+                "model class {class} is not a tree model read here (DecisionTree, RandomForest and GBT classification and regression models are, alone, in a PipelineModel or as a CrossValidatorModel's or TrainValidationSplitModel's best model)"
+            ))
+        })?;
         let count = |key: &str| -> Result<Option<usize>> {
             match meta.get(key) {
                 None => Ok(None),
                 Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| err(format!("{key} = {v} is not a count"))),
             }
         };
-        let nf = count("numFeatures")?.ok_or_else(|| err(format!("{} has no numFeatures", metadata.0)))?;
+        let nf = count("numFeatures")?.ok_or_else(|| err(format!("{} has no numFeatures", metadata.file)))?;
         let nf = check_count(nf, MAX_FEATURES, "numFeatures").map_err(&err)?;
         // A classifier's trees carry class statistics; a GBT classifier's trees are regression
         // trees giving one margin.
         let classes = if classifier && kind != Kind::Gbt {
-            let c = count("numClasses")?.ok_or_else(|| err(format!("{} has no numClasses", metadata.0)))?;
+            let c = count("numClasses")?.ok_or_else(|| err(format!("{} has no numClasses", metadata.file)))?;
             check_count(c, MAX_GROUPS, "numClasses").map_err(&err)?.max(1)
         } else {
             1
@@ -417,5 +678,129 @@ mod reader {
             nodes.push(node);
         }
         Ok(Tree { nodes, category_words, group: class, weight: 1.0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A committed fixture's model directory, read as the reader reads it.
+    fn fixture_files(fixture: &str) -> Vec<(String, bytes::Bytes)> {
+        model_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(fixture).join("model")).unwrap()
+    }
+
+    /// `files` with the metadata of the model (`start` empty) or of the stage whose directory
+    /// starts with `start` edited by `edit`.
+    fn edit_metadata(files: &mut [(String, bytes::Bytes)], start: &str, edit: impl Fn(&mut serde_json::Value)) {
+        let (_, bytes) = files
+            .iter_mut()
+            .find(|(f, _)| match f.strip_prefix(start) {
+                Some(rest) if start.is_empty() => is_metadata(rest),
+                Some(rest) => rest.split_once('/').is_some_and(|(_, file)| is_metadata(file)),
+                None => false,
+            })
+            .unwrap();
+        let mut json: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        edit(&mut json);
+        *bytes = bytes::Bytes::from(json.to_string());
+    }
+
+    #[test]
+    fn the_layout_reads_models_stages_and_best_models_only() {
+        for read in [
+            "metadata/part-00000",
+            "data/part-00000.snappy.parquet",
+            "stages/2_GBTClassifier_e9a1/treesMetadata/part-00000.parquet",
+            "bestModel/stages/1_RandomForestClassifier_1d67/data/part-00000.parquet",
+            "bestModel/bestModel/metadata/part-00000",
+        ] {
+            assert!(is_model_file(read), "{read}");
+        }
+        for skipped in [
+            "data/_SUCCESS",
+            "data/.part-00000.parquet.crc",
+            "estimator/metadata/part-00000",
+            "evaluator/metadata/part-00000",
+            "subModels/fold0/0/metadata/part-00000",
+            "stages/metadata/part-00000",
+            "notes/data/part-00000",
+            "part-00000",
+        ] {
+            assert!(!is_model_file(skipped), "{skipped}");
+        }
+        assert!(is_model_dir("stages") && is_model_dir("stages/0_VectorAssembler_ab") && is_model_dir("bestModel/stages"));
+        assert!(!is_model_dir("subModels") && !is_model_dir("estimator/stages"));
+        let nested = |levels: usize| format!("{}metadata/part-00000", "bestModel/".repeat(levels));
+        assert!(is_model_file(&nested(MAX_NESTING)) && !is_model_file(&nested(MAX_NESTING + 1)));
+    }
+
+    #[test]
+    fn a_pipeline_names_its_features_by_the_assembler_before_its_tree_stage() {
+        let pipeline = from_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/spark_pipeline_gbt/model")).unwrap();
+        assert_eq!(pipeline.feature_names(), ["amount", "age", "score", "city_index"]);
+        let tuned = from_files(&fixture_files("spark_cv_forest"), "cv").unwrap();
+        assert_eq!(tuned.feature_names(), ["income", "tenure", "balance", "utilisation", "inquiries"]);
+
+        // An assembler of fewer columns than the model has features (a vector among its inputs),
+        // or of another column than the model's features column: vector-order names.
+        let files = fixture_files("spark_pipeline_gbt");
+        let mut fewer = files.clone();
+        edit_metadata(&mut fewer, "stages/1_VectorAssembler", |m| m["paramMap"]["inputCols"] = serde_json::json!(["amount", "city_vector"]));
+        assert_eq!(from_files(&fewer, "p").unwrap().feature_names(), ["f0", "f1", "f2", "f3"]);
+        let mut elsewhere = files.clone();
+        edit_metadata(&mut elsewhere, "stages/2_GBTClassifier", |m| m["paramMap"]["featuresCol"] = serde_json::json!("other"));
+        assert_eq!(from_files(&elsewhere, "p").unwrap().feature_names(), ["f0", "f1", "f2", "f3"]);
+    }
+
+    #[test]
+    fn pipelines_without_one_tree_stage_are_refused_naming_their_stages() {
+        let files = fixture_files("spark_pipeline_gbt");
+        let uids = |m: &serde_json::Value| m["paramMap"]["stageUids"].as_array().unwrap().clone();
+        let gbt_uid = |files: &[(String, bytes::Bytes)]| {
+            let meta = files.iter().find(|(f, _)| is_metadata(f)).unwrap();
+            uids(&serde_json::from_slice(&meta.1).unwrap())[2].as_str().unwrap().to_string()
+        };
+        let uid = gbt_uid(&files);
+
+        let mut no_model = files.clone();
+        edit_metadata(&mut no_model, "", |m| {
+            let kept: Vec<_> = uids(m).into_iter().take(2).collect();
+            m["paramMap"]["stageUids"] = serde_json::json!(kept);
+        });
+        let e = from_files(&no_model, "p").unwrap_err().to_string();
+        assert!(e.contains("no tree model stage") && e.contains("0: StringIndexerModel, 1: VectorAssembler"), "{e}");
+
+        // The same tree stage listed twice: two model stages.
+        let mut two = files.clone();
+        edit_metadata(&mut two, "", |m| {
+            let mut listed = uids(m);
+            listed.push(listed[2].clone());
+            m["paramMap"]["stageUids"] = serde_json::json!(listed);
+        });
+        let e = from_files(&two, "p").unwrap_err().to_string();
+        assert!(e.contains("2 model stages") && e.contains("2: GBTClassificationModel, 3: GBTClassificationModel"), "{e}");
+
+        let missing: Vec<_> = files.iter().filter(|(f, _)| !f.contains(&uid)).cloned().collect();
+        let e = from_files(&missing, "p").unwrap_err().to_string();
+        assert!(e.contains(&format!("stage 2 ({uid})")) && e.contains("no stages/*_"), "{e}");
+
+        // A tree stage's own errors name its directory.
+        let mut broken = files.clone();
+        edit_metadata(&mut broken, "stages/2_GBTClassifier", |m| m["numFeatures"] = serde_json::json!("four"));
+        let e = from_files(&broken, "/models/p").unwrap_err().to_string();
+        assert!(e.contains(&format!("/models/p/stages/2_{uid}")) && e.contains("numFeatures"), "{e}");
+    }
+
+    #[test]
+    fn tuning_models_nest_a_bounded_depth() {
+        let meta = |class: &str| bytes::Bytes::from(format!(r#"{{"class":"org.apache.spark.ml.tuning.{class}","paramMap":{{}}}}"#));
+        let e = from_files(&[("metadata/part-00000".into(), meta("CrossValidatorModel"))], "cv").unwrap_err().to_string();
+        assert!(e.contains("without bestModel/metadata/part-*"), "{e}");
+        let deep: Vec<_> = (0..=MAX_NESTING + 1)
+            .map(|level| (format!("{}metadata/part-00000", "bestModel/".repeat(level)), meta("TrainValidationSplitModel")))
+            .collect();
+        let e = from_files(&deep, "tvs").unwrap_err().to_string();
+        assert!(e.contains(&format!("nested more than {MAX_NESTING} deep")), "{e}");
     }
 }

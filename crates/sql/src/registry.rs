@@ -347,9 +347,7 @@ impl ModelRegistry {
             .into_iter()
             .filter_map(|o| {
                 let relative = o.location.as_ref().strip_prefix(base.as_str())?.to_string();
-                let file = relative.rsplit('/').next()?;
-                let wanted = ["metadata/", "data/", "treesMetadata/"].iter().any(|d| relative.starts_with(d)) && spark::is_data_file(file);
-                wanted.then_some((relative, o))
+                spark::is_model_file(&relative).then_some((relative, o))
             })
             .collect();
         files.sort_by(|a, b| a.0.cmp(&b.0));
