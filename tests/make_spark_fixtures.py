@@ -32,7 +32,7 @@ import numpy as np
 import shap
 from fixture_common import f64_list, output_dir, write_input
 from pyspark.ml import Pipeline
-from pyspark.ml.classification import GBTClassifier, RandomForestClassifier
+from pyspark.ml.classification import DecisionTreeClassifier, GBTClassifier, OneVsRest, RandomForestClassifier
 from pyspark.ml.evaluation import BinaryClassificationEvaluator
 from pyspark.ml.feature import StringIndexer, VectorAssembler, VectorIndexer
 from pyspark.ml.linalg import Vectors
@@ -70,11 +70,12 @@ def shap_reference(model, X: np.ndarray, groups: int):
 def spark_tree(node) -> dict:
     """A Spark tree (its Java node objects) as nested dicts."""
     stats = list(node.impurityStats().stats())
+    regression = node.impurityStats().getClass().getSimpleName() == "VarianceCalculator"
     if node.getClass().getSimpleName() == "LeafNode":
-        return {"leaf": True, "prediction": node.prediction(), "stats": stats}
+        return {"leaf": True, "prediction": node.prediction(), "stats": stats, "regression": regression}
     split = node.split()
     kind = split.getClass().getSimpleName()
-    out = {"leaf": False, "feature": split.featureIndex(), "stats": stats,
+    out = {"leaf": False, "feature": split.featureIndex(), "stats": stats, "regression": regression,
            "left": spark_tree(node.leftChild()), "right": spark_tree(node.rightChild())}
     if kind == "CategoricalSplit":
         out["categories"] = set(float(c) for c in split.leftCategories())
@@ -83,20 +84,25 @@ def spark_tree(node) -> dict:
     return out
 
 
-def brute_force_regression(trees: list[tuple[dict, float]], X: np.ndarray) -> np.ndarray:
-    """Path-dependent Shapley values of a sum of weighted regression trees, by all coalitions."""
+def brute_force_regression(trees: list[tuple[dict, float]], X: np.ndarray, leaf=lambda t: t["prediction"]) -> np.ndarray:
+    """Path-dependent Shapley values of a sum of weighted trees, by all coalitions; ``leaf`` is a
+    leaf's value (a regression tree's prediction by default), covers are ``stats[0]`` for
+    regression trees and the class counts' sum for classification trees."""
     F = X.shape[1]
 
     def goes_left(t, x):
         v = x[t["feature"]]
         return v in t["categories"] if "categories" in t else v <= t["threshold"]
 
+    def cover(t):
+        return t["stats"][0] if t["regression"] else sum(t["stats"])
+
     def expect(t, x, S):
         if t["leaf"]:
-            return t["prediction"]
+            return leaf(t)
         if t["feature"] in S:
             return expect(t["left"] if goes_left(t, x) else t["right"], x, S)
-        cl, cr = t["left"]["stats"][0], t["right"]["stats"][0]
+        cl, cr = cover(t["left"]), cover(t["right"])
         return (cl * expect(t["left"], x, S) + cr * expect(t["right"], x, S)) / (cl + cr)
 
     out = np.zeros((len(X), 1, F + 1))
@@ -134,7 +140,8 @@ def write(out, name: str, model, X: np.ndarray, margin: np.ndarray, contribs: np
 
 def main() -> None:
     out = output_dir(["spark_random_forest", "spark_gbt_classifier", "spark_forest_regressor", "spark_tree_categorical",
-                      "spark_pipeline_gbt", "spark_cv_forest"])
+                      "spark_pipeline_gbt", "spark_cv_forest", "spark_one_vs_rest_gbt", "spark_one_vs_rest_forest",
+                      "spark_one_vs_rest_tree"])
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -201,6 +208,30 @@ def main() -> None:
         proba = np.array([row.probability.toArray() for row in test])
         best = tuned.bestModel.stages[-1]
         write(out, "spark_cv_forest", tuned, Xt, proba, shap_reference(best, Xt, 2), "shap", names)
+
+        # OneVsRestModels of three classes (how Spark trains a multiclass GBT model): an output a
+        # class, its binary model's rawPrediction(1), as the OneVsRestModel's rawPrediction.
+        X, y = data(600, 4, 5)
+        labels = np.digitize(y, np.quantile(y, [1 / 3, 2 / 3])).astype(float)
+        train, test = frame(spark, X, labels), frame(spark, X[:ROWS], np.zeros(ROWS))
+        for name, classifier in (("spark_one_vs_rest_gbt", GBTClassifier(maxIter=6, maxDepth=3, seed=0)),
+                                 ("spark_one_vs_rest_forest", RandomForestClassifier(numTrees=4, maxDepth=3, seed=0)),
+                                 ("spark_one_vs_rest_tree", DecisionTreeClassifier(maxDepth=3, seed=0))):
+            m = OneVsRest(classifier=classifier).fit(train)
+            raw = np.array([r.rawPrediction.toArray() for r in m.transform(test).select("rawPrediction").collect()])
+            contribs = np.zeros((ROWS, 3, X.shape[1] + 1))
+            for k, binary in enumerate(m.models):
+                if hasattr(binary, "treeWeights"):
+                    trees = [(spark_tree(t._java_obj.rootNode()), w) for t, w in zip(binary.trees, binary.treeWeights)]
+                else:
+                    trees = [(spark_tree(binary._java_obj.rootNode()), 1.0)]
+                # rawPrediction(1): a GBT tree's prediction; a forest's trees' class-1 shares
+                # summed; a decision tree's class-1 count.
+                leaf = {"spark_one_vs_rest_gbt": lambda t: t["prediction"],
+                        "spark_one_vs_rest_forest": lambda t: t["stats"][1] / sum(t["stats"]),
+                        "spark_one_vs_rest_tree": lambda t: t["stats"][1]}[name]
+                contribs[:, k:k + 1, :] = brute_force_regression(trees, X[:ROWS], leaf)
+            write(out, name, m, X[:ROWS], raw, contribs, "brute force (all coalitions)")
     finally:
         spark.stop()
 

@@ -270,7 +270,17 @@ def _catboost_json(model) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["spark_random_forest", "spark_gbt_classifier", "spark_tree_categorical", "spark_pipeline_gbt", "spark_cv_forest"]
+    "name",
+    [
+        "spark_random_forest",
+        "spark_gbt_classifier",
+        "spark_tree_categorical",
+        "spark_pipeline_gbt",
+        "spark_cv_forest",
+        "spark_one_vs_rest_gbt",
+        "spark_one_vs_rest_forest",
+        "spark_one_vs_rest_tree",
+    ],
 )
 def test_spark_ml_model_directories_match_the_fixtures(name):
     fixture = REPO / "tests" / "fixtures" / name

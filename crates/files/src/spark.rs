@@ -1,7 +1,8 @@
 //! Spark ML tree model reader: the directory `model.save(dir)` writes for `DecisionTree*`,
 //! `RandomForest*` and `GBT*` models (Spark 3.x and 4.x), alone or inside the models users
-//! save around them: a `PipelineModel` (its one tree model stage, with feature names from the
-//! `VectorAssembler` that builds the stage's features column) and the tuning models
+//! save around them: a `OneVsRestModel` of binary tree classifiers (how Spark trains a
+//! multiclass GBT model), a `PipelineModel` (its one tree model stage, with feature names from
+//! the `VectorAssembler` that builds the stage's features column) and the tuning models
 //! `CrossValidatorModel` and `TrainValidationSplitModel` (their `bestModel`).
 //!
 //! The directory holds `metadata/part-00000` (one JSON line: the model class, `numFeatures`,
@@ -12,12 +13,16 @@
 //! metadata, weights`, Spark 4 `_1, _2, _3`, so they are read by position). A pipeline's
 //! metadata lists its stages' uids (`paramMap.stageUids`), each saved whole under
 //! `stages/{index}_{uid}/`; a tuning model saves its best model whole under `bestModel/` (beside
-//! its estimator, evaluator and, when kept, every sub-model, which are not read).
+//! its estimator, evaluator and, when kept, every sub-model, which are not read); a one-vs-rest
+//! model saves class k's model under `model_{k}/` (beside its classifier's parameters).
 //!
 //! What the trees compute is what shap's TreeExplainer explains for Spark models: a classifier's
 //! trees give class probabilities (the normalised `impurityStats`), a random forest averages its
 //! trees by their weights, a GBT model sums its regression trees times their weights (for a
-//! classifier, the margin F of `rawPrediction = [-F, F]`). Covers are the weighted instance
+//! classifier, the margin F of `rawPrediction = [-F, F]`). A one-vs-rest model has an output a
+//! class, what its `rawPrediction` holds: class k's model's `rawPrediction(1)` (a decision
+//! tree's leaf count of class 1, a forest's sum of its trees' class-1 probabilities, a GBT
+//! margin F), whose largest is the predicted class. Covers are the weighted instance
 //! counts from `impurityStats` (not `rawCount`, which ignores `weightCol`). A continuous split
 //! sends `x <= threshold` left, so NaN goes right; a categorical split sends the listed
 //! category values left and every other value right. A tree model stores no feature names:
@@ -47,8 +52,9 @@ const MODEL_PART_DIRS: [&str; 3] = [SPARK_METADATA_DIR, "data", "treesMetadata"]
 
 /// Whether the directories `dirs` (relative to the model directory) can hold files the reader
 /// reads: a model's part directory ([`MODEL_PART_DIRS`]) under at most [`MAX_NESTING`] pipeline
-/// stages (`stages/{index}_{uid}`) and tuned best models (`bestModel`). With `complete`, `dirs`
-/// must end at a part directory; without, it may stop on the way to one (a directory to walk).
+/// stages (`stages/{index}_{uid}`), tuned best models (`bestModel`) and a one-vs-rest model's
+/// models (`model_{class}`). With `complete`, `dirs` must end at a part directory; without, it
+/// may stop on the way to one (a directory to walk).
 fn model_layout(dirs: &[&str], complete: bool) -> bool {
     let mut rest = dirs;
     for _ in 0..=MAX_NESTING {
@@ -56,15 +62,21 @@ fn model_layout(dirs: &[&str], complete: bool) -> bool {
             [] | ["stages"] => return !complete,
             [part] if MODEL_PART_DIRS.contains(part) => return true,
             ["stages", _, tail @ ..] | ["bestModel", tail @ ..] => tail,
+            [class_model, tail @ ..] if is_class_model_dir(class_model) => tail,
             _ => return false,
         };
     }
     false
 }
 
+/// Whether a directory's name is that of a one-vs-rest model's model of one class: `model_3`.
+fn is_class_model_dir(dir: &str) -> bool {
+    dir.strip_prefix("model_").is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Whether `file` (a path relative to the model directory, `/`-separated) is one the reader
-/// reads: metadata, node data or tree weights of the model or of a pipeline stage or tuned best
-/// model inside it; not Hadoop's side files (`_SUCCESS`, `.crc`), nor a tuning model's
+/// reads: metadata, node data or tree weights of the model or of a pipeline stage, tuned best
+/// model or one-vs-rest model's model inside it; not Hadoop's side files (`_SUCCESS`, `.crc`), nor a tuning model's
 /// estimator, evaluator or sub-models. Directory listings (local and object stores) keep only
 /// these.
 pub fn is_model_file(file: &str) -> bool {
@@ -144,8 +156,8 @@ pub fn is_data_file(file: &str) -> bool {
 
 /// Reads a Spark ML model directory from its files, given as (path relative to the directory,
 /// content) pairs: `metadata/part-*`, the Parquet parts under `data/` and, for ensembles,
-/// `treesMetadata/`, or those of a pipeline's stages and a tuning model's best model (see
-/// [`is_model_file`]). Other files are skipped. `name` is used in error messages. The model is
+/// `treesMetadata/`, or those of a pipeline's stages, a tuning model's best model and a
+/// one-vs-rest model's models (see [`is_model_file`]). Other files are skipped. `name` is used in error messages. The model is
 /// validated.
 pub fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<Model> {
     Model::new(reader::from_files(files, name)?, name)
@@ -206,7 +218,10 @@ mod reader {
             "" => name.to_string(),
             prefix => format!("{}/{}", name.trim_end_matches('/'), prefix.trim_end_matches('/')),
         };
-        let mut parts = tree_model(&files, &located.meta, &model_dir)?;
+        let mut parts = match located.meta.class.as_str() {
+            "OneVsRestModel" => one_vs_rest(&files, &located.meta, &model_dir)?,
+            _ => tree_model(&files, &located.meta, Scores::Model, &model_dir)?,
+        };
         if let Some(names) = located.feature_names {
             let unique = names.iter().collect::<std::collections::HashSet<_>>().len() == names.len();
             if names.len() == parts.feature_names.len() && unique {
@@ -294,14 +309,10 @@ mod reader {
         }
     }
 
-    /// Whether a model class is read as trees ([`tree_model`]'s classes).
-    fn is_tree_class(class: &str) -> bool {
-        tree_kind(class).is_some()
-    }
-
-    /// Whether a model class holds another model that this reader walks into.
-    fn is_container_class(class: &str) -> bool {
-        matches!(class, "PipelineModel" | "CrossValidatorModel" | "TrainValidationSplitModel")
+    /// Whether a model class is read here: as trees ([`tree_model`]), as a one-vs-rest model of
+    /// them ([`one_vs_rest`]) or as a model holding one ([`locate`]).
+    fn is_model_class(class: &str) -> bool {
+        tree_kind(class).is_some() || matches!(class, "OneVsRestModel" | "PipelineModel" | "CrossValidatorModel" | "TrainValidationSplitModel")
     }
 
     /// Finds the tree model in `files`: the directory's own, or the one a pipeline's stages or a
@@ -367,7 +378,7 @@ mod reader {
             };
             let stage = stage
                 .ok_or_else(|| err(format!("stage {i} ({uid}) of the PipelineModel has no {stages_dir}*_{uid}/{SPARK_METADATA_DIR}/part-* file")))?;
-            if is_tree_class(&stage.class) || is_container_class(&stage.class) {
+            if is_model_class(&stage.class) {
                 models.push((i, dir.unwrap_or_default(), stage.class.clone()));
             } else if stage.class == "VectorAssembler" && models.is_empty() {
                 if let (Some(output), Some(inputs)) = (stage.string_param("outputCol", name)?, stage.strings_param("inputCols", name)?) {
@@ -403,24 +414,92 @@ mod reader {
         })
     }
 
+    /// Which of a tree model's outputs are read.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Scores {
+        /// What the model predicts: class probabilities, a GBT classifier's margin F, a
+        /// regression.
+        Model,
+        /// A binary classifier's `rawPrediction(1)`, the score a `OneVsRestModel` takes of each
+        /// of its models: a decision tree's leaf count of class 1, the sum of a forest's trees'
+        /// class-1 probabilities times their weights (not their average), a GBT margin F.
+        RawPositive,
+    }
+
+    /// What a leaf of a Spark tree is read as.
+    #[derive(Debug, Clone, Copy)]
+    enum LeafValue {
+        /// The node's `prediction` (regression trees, a GBT model's trees).
+        Prediction,
+        /// A class's share of the node's `impurityStats`.
+        Probability(usize),
+        /// A class's weighted count in the node's `impurityStats` (a decision tree's
+        /// `rawPrediction`).
+        Count(usize),
+    }
+
+    /// A metadata field that is a count, if present.
+    fn metadata_count(metadata: &Metadata, key: &str, name: &str) -> Result<Option<usize>> {
+        match metadata.json.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| Error::ModelFormat {
+                path: name.into(),
+                format: FORMAT,
+                detail: format!("{}: {key} = {v} is not a count", metadata.file),
+            }),
+        }
+    }
+
+    /// Reads a `OneVsRestModel` (files relative to its directory): one output a class, the
+    /// score its model `model_{class}/` gives ([`Scores::RawPositive`]), as the model's own
+    /// `rawPrediction` holds them (it predicts the class of the largest).
+    fn one_vs_rest(files: &[(String, bytes::Bytes)], metadata: &Metadata, name: &str) -> Result<ModelParts> {
+        let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
+        let classes = metadata_count(metadata, "numClasses", name)?.ok_or_else(|| err(format!("{} has no numClasses", metadata.file)))?;
+        let classes = check_count(classes, MAX_GROUPS, "numClasses").map_err(&err)?;
+        let mut trees = Vec::new();
+        let mut first: Option<ModelParts> = None;
+        for class in 0..classes {
+            let prefix = format!("model_{class}/");
+            let class_files: Vec<(String, bytes::Bytes)> =
+                files.iter().filter_map(|(f, b)| Some((f.strip_prefix(&prefix)?.to_string(), b.clone()))).collect();
+            let class_meta = Metadata::of(&class_files, "", name)?
+                .ok_or_else(|| err(format!("a OneVsRestModel of {classes} classes without {prefix}{SPARK_METADATA_DIR}/part-*")))?;
+            let class_name = format!("{}/model_{class}", name.trim_end_matches('/'));
+            let mut parts = tree_model(&class_files, &class_meta, Scores::RawPositive, &class_name)?;
+            if let Some(first) = &first {
+                if parts.feature_names.len() != first.feature_names.len() {
+                    return Err(err(format!("model_{class} has {} features, model_0 {}", parts.feature_names.len(), first.feature_names.len())));
+                }
+            }
+            trees.extend(parts.trees.drain(..).map(|t| Tree { group: class, ..t }));
+            first.get_or_insert(parts);
+        }
+        let first = first.ok_or_else(|| err("a OneVsRestModel of no classes".into()))?;
+        let version = metadata.json.get("sparkVersion").and_then(Value::as_str);
+        Ok(ModelParts {
+            library_version: version.map(|v| format!("Spark {v} (OneVsRestModel)")),
+            objective: "one-vs-rest scores: each class's model's rawPrediction(1), the OneVsRestModel's rawPrediction".into(),
+            num_groups: classes,
+            base_margin: vec![0.0; classes],
+            trees,
+            ..first
+        })
+    }
+
     /// Reads the tree model whose files are `files` (paths relative to its own directory) and
-    /// whose metadata is `metadata`.
-    fn tree_model(files: &[(String, bytes::Bytes)], metadata: &Metadata, name: &str) -> Result<ModelParts> {
+    /// whose metadata is `metadata`, with the outputs `scores` says.
+    fn tree_model(files: &[(String, bytes::Bytes)], metadata: &Metadata, scores: Scores, name: &str) -> Result<ModelParts> {
         let err = |detail: String| Error::ModelFormat { path: name.into(), format: FORMAT, detail };
         let meta = &metadata.json;
         let short = metadata.class.as_str();
         let (kind, classifier) = tree_kind(short).ok_or_else(|| {
             let class = meta.get("class").and_then(Value::as_str).unwrap_or(short);
             err(format!(
-                "model class {class} is not a tree model read here (DecisionTree, RandomForest and GBT classification and regression models are, alone, in a PipelineModel or as a CrossValidatorModel's or TrainValidationSplitModel's best model)"
+                "model class {class} is not a tree model read here (DecisionTree, RandomForest and GBT classification and regression models are, alone, in a OneVsRestModel or a PipelineModel, or as a CrossValidatorModel's or TrainValidationSplitModel's best model)"
             ))
         })?;
-        let count = |key: &str| -> Result<Option<usize>> {
-            match meta.get(key) {
-                None => Ok(None),
-                Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| err(format!("{key} = {v} is not a count"))),
-            }
-        };
+        let count = |key: &str| metadata_count(metadata, key, name);
         let nf = count("numFeatures")?.ok_or_else(|| err(format!("{} has no numFeatures", metadata.file)))?;
         let nf = check_count(nf, MAX_FEATURES, "numFeatures").map_err(&err)?;
         // A classifier's trees carry class statistics; a GBT classifier's trees are regression
@@ -430,6 +509,20 @@ mod reader {
             check_count(c, MAX_GROUPS, "numClasses").map_err(&err)?.max(1)
         } else {
             1
+        };
+        // Each output: its group and what its trees' leaves are read as.
+        let binary = !classifier || kind == Kind::Gbt || classes == 2;
+        if scores == Scores::RawPositive && !(classifier && binary) {
+            return Err(err(format!(
+                "a OneVsRestModel's models are binary classifiers; this is a {short}{}",
+                if classifier { format!(" of {classes} classes") } else { String::new() }
+            )));
+        }
+        let outputs: Vec<LeafValue> = match (scores, kind, classifier) {
+            (_, Kind::Gbt, _) | (_, _, false) => vec![LeafValue::Prediction],
+            (Scores::Model, _, true) => (0..classes).map(LeafValue::Probability).collect(),
+            (Scores::RawPositive, Kind::DecisionTree, true) => vec![LeafValue::Count(1)],
+            (Scores::RawPositive, _, true) => vec![LeafValue::Probability(1)],
         };
         let spark_version = meta.get("sparkVersion").and_then(Value::as_str).map(|v| format!("Spark {v}"));
 
@@ -448,21 +541,24 @@ mod reader {
         let weights = if kind == Kind::DecisionTree { BTreeMap::from([(0, 1.0)]) } else { tree_weights(files, name)? };
         let total_weight: f64 = weights.values().sum();
 
-        let mut trees = Vec::with_capacity(trees_nodes.len() * classes);
+        let mut trees = Vec::with_capacity(trees_nodes.len() * outputs.len());
         for (tree_id, nodes) in &trees_nodes {
             let weight = *weights.get(tree_id).ok_or_else(|| err(format!("tree {tree_id} has no weight in treesMetadata/")))?;
-            // A forest averages its trees; a GBT model sums them with their weights.
-            let weight = if kind == Kind::RandomForest { weight / total_weight } else { weight };
-            for class in 0..classes {
-                let tree = tree(nodes, *tree_id, class, classifier && kind != Kind::Gbt, nf, name)?;
-                trees.push(Tree { weight, group: class, ..tree });
+            // A forest's prediction averages its trees (its rawPrediction sums them); a GBT
+            // model sums them with their weights.
+            let weight = if kind == Kind::RandomForest && scores == Scores::Model { weight / total_weight } else { weight };
+            for (group, &leaf) in outputs.iter().enumerate() {
+                let tree = tree(nodes, *tree_id, leaf, nf, name)?;
+                trees.push(Tree { weight, group, ..tree });
             }
         }
-        let objective = match (kind, classifier) {
-            (Kind::Gbt, true) => "GBT classification margin F (rawPrediction [-F, F], probability 1/(1+exp(-2F)))".to_string(),
-            (_, true) => "class probabilities".to_string(),
-            (_, false) => "regression".to_string(),
+        let objective = match (kind, classifier, scores) {
+            (Kind::Gbt, true, _) => "GBT classification margin F (rawPrediction [-F, F], probability 1/(1+exp(-2F)))".to_string(),
+            (_, true, Scores::RawPositive) => "rawPrediction(1)".to_string(),
+            (_, true, Scores::Model) => "class probabilities".to_string(),
+            (_, false, _) => "regression".to_string(),
         };
+        let classes = outputs.len();
         Ok(ModelParts {
             format: ModelFormat::SparkMl,
             library_version: spark_version.map(|v| format!("{v} ({short})")),
@@ -609,8 +705,8 @@ mod reader {
         Ok(weights)
     }
 
-    /// One tree for output `class`: Spark nodes are placed by id, children are ids.
-    fn tree(spark: &[SparkNode], tree_id: i64, class: usize, class_probabilities: bool, nf: usize, name: &str) -> Result<Tree> {
+    /// One tree, its leaves read as `leaf`: Spark nodes are placed by id, children are ids.
+    fn tree(spark: &[SparkNode], tree_id: i64, leaf: LeafValue, nf: usize, name: &str) -> Result<Tree> {
         let t = usize::try_from(tree_id).unwrap_or(usize::MAX);
         let bad = |node: usize, detail: String| Error::InvalidTree { path: name.into(), tree: t, node, detail };
         let n = spark.len();
@@ -627,20 +723,18 @@ mod reader {
         for (i, s) in slot.into_iter().enumerate() {
             let s = s.ok_or_else(|| bad(i, "node id missing".into()))?;
             // Covers: the weighted instance count (sum of class counts, or a variance node's
-            // count); leaves' values: class probabilities or the prediction.
-            let cover = if class_probabilities { s.stats.iter().sum() } else { s.stats.first().copied().unwrap_or(f64::NAN) };
-            let value = if class_probabilities {
-                let total: f64 = s.stats.iter().sum();
-                if s.stats.len() <= class {
-                    return Err(bad(i, format!("impurityStats has {} classes, class {class} expected", s.stats.len())));
+            // count); leaves' values: the prediction, or a class's probability or count.
+            let class_count = |class: usize| {
+                s.stats.get(class).copied().ok_or_else(|| bad(i, format!("impurityStats has {} classes, class {class} expected", s.stats.len())))
+            };
+            let total: f64 = s.stats.iter().sum();
+            let (cover, value) = match leaf {
+                LeafValue::Prediction => (s.stats.first().copied().unwrap_or(f64::NAN), s.prediction),
+                LeafValue::Probability(class) => {
+                    let count = class_count(class)?;
+                    (total, if total > 0.0 { count / total } else { 0.0 })
                 }
-                if total > 0.0 {
-                    s.stats[class] / total
-                } else {
-                    0.0
-                }
-            } else {
-                s.prediction
+                LeafValue::Count(class) => (total, class_count(class)?),
             };
             let mut node = Node::leaf(value, cover);
             if s.left >= 0 || s.right >= 0 {
@@ -677,7 +771,7 @@ mod reader {
             }
             nodes.push(node);
         }
-        Ok(Tree { nodes, category_words, group: class, weight: 1.0 })
+        Ok(Tree { nodes, category_words, group: 0, weight: 1.0 })
     }
 }
 
@@ -790,6 +884,28 @@ mod tests {
         edit_metadata(&mut broken, "stages/2_GBTClassifier", |m| m["numFeatures"] = serde_json::json!("four"));
         let e = from_files(&broken, "/models/p").unwrap_err().to_string();
         assert!(e.contains(&format!("/models/p/stages/2_{uid}")) && e.contains("numFeatures"), "{e}");
+    }
+
+    #[test]
+    fn a_one_vs_rest_model_has_an_output_a_class_from_binary_classifiers_only() {
+        let files = fixture_files("spark_one_vs_rest_gbt");
+        let model = from_files(&files, "ovr").unwrap();
+        assert_eq!((model.num_groups(), model.feature_names().len()), (3, 4));
+        assert!(is_model_file("model_2/treesMetadata/part-00000.parquet") && !is_model_file("classifier/metadata/part-00000"));
+
+        let without_last: Vec<_> = files.iter().filter(|(f, _)| !f.starts_with("model_2/")).cloned().collect();
+        let e = from_files(&without_last, "ovr").unwrap_err().to_string();
+        assert!(e.contains("a OneVsRestModel of 3 classes without model_2/metadata/part-*"), "{e}");
+
+        // A class's model read as a multiclass forest, or as a regressor: refused, naming it.
+        let mut multiclass = fixture_files("spark_one_vs_rest_forest");
+        edit_metadata(&mut multiclass, "model_1", |m| m["numClasses"] = serde_json::json!(3));
+        let e = from_files(&multiclass, "/m/ovr").unwrap_err().to_string();
+        assert!(e.contains("/m/ovr/model_1") && e.contains("binary classifiers; this is a RandomForestClassificationModel of 3 classes"), "{e}");
+        let mut regressor = files.clone();
+        edit_metadata(&mut regressor, "model_0", |m| m["class"] = serde_json::json!("org.apache.spark.ml.regression.GBTRegressionModel"));
+        let e = from_files(&regressor, "ovr").unwrap_err().to_string();
+        assert!(e.contains("binary classifiers; this is a GBTRegressionModel"), "{e}");
     }
 
     #[test]
