@@ -90,7 +90,10 @@ def draw(rng: np.random.Generator, libraries: list[str]) -> Config:
     else:  # spark
         c.update(estimator=pick(["DecisionTreeRegressor", "DecisionTreeClassifier", "RandomForestRegressor", "RandomForestClassifier",
                                  "GBTRegressor", "GBTClassifier"]),
-                 max_depth=int(rng.integers(1, 6)), estimators=int(rng.integers(1, 6)), classes=int(pick([2, 2, 3])))
+                 max_depth=int(rng.integers(1, 6)), estimators=int(rng.integers(1, 6)), classes=int(pick([2, 2, 3])),
+                 wrap=pick(["none", "none", "pipeline", "one_vs_rest"]))
+        if c["wrap"] == "one_vs_rest" and "Classifier" not in c["estimator"]:
+            c["wrap"] = "pipeline"  # a OneVsRest model holds classifiers
         c["missing"] = 0.0  # Spark's vector assembler refuses NaN by default
         c["weights"] = False
     return c
@@ -334,27 +337,43 @@ def sklearn_output(model, rows, library):
 
 
 def run_spark(c: Config, work: Path):
-    from pyspark.ml import classification, regression
+    """A Spark ML tree model, alone (features f0, f1, ...), in a PipelineModel after the
+    VectorAssembler that names its features (x0, x1, ...), or a OneVsRestModel of it (an output
+    a class: its rawPrediction)."""
+    from pyspark.ml import Pipeline, classification, regression
     from pyspark.ml.feature import VectorAssembler
 
     spark = spark_session()
     frame, score, _ = data(c)
+    wrap = c.get("wrap", "none")
+    if wrap == "pipeline":
+        frame = frame.rename(columns=lambda column: "x" + column[1:])
     classifier = "Classifier" in c["estimator"]
-    y = target(c, score, "multiclass" if classifier and c["classes"] > 2 and not c["estimator"].startswith("GBT") else "binary" if classifier else "regression")
+    multiclass = classifier and c["classes"] > 2 and (wrap == "one_vs_rest" or not c["estimator"].startswith("GBT"))
+    y = target(c, score, "multiclass" if multiclass else "binary" if classifier else "regression")
     df = spark.createDataFrame(frame.assign(label=y.astype(float)))
-    df = VectorAssembler(inputCols=list(frame.columns), outputCol="features").transform(df)
+    assembler = VectorAssembler(inputCols=list(frame.columns), outputCol="features")
     cls = getattr(classification if classifier else regression, c["estimator"])
     kwargs = dict(maxDepth=c["max_depth"], seed=c["data_seed"] % 1000)
     if "Forest" in c["estimator"]:
         kwargs["numTrees"] = c["estimators"]
     if c["estimator"].startswith("GBT"):
         kwargs["maxIter"] = c["estimators"]
-    model = cls(**kwargs).fit(df)
+    estimator = cls(**kwargs)
+    if wrap == "one_vs_rest":
+        estimator = classification.OneVsRest(classifier=estimator)
+    if wrap == "pipeline":
+        model = Pipeline(stages=[assembler, estimator]).fit(df)
+    else:
+        df = assembler.transform(df)
+        model = estimator.fit(df)
     path = work / "model"
     model.write().overwrite().save("file://" + str(path))
     rows = frame.iloc[:30]
     out = model.transform(df.limit(30)).toPandas()
-    if not classifier:
+    if wrap == "one_vs_rest":
+        margin = np.array([v.toArray() for v in out["rawPrediction"]])  # each class's model's rawPrediction(1)
+    elif not classifier:
         margin = out["prediction"].to_numpy(dtype=float).reshape(-1, 1)
     elif c["estimator"].startswith("GBT"):
         margin = np.array([v.toArray()[1] for v in out["rawPrediction"]]).reshape(-1, 1)  # the margin F
