@@ -194,8 +194,12 @@ def explain(
         ignored unless kept.
     model
         A model file path (XGBoost, LightGBM, CatBoost JSON, shapfusion trees), a Spark ML model
-        directory, a fitted ``pyspark.ml`` tree model, an ``xgboost.spark`` model, or any model
-        ``shapfusion.Explainer`` takes. Read once here, on the driver.
+        directory, a fitted ``pyspark.ml`` tree model (alone, in a ``OneVsRestModel`` or a
+        ``PipelineModel``, or tuned), an ``xgboost.spark`` model, or any model
+        ``shapfusion.Explainer`` takes. Read once here, on the driver. A fitted pipeline's
+        features are the columns its ``VectorAssembler`` assembles; where ``df`` lacks them,
+        the pipeline's stages before the assembler are run on it first (a ``StringIndexer``
+        making an index column, say).
     features
         The columns holding the model's features when their names differ: a list in the model's
         feature order, or a dict from feature name to column name; or the name of one column
@@ -238,6 +242,13 @@ def explain(
     _check_choices(output, index)
     keep = list(keep or [])
     payload, model_features, result_type = _prepare(model, output)
+    # A fitted pipeline's stages before its VectorAssembler make the columns it assembles (a
+    # StringIndexer's index, say): run on a DataFrame that lacks them.
+    preparation = _stages_before_assembler(model) if features is None else None
+    if preparation and not set(model_features) <= set(df.columns):
+        from pyspark.ml import PipelineModel
+
+        df = PipelineModel(stages=preparation).transform(df)
     # The schema once, for the checks below and the result's kept fields.
     schema = df.schema
     columns = set(schema.fieldNames())
@@ -298,6 +309,36 @@ def explain(
             yield pa.RecordBatch.from_arrays(kept + [struct], names=keep + [column])
 
     return inputs.mapInArrow(run, spark_schema)
+
+
+#: The pyspark.ml model classes shapfusion reads as trees (or as a model of them).
+_SPARK_TREE_MODELS = frozenset(
+    f"{kind}{task}Model" for kind in ("DecisionTree", "RandomForest", "GBT") for task in ("Classification", "Regression")
+) | {"OneVsRestModel"}
+
+
+def _stages_before_assembler(model: Any) -> list[Any] | None:
+    """For a fitted pyspark.ml pipeline (or a tuning model of one): its stages before the
+    VectorAssembler that makes its tree model's features column, which turn the pipeline's
+    input into the columns whose names the features take. None for any other model, or where
+    there are no such stages."""
+    if not (type(model).__module__ or "").startswith("pyspark.ml"):
+        return None
+    while hasattr(model, "bestModel"):  # CrossValidatorModel, TrainValidationSplitModel
+        model = model.bestModel
+    stages = list(getattr(model, "stages", None) or [])
+    trees = [i for i, stage in enumerate(stages) if type(stage).__name__ in _SPARK_TREE_MODELS]
+    if len(trees) != 1:
+        return None
+    features_column = stages[trees[0]].getFeaturesCol()
+    assemblers = [
+        i
+        for i, stage in enumerate(stages[: trees[0]])
+        if type(stage).__name__ == "VectorAssembler" and stage.getOutputCol() == features_column
+    ]
+    if not assemblers or assemblers[-1] == 0:
+        return None
+    return stages[: assemblers[-1]]
 
 
 def _is_vector_type(data_type: Any) -> bool:

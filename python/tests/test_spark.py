@@ -304,6 +304,25 @@ def test_pipelines_and_tuned_models_name_features_by_their_assembler(spark, tmp_
     assert any("/stages/" in p and "/data/" in p for p in read), read
 
 
+def test_a_fitted_pipeline_runs_its_stages_before_the_assembler_on_raw_rows(spark):
+    """The committed pipeline (StringIndexer, VectorAssembler, GBT), loaded as a fitted object,
+    explains rows holding the raw string column: its indexer runs first. The values equal the
+    saved directory's on the indexed rows, bit for bit."""
+    from pyspark.ml import PipelineModel
+
+    path = FIXTURES / "spark_pipeline_gbt" / "model"
+    fitted = PipelineModel.load(str(path))
+    table = pq.read_table(FIXTURES / "spark_pipeline_gbt" / "input.parquet")
+    labels = fitted.stages[0].labels
+    raw = table.drop_columns(["city_index"]).append_column("city", pa.array([labels[int(i)] for i in table.column("city_index").to_pylist()]))
+    raw = raw.append_column("id", pa.array(range(raw.num_rows), pa.int64()))
+    got = sfs.to_arrow(sfs.explain(spark.createDataFrame(raw.to_pandas()), fitted, keep=["id"]).orderBy("id"))
+    want = shapfusion.Explainer(str(path)).shap_values(table, as_arrow=True)
+    assert_same(pa.Table.from_struct_array(got.column("shap").combine_chunks()), want, "raw rows through the indexer")
+    with pytest.raises(ValueError, match="lacks the model's feature column.*'city_index'"):
+        sfs.explain(spark.createDataFrame(raw.to_pandas()), str(path))  # a directory's stages are not run
+
+
 def test_fitted_pyspark_models_are_taken_as_they_are_and_their_explainers_pickle(spark):
     """shap's TreeExplainer takes a fitted pyspark.ml model object; so do shapfusion's (through
     the model's own saved form), and the explainer pickles (shap's users ship it to executors)
