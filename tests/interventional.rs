@@ -106,6 +106,7 @@ fn models_shap_cannot_explain_equal_brute_force() {
         "cb_multiclass",
         "spark_tree_categorical",
         "spark_gbt_classifier",
+        "spark_one_vs_rest_tree",
     ];
     for f in fixtures().into_iter().filter(|f| names.contains(&f.name.as_str())) {
         let block = f.block();

@@ -30,7 +30,8 @@ import math
 
 import numpy as np
 import shap
-from fixture_common import f64_list, output_dir, write_input
+import xgboost as xgb
+from fixture_common import f64_list, output_dir, write_input, xgboost_expected
 from pyspark.ml import Pipeline
 from pyspark.ml.classification import DecisionTreeClassifier, GBTClassifier, OneVsRest, RandomForestClassifier
 from pyspark.ml.evaluation import BinaryClassificationEvaluator
@@ -141,7 +142,7 @@ def write(out, name: str, model, X: np.ndarray, margin: np.ndarray, contribs: np
 def main() -> None:
     out = output_dir(["spark_random_forest", "spark_gbt_classifier", "spark_forest_regressor", "spark_tree_categorical",
                       "spark_pipeline_gbt", "spark_cv_forest", "spark_one_vs_rest_gbt", "spark_one_vs_rest_forest",
-                      "spark_one_vs_rest_tree"])
+                      "spark_one_vs_rest_tree", "spark_xgboost_pipeline"])
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -232,6 +233,25 @@ def main() -> None:
                         "spark_one_vs_rest_tree": lambda t: t["stats"][1]}[name]
                 contribs[:, k:k + 1, :] = brute_force_regression(trees, X[:ROWS], leaf)
             write(out, name, m, X[:ROWS], raw, contribs, "brute force (all coalitions)")
+
+        # An xgboost.spark classifier in a PipelineModel (its stage saves the booster's JSON):
+        # XGBoost's own pred_contribs.
+        from xgboost.spark import SparkXGBClassifier
+
+        X, y = data(600, 4, 6)
+        names = ["amount", "age", "score", "tenure"]
+        rows = spark.createDataFrame([(*map(float, x), float(t > 0.3)) for x, t in zip(X, y)], [*names, "label"])
+        pipeline = Pipeline(stages=[VectorAssembler(inputCols=names, outputCol="features"),
+                                    SparkXGBClassifier(n_estimators=6, max_depth=3, num_workers=1, random_state=0)]).fit(rows)
+        d = out / "spark_xgboost_pipeline"
+        d.mkdir(parents=True)
+        pipeline.write().overwrite().save(str(d / "model"))
+        for side in list((d / "model").rglob("*.crc")) + list((d / "model").rglob("_SUCCESS")):
+            side.unlink()
+        write_input(d / "input.parquet", X[:ROWS], names)
+        expected = xgboost_expected(xgb, pipeline.stages[-1].get_booster(), xgb.DMatrix(X[:ROWS]), names)
+        (d / "expected.json").write_text(json.dumps(expected))
+        print(f"spark_xgboost_pipeline: {expected['rows']} rows, XGBoost {xgb.__version__}")
     finally:
         spark.stop()
 

@@ -280,6 +280,7 @@ def _catboost_json(model) -> str:
         "spark_one_vs_rest_gbt",
         "spark_one_vs_rest_forest",
         "spark_one_vs_rest_tree",
+        "spark_xgboost_pipeline",
     ],
 )
 def test_spark_ml_model_directories_match_the_fixtures(name):

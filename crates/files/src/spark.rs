@@ -3,7 +3,8 @@
 //! save around them: a `OneVsRestModel` of binary tree classifiers (how Spark trains a
 //! multiclass GBT model), a `PipelineModel` (its one tree model stage, with feature names from
 //! the `VectorAssembler` that builds the stage's features column) and the tuning models
-//! `CrossValidatorModel` and `TrainValidationSplitModel` (their `bestModel`).
+//! `CrossValidatorModel` and `TrainValidationSplitModel` (their `bestModel`); and the directory
+//! an `xgboost.spark` model saves (its booster's JSON under `model/`), alone or in those.
 //!
 //! The directory holds `metadata/part-00000` (one JSON line: the model class, `numFeatures`,
 //! `numClasses`, parameters), `data/` (Parquet, one row per node: `id`, `prediction`,
@@ -47,8 +48,9 @@ const MAX_FILES: usize = 100_000;
 /// limit; a directory is never walked deeper than this, whatever it holds).
 const MAX_NESTING: usize = 8;
 
-/// The directories of one saved model whose files are read.
-const MODEL_PART_DIRS: [&str; 3] = [SPARK_METADATA_DIR, "data", "treesMetadata"];
+/// The directories of one saved model whose files are read: a tree model's metadata, node data
+/// and tree weights, and an `xgboost.spark` model's booster (`model/`).
+const MODEL_PART_DIRS: [&str; 4] = [SPARK_METADATA_DIR, "data", "treesMetadata", "model"];
 
 /// Whether the directories `dirs` (relative to the model directory) can hold files the reader
 /// reads: a model's part directory ([`MODEL_PART_DIRS`]) under at most [`MAX_NESTING`] pipeline
@@ -220,16 +222,20 @@ mod reader {
         };
         let mut parts = match located.meta.class.as_str() {
             "OneVsRestModel" => one_vs_rest(&files, &located.meta, &model_dir)?,
+            class if is_xgboost_spark_class(class) => xgboost_spark(&files, &located.meta, &model_dir)?,
             _ => tree_model(&files, &located.meta, Scores::Model, &model_dir)?,
         };
-        if let Some(names) = located.feature_names {
+        // Names from around the model replace only vector-order ones (a booster may name its
+        // features itself).
+        let unnamed = parts.feature_names.iter().enumerate().all(|(j, n)| *n == format!("f{j}"));
+        if let (Some(names), true) = (located.feature_names, unnamed) {
             let unique = names.iter().collect::<std::collections::HashSet<_>>().len() == names.len();
             if names.len() == parts.feature_names.len() && unique {
                 parts.feature_names = names;
             } else {
                 tracing::warn!(
                     model = name,
-                    "the VectorAssembler before the tree model has {} input columns for {} features{}: features are named f0, f1, ... in vector order",
+                    "the model's feature columns name {} columns for {} features{}: features are named f0, f1, ... in vector order",
                     names.len(),
                     parts.feature_names.len(),
                     if unique { "" } else { " (some named twice)" },
@@ -269,7 +275,9 @@ mod reader {
                 return Ok(None);
             };
             let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
-            let json: Value = serde_json::from_slice(line).map_err(|e| err(format!("{file}: {e}")))?;
+            let json: Value = serde_json::from_slice(line)
+                .or_else(|e| serde_json::from_slice(&non_finite_as_null(line).ok_or(e)?))
+                .map_err(|e| err(format!("{file}: {e}")))?;
             let class = json.get("class").and_then(Value::as_str).ok_or_else(|| err(format!("{file} has no \"class\"")))?;
             let class = class.rsplit('.').next().unwrap_or(class).to_string();
             Ok(Some(Metadata { file: file.clone(), json, class }))
@@ -309,10 +317,65 @@ mod reader {
         }
     }
 
+    /// `line` with the non-finite numbers Python's `json` writes (`NaN`, `Infinity`,
+    /// `-Infinity`, which JSON lacks) as `null`, when it has any outside strings: xgboost.spark
+    /// saves its `missing` parameter so (`"missing":NaN`), and Spark and xgboost read it back.
+    pub(super) fn non_finite_as_null(line: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(line.len());
+        let (mut in_string, mut escaped, mut replaced) = (false, false, false);
+        let mut i = 0;
+        while i < line.len() {
+            let b = line[i];
+            if in_string {
+                (escaped, in_string) = (!escaped && b == b'\\', escaped || b != b'"');
+            } else if b == b'"' {
+                in_string = true;
+            } else if let Some(token) = [&b"NaN"[..], b"Infinity", b"-Infinity"].into_iter().find(|t| line[i..].starts_with(t)) {
+                out.extend_from_slice(b"null");
+                (i, replaced) = (i + token.len(), true);
+                continue;
+            }
+            out.push(b);
+            i += 1;
+        }
+        replaced.then_some(out)
+    }
+
     /// Whether a model class is read here: as trees ([`tree_model`]), as a one-vs-rest model of
-    /// them ([`one_vs_rest`]) or as a model holding one ([`locate`]).
+    /// them ([`one_vs_rest`]), as an `xgboost.spark` booster ([`xgboost_spark`]) or as a model
+    /// holding one ([`locate`]).
     fn is_model_class(class: &str) -> bool {
-        tree_kind(class).is_some() || matches!(class, "OneVsRestModel" | "PipelineModel" | "CrossValidatorModel" | "TrainValidationSplitModel")
+        tree_kind(class).is_some()
+            || is_xgboost_spark_class(class)
+            || matches!(class, "OneVsRestModel" | "PipelineModel" | "CrossValidatorModel" | "TrainValidationSplitModel")
+    }
+
+    /// Whether a model class is one of `xgboost.spark`'s (`xgboost.spark.estimator.*`).
+    fn is_xgboost_spark_class(class: &str) -> bool {
+        matches!(class, "SparkXGBClassifierModel" | "SparkXGBRegressorModel" | "SparkXGBRankerModel")
+    }
+
+    /// Reads an `xgboost.spark` model (files relative to its directory): the booster's JSON,
+    /// which it saves as one text file under `model/`, read as any XGBoost JSON model is.
+    fn xgboost_spark(files: &[(String, bytes::Bytes)], metadata: &Metadata, name: &str) -> Result<ModelParts> {
+        // A value other than NaN read as missing (`missing=0.0`) is the model's transform's, not
+        // its booster's: shapfusion reads NaN and nulls as missing, as everywhere.
+        if let Some(missing) = metadata.param("missing").and_then(Value::as_f64) {
+            tracing::warn!(
+                model = name,
+                "the xgboost.spark model reads {missing} as missing; shapfusion reads {missing} as a number (only NaN and nulls are missing): give those values as nulls"
+            );
+        }
+        let boosters: Vec<&(String, bytes::Bytes)> =
+            files.iter().filter(|(f, _)| f.strip_prefix("model/").is_some_and(|file| !file.contains('/') && is_data_file(file))).collect();
+        let [(file, bytes)] = boosters[..] else {
+            return Err(Error::ModelFormat {
+                path: name.into(),
+                format: FORMAT,
+                detail: format!("an xgboost.spark model with {} files under model/; one, the booster's JSON, expected", boosters.len()),
+            });
+        };
+        Ok(Model::from_bytes_as(bytes, &format!("{}/{file}", name.trim_end_matches('/')), ModelFormat::XgboostJson)?.into_parts())
     }
 
     /// Finds the tree model in `files`: the directory's own, or the one a pipeline's stages or a
@@ -337,7 +400,13 @@ mod reader {
                 }
                 _ => {
                     let features_column = meta.string_param("featuresCol", name)?.unwrap_or("features").to_string();
-                    let feature_names = assembled.remove(&features_column);
+                    let mut feature_names = assembled.remove(&features_column);
+                    // An xgboost.spark model trained on columns (`features_cols`) names them.
+                    if is_xgboost_spark_class(&meta.class) {
+                        if let Some(columns) = meta.strings_param("features_cols", name)?.filter(|c| !c.is_empty()) {
+                            feature_names = Some(columns);
+                        }
+                    }
                     return Ok(Located { prefix, meta, feature_names });
                 }
             }
@@ -496,7 +565,7 @@ mod reader {
         let (kind, classifier) = tree_kind(short).ok_or_else(|| {
             let class = meta.get("class").and_then(Value::as_str).unwrap_or(short);
             err(format!(
-                "model class {class} is not a tree model read here (DecisionTree, RandomForest and GBT classification and regression models are, alone, in a OneVsRestModel or a PipelineModel, or as a CrossValidatorModel's or TrainValidationSplitModel's best model)"
+                "model class {class} is not a tree model read here (DecisionTree, RandomForest and GBT classification and regression models and xgboost.spark models are, alone, in a PipelineModel or as a CrossValidatorModel's or TrainValidationSplitModel's best model, and tree classifiers in a OneVsRestModel)"
             ))
         })?;
         let count = |key: &str| metadata_count(metadata, key, name);
@@ -795,7 +864,8 @@ mod tests {
                 None => false,
             })
             .unwrap();
-        let mut json: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        let text = reader::non_finite_as_null(bytes).unwrap_or_else(|| bytes.to_vec());
+        let mut json: serde_json::Value = serde_json::from_slice(&text).unwrap();
         edit(&mut json);
         *bytes = bytes::Bytes::from(json.to_string());
     }
@@ -906,6 +976,37 @@ mod tests {
         edit_metadata(&mut regressor, "model_0", |m| m["class"] = serde_json::json!("org.apache.spark.ml.regression.GBTRegressionModel"));
         let e = from_files(&regressor, "ovr").unwrap_err().to_string();
         assert!(e.contains("binary classifiers; this is a GBTRegressionModel"), "{e}");
+    }
+
+    #[test]
+    fn an_xgboost_spark_stage_is_its_booster_named_by_the_assembler() {
+        let files = fixture_files("spark_xgboost_pipeline");
+        assert!(files.iter().any(|(f, _)| f.starts_with("stages/1_SparkXGBClassifier") && f.contains("/model/part-")));
+        let model = from_files(&files, "xgb").unwrap();
+        assert_eq!(model.feature_names(), ["amount", "age", "score", "tenure"]);
+        assert_eq!(model.format(), ModelFormat::XgboostJson);
+
+        // Trained on columns (features_cols) without an assembler: those columns name the features.
+        let mut by_columns: Vec<_> = files.iter().filter(|(f, _)| !f.starts_with("stages/0_VectorAssembler")).cloned().collect();
+        edit_metadata(&mut by_columns, "", |m| {
+            let uids = m["paramMap"]["stageUids"].as_array().unwrap()[1..].to_vec();
+            m["paramMap"]["stageUids"] = serde_json::json!(uids);
+        });
+        edit_metadata(&mut by_columns, "stages/1_SparkXGB", |m| m["paramMap"]["features_cols"] = serde_json::json!(["a", "b", "c", "d"]));
+        assert_eq!(from_files(&by_columns, "xgb").unwrap().feature_names(), ["a", "b", "c", "d"]);
+
+        // Its metadata holds `"missing":NaN`, as Python's json writes it: read as null, in
+        // strings left alone.
+        let line = br#"{"s":"NaN \" Infinity","missing":NaN,"v":[-Infinity,Infinity]}"#;
+        let read = reader::non_finite_as_null(line).unwrap();
+        assert_eq!(std::str::from_utf8(&read).unwrap(), r#"{"s":"NaN \" Infinity","missing":null,"v":[null,null]}"#);
+        assert!(reader::non_finite_as_null(br#"{"s":"NaN"}"#).is_none());
+
+        let mut two = files.clone();
+        let booster = two.iter().find(|(f, _)| f.contains("/model/part-")).unwrap().clone();
+        two.push((booster.0.replace("part-", "part-1"), booster.1));
+        let e = from_files(&two, "xgb").unwrap_err().to_string();
+        assert!(e.contains("2 files under model/"), "{e}");
     }
 
     #[test]
