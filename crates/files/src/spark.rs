@@ -158,9 +158,9 @@ pub fn is_data_file(file: &str) -> bool {
 
 /// Reads a Spark ML model directory from its files, given as (path relative to the directory,
 /// content) pairs: `metadata/part-*`, the Parquet parts under `data/` and, for ensembles,
-/// `treesMetadata/`, or those of a pipeline's stages, a tuning model's best model and a
-/// one-vs-rest model's models (see [`is_model_file`]). Other files are skipped. `name` is used in error messages. The model is
-/// validated.
+/// `treesMetadata/` (for an `xgboost.spark` model, `model/`), or those of a pipeline's stages, a
+/// tuning model's best model and a one-vs-rest model's models (see [`is_model_file`]). Other
+/// files are skipped. `name` is used in error messages. The model is validated.
 pub fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<Model> {
     Model::new(reader::from_files(files, name)?, name)
 }
@@ -245,15 +245,16 @@ mod reader {
         Ok(parts)
     }
 
-    /// Where a directory's tree model is, and what a pipeline around it says of its features.
+    /// Where a directory's model is, and what a pipeline around it says of its features.
     struct Located {
-        /// The tree model's directory, relative to the model directory, with a trailing `/`
-        /// (empty for the directory itself).
+        /// The model's directory, relative to the model directory, with a trailing `/` (empty
+        /// for the directory itself).
         prefix: String,
-        /// The tree model's metadata (its file's name and first line).
+        /// The model's metadata (its file's name and first line).
         meta: Metadata,
-        /// The input columns of the `VectorAssembler` that makes the model's features column,
-        /// when a pipeline around the model has one before it.
+        /// What names the model's features from around it: the input columns of the
+        /// `VectorAssembler` that makes its features column (when a pipeline has one before
+        /// it), or an `xgboost.spark` model's `features_cols`.
         feature_names: Option<Vec<String>>,
     }
 
