@@ -311,10 +311,11 @@ def explain(
     return inputs.mapInArrow(run, spark_schema)
 
 
-#: The pyspark.ml model classes shapfusion reads as trees (or as a model of them).
+#: The pyspark.ml and xgboost.spark model classes shapfusion reads as trees (or as a model of
+#: them).
 _SPARK_TREE_MODELS = frozenset(
     f"{kind}{task}Model" for kind in ("DecisionTree", "RandomForest", "GBT") for task in ("Classification", "Regression")
-) | {"OneVsRestModel"}
+) | {"OneVsRestModel", "SparkXGBClassifierModel", "SparkXGBRegressorModel", "SparkXGBRankerModel"}
 
 
 def _stages_before_assembler(model: Any) -> list[Any] | None:

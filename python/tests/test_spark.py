@@ -323,6 +323,33 @@ def test_a_fitted_pipeline_runs_its_stages_before_the_assembler_on_raw_rows(spar
         sfs.explain(spark.createDataFrame(raw.to_pandas()), str(path))  # a directory's stages are not run
 
 
+def test_an_xgboost_spark_pipeline_runs_its_indexer_and_adds_up_to_its_raw_prediction(spark):
+    """A fitted pipeline of StringIndexer, VectorAssembler and an xgboost.spark classifier,
+    explained on rows with the raw string column: the features take the assembled columns'
+    names, and each row adds up to XGBoost's margin, Spark's rawPrediction[1] (float32)."""
+    xgboost_spark = pytest.importorskip("xgboost.spark")
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import StringIndexer, VectorAssembler
+
+    rng = np.random.default_rng(5)
+    X, city = rng.normal(size=(200, 2)), np.array(["a", "b", "c"])[rng.integers(0, 3, 200)]
+    label = ((X[:, 0] > 0) ^ (city == "b")).astype(float)
+    rows = [(i, float(x), float(z), str(k), float(t)) for i, ((x, z), k, t) in enumerate(zip(X, city, label))]
+    df = spark.createDataFrame(rows, ["id", "x", "z", "city", "label"])
+    fitted = Pipeline(
+        stages=[
+            StringIndexer(inputCol="city", outputCol="city_index"),
+            VectorAssembler(inputCols=["x", "z", "city_index"], outputCol="features"),
+            xgboost_spark.SparkXGBClassifier(n_estimators=4, max_depth=3, num_workers=1),
+        ]
+    ).fit(df)
+    assert shapfusion.Explainer(fitted).feature_names == ["x", "z", "city_index"]
+    values = sfs.to_arrow(sfs.explain(df, fitted, keep=["id"]).orderBy("id")).column("shap").combine_chunks()
+    total = sum(np.array(values.field(name).to_pylist()) for name in ["x", "z", "city_index", "bias"])
+    raw = np.array([r.rawPrediction.toArray()[1] for r in fitted.transform(df).orderBy("id").select("rawPrediction").collect()])
+    np.testing.assert_allclose(total, raw, atol=1e-5)
+
+
 def test_fitted_pyspark_models_are_taken_as_they_are_and_their_explainers_pickle(spark):
     """shap's TreeExplainer takes a fitted pyspark.ml model object; so do shapfusion's (through
     the model's own saved form), and the explainer pickles (shap's users ship it to executors)
