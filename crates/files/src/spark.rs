@@ -211,10 +211,7 @@ mod reader {
 
     pub(super) fn from_files(files: &[(String, bytes::Bytes)], name: &str) -> Result<ModelParts> {
         let located = locate(files, name)?;
-        let files: Vec<(String, bytes::Bytes)> = match located.prefix.as_str() {
-            "" => files.to_vec(),
-            prefix => files.iter().filter_map(|(f, b)| Some((f.strip_prefix(prefix)?.to_string(), b.clone()))).collect(),
-        };
+        let files = files_under(files, &located.prefix);
         // Errors in the tree model name its own directory.
         let model_dir = match located.prefix.as_str() {
             "" => name.to_string(),
@@ -243,6 +240,12 @@ mod reader {
             }
         }
         Ok(parts)
+    }
+
+    /// The files under the directory `prefix` (with a trailing `/`, or empty for all), with
+    /// paths relative to it: a model inside another read as if saved alone.
+    fn files_under(files: &[(String, bytes::Bytes)], prefix: &str) -> Vec<(String, bytes::Bytes)> {
+        files.iter().filter_map(|(f, b)| Some((f.strip_prefix(prefix)?.to_string(), b.clone()))).collect()
     }
 
     /// Where a directory's model is, and what a pipeline around it says of its features.
@@ -531,8 +534,7 @@ mod reader {
         let mut first: Option<ModelParts> = None;
         for class in 0..classes {
             let prefix = format!("model_{class}/");
-            let class_files: Vec<(String, bytes::Bytes)> =
-                files.iter().filter_map(|(f, b)| Some((f.strip_prefix(&prefix)?.to_string(), b.clone()))).collect();
+            let class_files = files_under(files, &prefix);
             let class_meta = Metadata::of(&class_files, "", name)?
                 .ok_or_else(|| err(format!("a OneVsRestModel of {classes} classes without {prefix}{SPARK_METADATA_DIR}/part-*")))?;
             let class_name = format!("{}/model_{class}", name.trim_end_matches('/'));
