@@ -690,6 +690,9 @@ pub fn run(cli: Cli) -> Result<()> {
                 println!("trees:          {}", s.trees);
                 println!("max depth:      {}", s.max_depth);
                 println!("leaves:         {}", s.leaves);
+                if s.linear_leaves > 0 {
+                    println!("linear leaves:  {} (LightGBM linear_tree: values over a background only)", s.linear_leaves);
+                }
                 println!("output groups:  {}", s.output_groups);
                 println!("base margin:    {:?}", s.base_margin);
                 println!("features ({}): {}", s.features.len(), s.features.join(", "));

@@ -371,10 +371,23 @@ fn truncated_and_corrupt_models() {
 }
 
 #[test]
-fn lightgbm_linear_tree_is_refused() {
-    let path = common::fixtures_dir().join("bad/linear_tree.txt");
-    let err = fails(NOT_SUPPORTED, &["models", "inspect", path.to_str().unwrap()]);
-    assert!(err.contains("linear"), "{err}");
+fn lightgbm_linear_trees_load_and_are_explained_over_a_background() {
+    let f = common::linear_fixtures().into_iter().next().unwrap();
+    let inspect = run(&["models", "inspect", f.model_path.to_str().unwrap()]);
+    assert!(inspect.status.success(), "{}", stderr(&inspect));
+    let linear_leaves: usize = f.model.trees().iter().map(|t| t.linear_leaves.len()).sum();
+    assert!(String::from_utf8_lossy(&inspect.stdout).contains(&format!("linear leaves:  {linear_leaves} (")), "{inspect:?}");
+    let dir = tmp();
+    let out = dir.path().join("o.parquet");
+    // Path-dependent values need what the file does not hold: refused, pointing at a background.
+    let err = explain_fails(NOT_SUPPORTED, &f.model_path, &f.input_path(), &out, &[]);
+    assert!(err.contains("linear_tree") && err.contains("background"), "{err}");
+    assert!(!out.exists());
+    let background = f.dir.join("background.parquet");
+    let run = explain(&f.model_path, &f.input_path(), &out, &["--background", background.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let explainer = shapfusion::Explainer::builder(f.model.clone()).background(read_parquet(&background)).build().unwrap();
+    assert_eq!(read_parquet(&out).columns(), explainer.explain_batch(&f.batch).unwrap().columns());
 }
 
 #[test]

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 
-use common::{brute_force_interventional, fixtures, max_row_rel_error, read_parquet, Fixture};
-use shapfusion::engine::{build_interventional, Algorithm, EngineOptions};
+use common::{brute_force_interventional, fixtures, linear_fixtures, max_row_rel_error, read_parquet, Fixture};
+use shapfusion::engine::{build_interventional, Algorithm, EngineOptions, Index, OutputTransform};
 use shapfusion::{Explainer, OutputKind};
 
 /// One shap reference: the fixture, its background rows and shap's values.
@@ -168,6 +168,77 @@ fn explainer_with_a_background_gives_the_engines_values() {
     assert!(e.contains("transformed output") && e.contains("not built yet"), "{e}");
     let e = Explainer::builder(f.model.clone()).background(case.background.project(&[1]).unwrap()).build().unwrap_err().to_string();
     assert!(e.starts_with("background: ") && e.contains(&f.model.feature_names()[0]), "{e}");
+}
+
+/// LightGBM linear trees, which neither LightGBM nor shap explains: the values and interaction
+/// values, Shapley's and Banzhaf's, against the definition over every coalition with each hybrid
+/// row scored by LightGBM itself (`tests/make_linear_tree_fixtures.py`), NaNs in the explained
+/// and background rows (where LightGBM gives a leaf its constant value) included.
+#[test]
+fn linear_trees_match_the_definition_over_lightgbms_own_scores() {
+    let list = linear_fixtures();
+    assert_eq!(list.len(), 2, "linear-tree fixtures missing: run tests/make_linear_tree_fixtures.py");
+    for f in &list {
+        assert!(f.model.has_linear_leaves(), "{}", f.name);
+        let (nf, g) = (f.model.num_features(), f.model.num_groups());
+        let (w, block) = (nf + 1, f.block());
+        let background_rows = read_parquet(&f.dir.join("background.parquet"));
+        let background = f.model.feature_block(&background_rows).unwrap();
+        // The reader's predictions are LightGBM's, NaNs included.
+        let margins = f.expected_f64("margin").unwrap();
+        let engine = build_interventional(f.model.clone(), &background, Algorithm::Auto, &EngineOptions::default()).unwrap();
+        let predicted = engine.predict(&block).unwrap();
+        let (err, row) = max_row_rel_error(&predicted.values, &margins, g);
+        assert!(err <= 1e-12, "{}: row {row}'s score off LightGBM's by {err:e}", f.name);
+        for index in [Index::Shapley, Index::Banzhaf] {
+            let what = format!("{} {index}", f.name);
+            let options = EngineOptions { index, ..EngineOptions::default() };
+            let engine = build_interventional(f.model.clone(), &background, Algorithm::Auto, &options).unwrap();
+            let key = index.name();
+            let got = engine.shap(&block).unwrap();
+            let (err, row) = max_row_rel_error(&got.values, &f.expected_f64(key).unwrap(), g * w);
+            assert!(err <= 1e-9, "{what}: row {row} off the definition by {err:e} of max|phi|");
+            let pairs = engine.interactions(&block).unwrap();
+            let (err, row) = max_row_rel_error(&pairs.values, &f.expected_f64(&format!("{key}_interactions")).unwrap(), g * w * w);
+            assert!(err <= 1e-9, "{what}: row {row}'s interactions off the definition by {err:e}");
+            // Each row adds up to LightGBM's score.
+            for r in 0..got.rows {
+                for k in 0..g {
+                    let (total, m) = (got.row(r, k).iter().sum::<f64>(), margins[r * g + k]);
+                    assert!((total - m).abs() <= 1e-9 * m.abs().max(1.0), "{what} row {r} group {k}: {total} against {m}");
+                }
+            }
+            // The reference engine by name is the one auto picks for linear leaves.
+            let named = build_interventional(f.model.clone(), &background, Algorithm::TreeShap, &options).unwrap();
+            assert_eq!(named.shap(&block).unwrap(), got, "{what}");
+        }
+        // The linear models matter: the same trees with constant leaves give other values.
+        let mut parts = (*f.model).clone().into_parts();
+        parts.trees.iter_mut().for_each(|t| t.linear_leaves.clear());
+        let constant = Arc::new(shapfusion::model::Model::new(parts, "constant leaves").unwrap());
+        let other = build_interventional(constant, &background, Algorithm::Auto, &EngineOptions::default()).unwrap().shap(&block).unwrap();
+        let (err, _) = max_row_rel_error(&other.values, &f.expected_f64("shapley").unwrap(), g * w);
+        assert!(err > 1e-3, "{}: the linear models changed nothing ({err:e})", f.name);
+    }
+}
+
+/// What needs a leaf's linear model without a background is refused, naming the background.
+#[test]
+fn linear_trees_without_a_background_are_refused_naming_it() {
+    let f = &linear_fixtures()[0];
+    let background = read_parquet(&f.dir.join("background.parquet"));
+    let refused = |builder: shapfusion::ExplainerBuilder| builder.build().expect_err("refused");
+    for error in [
+        refused(Explainer::builder(f.model.clone())),
+        refused(Explainer::builder(f.model.clone()).output(OutputKind::Interactions)),
+        refused(Explainer::builder(f.model.clone()).background(background).output_transform(OutputTransform::Logistic)),
+    ] {
+        let message = error.to_string();
+        assert_eq!(error.kind(), shapfusion::ErrorKind::Unsupported, "{message}");
+        assert!(message.contains("linear leaves") && message.contains("linear_tree"), "{message}");
+    }
+    let message = refused(Explainer::builder(f.model.clone())).to_string();
+    assert!(message.contains("give background rows"), "{message}");
 }
 
 const BIN: &str = env!("CARGO_BIN_EXE_shapfusion");

@@ -204,15 +204,6 @@ def main() -> None:
                  "min_data_per_group": 5, "cat_smooth": 1, "max_cat_to_onehot": 2}, 15, Xc_test,
                 categorical=[1, 3], shap_ok=False)
 
-    # --- a model we must refuse ------------------------------------------------------------------
-    bad = out / "bad"
-    shutil.rmtree(bad, ignore_errors=True)
-    bad.mkdir()
-    lin = lgb.train({"objective": "regression", "linear_tree": True, "verbose": -1, "num_leaves": 4},
-                    lgb.Dataset(Xd, yd), num_boost_round=2)
-    lin.save_model(str(bad / "linear_tree.txt"))
-    print("bad/linear_tree.txt")
-
 
 if __name__ == "__main__":
     main()

@@ -104,7 +104,7 @@ class Explainer:
     ValueError
         The model file is not a valid model, or an option or the background is wrong.
     NotImplementedError
-        The model uses something shapfusion does not compute (a LightGBM linear tree, say), or
+        The model needs what is not given (a LightGBM linear tree's values need a background), or
         ``device="gpu"`` where no GPU can be used (the message names what is missing: the CUDA
         driver library, NVRTC or a device) or with ``background``.
     TypeError
@@ -163,9 +163,12 @@ class Explainer:
         cover_rows: Any = None,
         device: str = "cpu",
         index: str = "shapley",
+        describe: bool = False,
     ) -> None:
         """The native explainer of the model ``source`` names (``path``, ``data`` (the file's
-        bytes) or ``spark_files``, and its ``name``)."""
+        bytes) or ``spark_files``, and its ``name``). ``describe``: one for the model's names and
+        output layout only, which builds also for a model explained only over a background
+        (LightGBM linear trees)."""
         # What pickling keeps: the model as read and the settings; the engine is built anew.
         self._state = {
             "source": source,
@@ -177,6 +180,7 @@ class Explainer:
             "cover_rows": cover_rows,
             "device": device,
             "index": index,
+            "describe": describe,
         }
         background_rows, background_names = (None, None) if background is None else _rows(self._missing_as_nan(background))
         cover_values, cover_names = (None, None) if cover_rows is None else _rows(self._missing_as_nan(cover_rows))
@@ -192,6 +196,7 @@ class Explainer:
             cover_names=cover_names,
             device=device,
             index=index,
+            describe=describe,
         )
         self._interventional = background is not None
 

@@ -34,6 +34,7 @@ class NativeExplainer:
         cover_names: Sequence[str] | None = None,
         device: str = "cpu",
         index: str = "shapley",
+        describe: bool = False,
     ) -> None: ...
     def compute(
         self, x: Any, output: str, names: Sequence[str] | None = None, labels: np.ndarray | None = None

@@ -129,7 +129,7 @@ class TreeExplainer:
                 f"Model type not yet supported by TreeExplainer: {type(model)} ({e})"
             ) from e
         self._missing = _xgboost_missing_value(model)
-        info = Explainer._from_source(self._source, algorithm="treeshap", threads=threads)
+        info = Explainer._from_source(self._source, algorithm="treeshap", threads=threads, describe=True)
         self._model_names = list(info.feature_names)
         self._lightgbm = info.format.startswith("LightGBM")
         self._transform, self._doubled = _resolve_output(model, model_output, info.objective, info.num_groups)

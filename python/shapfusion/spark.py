@@ -241,7 +241,7 @@ def explain(
 
     _check_choices(output, index)
     keep = list(keep or [])
-    payload, model_features, result_type = _prepare(model, output)
+    payload, model_features, result_type = _prepare(model, output, background is not None)
     # A fitted pipeline's stages before its VectorAssembler make the columns it assembles (a
     # StringIndexer's index, say): run on a DataFrame that lacks them.
     preparation = _stages_before_assembler(model) if features is None else None
@@ -417,25 +417,26 @@ def _spark_struct(batch: Any) -> Any:
     )
 
 
-def _prepare(model: Any, output: str) -> tuple[tuple[str, Any, str], list[str], Any]:
+def _prepare(model: Any, output: str, background: bool) -> tuple[tuple[str, Any, str], list[str], Any]:
     """On the driver: the model's broadcast payload, its feature names, and the Arrow type of
-    the struct ``output`` gives (what the Spark schema is made from)."""
+    the struct ``output`` gives (what the Spark schema is made from). A model whose values need
+    a background it does not get (LightGBM linear trees) is refused here, before any task."""
     import pyarrow as pa
 
     payload = model_payload(model)
-    driver = _driver_explainer(payload)
+    driver = _driver_explainer(payload, background)
     features = list(driver.feature_names)
     empty = driver._compute(pa.table({f: pa.array([], pa.float64()) for f in features}), output, True)
     return payload, features, _spark_struct(empty).type
 
 
-def _driver_explainer(payload: tuple[str, Any, str]) -> Explainer:
+def _driver_explainer(payload: tuple[str, Any, str], background: bool) -> Explainer:
     """An explainer on the driver, for the model's features and output types (no engine set-up
-    to speak of: one thread, the reference engine)."""
+    to speak of: one thread, the reference engine; with ``background``, one describing a model
+    whose values need one too)."""
     kind, data, name = payload
-    if kind == "spark":
-        return Explainer._from_source({"spark_files": data, "name": name}, algorithm="treeshap", threads=1)
-    return Explainer(data, algorithm="treeshap", threads=1)
+    source = {"spark_files": data, "name": name} if kind == "spark" else {"data": data, "name": name}
+    return Explainer._from_source(source, algorithm="treeshap", threads=1, describe=background)
 
 
 def _feature_columns(model_features: list[str], features: Any) -> dict[str, str]:
@@ -504,7 +505,7 @@ def register(
     # so they are looked up at run time rather than typed against one version.
     F: Any = spark_functions
     _check_choices(output, index)
-    payload, model_features, result_type = _prepare(model, output)
+    payload, model_features, result_type = _prepare(model, output, False)
     broadcast = spark.sparkContext.broadcast((payload, None))
     key = _content_key(payload, None)
 

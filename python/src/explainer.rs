@@ -25,6 +25,18 @@ pub struct NativeExplainer {
     leaves: usize,
 }
 
+/// The background of an explainer that only describes a model (its names, objective and output
+/// layout: `shapfusion.TreeExplainer`'s and `shapfusion.spark`'s driver-side explainers) whose
+/// values exist only over a background (LightGBM linear trees): one row of missing values, so
+/// the engine builds in no time. The values such an explainer would give are never shown.
+fn describing_background(model: &Model) -> PyResult<RecordBatch> {
+    use arrow::array::{ArrayRef, Float64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let fields: Vec<Field> = model.feature_names().iter().map(|name| Field::new(name, DataType::Float64, true)).collect();
+    let columns: Vec<ArrayRef> = fields.iter().map(|_| Arc::new(Float64Array::from(vec![f64::NAN])) as ArrayRef).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| to_py(Error::arrow("a describing explainer's background", e)))
+}
+
 /// What one call computes, and how many values it gives a row.
 #[derive(Clone, Copy)]
 enum Output {
@@ -102,9 +114,10 @@ impl NativeExplainer {
     /// attribute. `cover_rows` (with `cover_names`), in the same forms, are rows to count the
     /// covers of path-dependent values from. `tree_limit` keeps the model's first trees only (in
     /// the file's order). `device` ("cpu", "gpu" or "auto") is where the engine runs. `index`
-    /// ("shapley" or "banzhaf") is the attribution index.
+    /// ("shapley" or "banzhaf") is the attribution index. `describe` asks for an explainer of
+    /// the model's names and output layout only ([`describing_background`]).
     #[new]
-    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None, cover_rows=None, cover_names=None, device="cpu", index="shapley"))]
+    #[pyo3(signature = (*, path=None, data=None, name="<memory>", algorithm="auto", threads=0, background=None, background_names=None, transform="identity", tree_limit=None, spark_files=None, cover_rows=None, cover_names=None, device="cpu", index="shapley", describe=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -122,6 +135,7 @@ impl NativeExplainer {
         cover_names: Option<Vec<String>>,
         device: &str,
         index: &str,
+        describe: bool,
     ) -> PyResult<Self> {
         let mut model = match (path, data, spark_files) {
             (Some(path), None, None) => py.detach(|| load_path(&path)),
@@ -148,6 +162,8 @@ impl NativeExplainer {
         if let Some(background) = background {
             let rows = with_rows(&model, background, background_names, |rows| rows.into_batch(&model).map_err(to_py))?;
             builder = builder.background(rows);
+        } else if describe && model.has_linear_leaves() {
+            builder = builder.background(describing_background(&model)?);
         }
         if let Some(cover_rows) = cover_rows {
             let rows = with_rows(&model, cover_rows, cover_names, |rows| rows.into_batch(&model).map_err(to_py))?;

@@ -8,7 +8,6 @@ import shapfusion
 from conftest import REPO
 
 MODEL = REPO / "examples" / "models" / "fraud.json"
-LIGHTGBM = REPO / "tests" / "fixtures" / "lgb_regression" / "model.txt"
 
 
 def test_a_missing_model_file_is_file_not_found(tmp_path):
@@ -23,10 +22,9 @@ def test_a_corrupt_model_is_a_value_error():
 
 
 def test_a_model_we_do_not_compute_is_not_implemented():
-    # LightGBM loads linear trees, but path-dependent TreeSHAP has no values for their leaves.
-    lines = LIGHTGBM.read_text().splitlines(keepends=True)
-    linear = "".join(lines[:1] + ["linear_tree=1\n"] + lines[1:]).encode()
-    with pytest.raises(NotImplementedError, match="linear"):
+    # A linear tree's leaves need the values a coalition leaves out: only a background has them.
+    linear = REPO / "tests" / "fixtures" / "linear" / "lgb_linear_regression" / "model.txt"
+    with pytest.raises(NotImplementedError, match="linear_tree"):
         shapfusion.Explainer(linear)
 
 

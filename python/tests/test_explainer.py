@@ -241,6 +241,27 @@ def test_interventional_matches_shap_treeexplainer(xgb_binary, data):
     np.testing.assert_allclose(matrices.sum(axis=(1, 2)), explainer.predict_margin(data[:50]), rtol=0, atol=1e-9)
 
 
+def test_lightgbm_linear_trees_over_a_background_equal_the_definition():
+    """A LightGBM linear-tree Booster (which neither LightGBM nor shap explains) over a
+    background: the values of tests/make_linear_tree_fixtures.py's brute force over LightGBM's
+    own scores, also through ``TreeExplainer``; without a background, refused naming it."""
+    import lightgbm as lgb
+
+    fixture = REPO / "tests" / "fixtures" / "linear" / "lgb_linear_regression"
+    expected = json.loads((fixture / "expected.json").read_text())
+    booster = lgb.Booster(model_file=str(fixture / "model.txt"))
+    rows = pq.read_table(fixture / "input.parquet").to_pandas()
+    background = pq.read_table(fixture / "background.parquet").to_pandas()
+    phi = shapfusion.Explainer(booster, background=background).shap_values(rows)
+    want = np.array(expected["shapley"]).reshape(phi.shape)
+    assert relative_error(phi, want) < 1e-9
+    np.testing.assert_allclose(phi.sum(axis=1), booster.predict(rows, raw_score=True), rtol=0, atol=1e-9)
+    tree_explainer = shapfusion.TreeExplainer(booster, data=background, feature_perturbation="interventional")
+    np.testing.assert_array_equal(tree_explainer.shap_values(rows), phi[:, :-1])
+    with pytest.raises(NotImplementedError, match="give background rows"):
+        shapfusion.Explainer(booster)
+
+
 # -- errors, threads, interruption -----------------------------------------------------------
 
 

@@ -115,6 +115,23 @@ def test_the_pandas_udf_of_spark_before_4_1_gives_the_same_struct(spark, monkeyp
         assert_same(got, explainer._compute(table, output, True), f"{name} pandas UDF {output}")
 
 
+def test_lightgbm_linear_trees_over_a_background_and_refused_without(spark):
+    """A LightGBM linear-tree model: explained over a background (values and interactions, bit
+    for bit the explainer's); without one, refused on the driver, before any task runs."""
+    directory = FIXTURES / "linear" / "lgb_linear_multiclass"
+    path, table = directory / "model.txt", pq.read_table(directory / "input.parquet")
+    background = pq.read_table(directory / "background.parquet")
+    df = with_ids(spark.read.parquet(str(directory / "input.parquet")))
+    for output in ("shap", "interactions"):
+        want = shapfusion.Explainer(str(path), background=background)._compute(table, output, True)
+        got = sfs.explain(df, str(path), output=output, background=background, keep=["_row"], name="v")
+        assert_same(sorted_struct(got, "v"), want, f"linear trees {output}")
+    with pytest.raises(NotImplementedError, match="give background rows"):
+        sfs.explain(df, str(path))
+    with pytest.raises(NotImplementedError, match="give background rows"):
+        sfs.register(spark, "linear_shap", str(path))
+
+
 def test_interactions_margins_and_interventional(spark):
     path = model_path("xgb_missing")
     table = pq.read_table(FIXTURES / "xgb_missing" / "input.parquet")

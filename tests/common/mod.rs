@@ -77,6 +77,12 @@ pub fn combination_fixtures() -> Vec<Fixture> {
     fixtures_in(&fixtures_dir().join("combinations"))
 }
 
+/// The fixtures of LightGBM linear trees (`fixtures/linear`, from
+/// `tests/make_linear_tree_fixtures.py`; kept apart: only interventional values take them).
+pub fn linear_fixtures() -> Vec<Fixture> {
+    fixtures_in(&fixtures_dir().join("linear"))
+}
+
 /// The fixture directories (those with an expected.json) directly under `root`, in name order.
 fn fixtures_in(root: &Path) -> Vec<Fixture> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("expected.json").exists()).collect();

@@ -52,7 +52,7 @@ pub fn random_tree_with_empty_branches(rng: &mut Rng, features: usize, max_depth
         stack.push((l as usize, depth_l));
         stack.push((r as usize, depth_r));
     }
-    Tree { nodes, category_words: vec![], group, weight: 1.0 }
+    Tree { nodes, category_words: vec![], group, weight: 1.0, linear_leaves: vec![] }
 }
 
 /// Turns leaf `i` into a split on a random feature, threshold and default direction, with two
@@ -126,7 +126,7 @@ pub fn spine_tree(rng: &mut Rng, features: usize, depth: usize, group: usize) ->
         stack.push((l as usize, d + 1, reach_l));
         stack.push((r as usize, d + 1, reach_r));
     }
-    Tree { nodes, category_words: vec![], group, weight: 1.0 }
+    Tree { nodes, category_words: vec![], group, weight: 1.0, linear_leaves: vec![] }
 }
 
 /// A model of `trees` [`spine_tree`]s per group over `features` features.

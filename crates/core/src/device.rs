@@ -100,6 +100,7 @@ pub fn engine_on(
     rows_hint: Option<usize>,
     options: &EngineOptions,
 ) -> Result<Arc<dyn Engine>> {
+    model.refuse_linear_leaves("path-dependent SHAP (no background)")?;
     if device == Device::Gpu {
         // The kernels credit a split to the column it reads; a combination's column is no one
         // feature's. (With `auto` such a model stays on the CPU: the GPU's path program declines

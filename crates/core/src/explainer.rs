@@ -154,6 +154,7 @@ impl Explainer {
     /// `approximate=True`; see [`Saabas`]), in the layout of [`shap_values`](Self::shap_values).
     /// They follow the model's paths whatever the engine: a background plays no part.
     pub fn saabas_values(&self, block: &FeatureBlock) -> Result<Attributions> {
+        self.model.refuse_linear_leaves("Saabas values")?;
         let saabas = self.saabas.get_or_init(|| Saabas::new(self.model.clone()));
         self.pool.install(|| saabas.values(block))
     }

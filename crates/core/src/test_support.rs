@@ -55,7 +55,7 @@ pub(crate) fn full_tree(seed: &mut u64, depth: usize, mut feature: impl FnMut(us
         stack.push((l as usize, d + 1));
         stack.push((r as usize, d + 1));
     }
-    Tree { nodes, category_words: vec![], group: 0, weight: 1.0 }
+    Tree { nodes, category_words: vec![], group: 0, weight: 1.0, linear_leaves: vec![] }
 }
 
 /// Largest |a − b| over the pairs, NaN where one value of a pair is NaN and the other is not

@@ -843,7 +843,7 @@ mod reader {
             }
             nodes.push(node);
         }
-        Ok(Tree { nodes, category_words, group: 0, weight: 1.0 })
+        Ok(Tree { nodes, category_words, group: 0, weight: 1.0, linear_leaves: vec![] })
     }
 }
 

@@ -26,7 +26,8 @@ const SUM_ULPS: f64 = 8.0;
 /// The model of the second output alone, and the constant the two outputs sum to, when `model`
 /// has two outputs that are each other's complement; `None` otherwise.
 pub(crate) fn complementary_outputs(model: &Model) -> Option<(Model, f64)> {
-    if model.num_groups() != 2 || model.base_margin().len() != 2 {
+    // Linear leaves give each row its own value: no constant sum is read off the leaves.
+    if model.num_groups() != 2 || model.base_margin().len() != 2 || model.has_linear_leaves() {
         return None;
     }
     let first: Vec<&Tree> = model.trees().iter().filter(|t| t.group == 0).collect();

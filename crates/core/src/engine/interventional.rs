@@ -59,7 +59,7 @@ use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
 use super::simd::prefetch;
 use crate::error::{Error, Result};
-use crate::model::{Model, Tree};
+use crate::model::{LinearLeaf, Model, Tree};
 use pairs::{PairScratch, PairTables, SharedPairs};
 
 /// Most distinct features on one path whose fail sets fit one 64-bit mask; trees with wider
@@ -929,7 +929,9 @@ pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Resu
 /// algorithm): for each pair of the explained row `x` and a background row `z`, every path of
 /// the hybrid rows through each tree, branching where `x` and `z` part on a feature not yet
 /// taken from either, then the mean over the background. Cost per row grows with the
-/// background: the oracle for [`Interventional`], not a production engine.
+/// background: the oracle for [`Interventional`], and the engine of models with linear leaves
+/// (LightGBM's `linear_tree`), whose leaves' values depend on the row pair, not only on which
+/// features the hybrid takes from each row, and so are not aggregated.
 pub(crate) struct InterventionalReference {
     model: Arc<Model>,
     index: Index,
@@ -961,9 +963,11 @@ impl InterventionalReference {
         }
         bias.iter_mut().for_each(|b| *b /= n);
         // The widest path bounds a + b; FailWalk refuses paths wider than the weights can index.
+        // A linear leaf's games also take its model's features (`linear_leaf_games`).
         let mut widest = 0;
         for (t, tree) in model.trees().iter().enumerate() {
-            widest = FailWalk::new(tree, t, &prepared.players)?.leaves.iter().map(|l| l.features.len()).fold(widest, usize::max);
+            let terms = tree.linear_leaves.iter().map(|l| l.terms.len()).max().unwrap_or(0);
+            widest = FailWalk::new(tree, t, &prepared.players)?.leaves.iter().map(|l| l.features.len() + terms).fold(widest, usize::max);
         }
         let players = prepared.players.clone();
         Ok(InterventionalReference { model, index, background: background.clone(), bias, weights: Weights::of(index, widest), players })
@@ -971,7 +975,7 @@ impl InterventionalReference {
 
     /// Adds `tree`'s attributions for `x` against background row `z` to `phi`.
     fn pair(&self, tree: &Tree, x: &[f64], z: &[f64], phi: &mut [f64], scale: f64) {
-        Self::hybrid_paths(tree, &self.players, x, z, |from_x, from_z, value| {
+        Self::leaf_games(tree, &self.players, x, z, |from_x, from_z, value| {
             let (a, b) = (from_x.len(), from_z.len());
             let v = value * scale;
             if a > 0 {
@@ -996,38 +1000,153 @@ impl InterventionalReference {
         }
     }
 
-    /// Calls `leaf(from_x, from_z, value)` for every leaf the hybrids of `x` and `z` reach through
-    /// `tree`, with the features (players: `players[column]`) taken from each where they part and
-    /// the leaf's weighted value.
-    fn hybrid_paths(tree: &Tree, players: &[u32], x: &[f64], z: &[f64], mut leaf: impl FnMut(&[u32], &[u32], f64)) {
-        // (node, features taken from x, features taken from z), depth-first.
-        let mut stack: Vec<(usize, Vec<u32>, Vec<u32>)> = vec![(0, Vec::new(), Vec::new())];
-        while let Some((i, from_x, from_z)) = stack.pop() {
+    /// Calls `game(from_x, from_z, value)` for every game `v·[from_x ⊆ S]·[S ∩ from_z = ∅]` that
+    /// `tree`'s value for the hybrids of `x` and `z` is the sum of: one a leaf they reach, with
+    /// the features (players: `players[column]`) taken from each where they part and the leaf's
+    /// weighted value; a linear leaf's several ([`Self::linear_leaf_games`]).
+    fn leaf_games(tree: &Tree, players: &[u32], x: &[f64], z: &[f64], mut game: impl FnMut(&[u32], &[u32], f64)) {
+        let mut scratch = (Vec::new(), Vec::new());
+        Self::hybrid_paths(tree, players, x, z, |leaf, from_x, from_z| match tree.linear_leaf(leaf) {
+            None => game(from_x, from_z, tree.nodes[leaf].value * tree.weight),
+            Some(linear) => {
+                let leaf = (linear, tree.nodes[leaf].value, tree.weight);
+                Self::linear_leaf_games(leaf, players, (x, z), (from_x, from_z), &mut scratch, &mut game)
+            }
+        });
+    }
+
+    /// The games of a linear leaf reached by the hybrids that take `from_x` from `x` and
+    /// `from_z` from `z`, their sum the leaf's output for each such hybrid.
+    ///
+    /// A hybrid `h` gets `c + Σ_j a_j·h_j` (`linear`), or the leaf's constant `v` where one of
+    /// the model's features is NaN in `h`. A feature of `from_x` (`from_z`) has its value from `x`
+    /// (`z`); any other, `j`, from `x` exactly when `j ∈ S`. So: a NaN that every hybrid has
+    /// gives `v` alone; otherwise the model holds where no feature NaN in `x` comes from `x`
+    /// (those join `from_z`: `Z'`) and every one NaN in `z` comes from `x` (those join `from_x`:
+    /// `X'`), and the output is
+    ///
+    /// ```text
+    ///   v·[X, Z] + (K - v)·[X', Z'] + Σ_j a_j (x_j - z_j)·[X' ∪ {j}, Z']
+    /// ```
+    ///
+    /// over the features `j` in neither `X'` nor `Z'`, where `K = c + Σ a_j·(the value each
+    /// feature of X' (Z') has in x (z), z_j for the others)` and `[A, B]` is the game of taking
+    /// `A` from `x` and `B` from `z` (`v·[X, Z]` drops out when `X' = X` and `Z' = Z`).
+    ///
+    /// `leaf` is the linear model, the leaf's constant value and the tree's weight; `scratch`
+    /// holds `X'` and `Z'` (kept between calls so that a walk allocates them once).
+    fn linear_leaf_games(
+        (linear, value, weight): (&LinearLeaf, f64, f64),
+        players: &[u32],
+        (x, z): (&[f64], &[f64]),
+        (from_x, from_z): (&[u32], &[u32]),
+        (more_x, more_z): &mut (Vec<u32>, Vec<u32>),
+        game: &mut impl FnMut(&[u32], &[u32], f64),
+    ) {
+        more_x.clear();
+        more_x.extend_from_slice(from_x);
+        more_z.clear();
+        more_z.extend_from_slice(from_z);
+        for &(feature, _) in &linear.terms {
+            let (f, k) = (feature as usize, players[feature as usize]);
+            let (x_nan, z_nan) = (x[f].is_nan(), z[f].is_nan());
+            let always_nan = if from_x.contains(&k) {
+                x_nan
+            } else if from_z.contains(&k) {
+                z_nan
+            } else {
+                x_nan && z_nan
+            };
+            if always_nan {
+                game(from_x, from_z, value * weight);
+                return;
+            }
+            // Where the model holds, its features come from a row without a NaN in them.
+            if x_nan && !more_z.contains(&k) {
+                more_z.push(k);
+            } else if z_nan && !more_x.contains(&k) {
+                more_x.push(k);
+            }
+        }
+        let narrowed = more_x.len() > from_x.len() || more_z.len() > from_z.len();
+        let mut sum = linear.constant;
+        for &(feature, coefficient) in &linear.terms {
+            let (f, k) = (feature as usize, players[feature as usize]);
+            sum += coefficient * if more_x.contains(&k) { x[f] } else { z[f] };
+        }
+        if narrowed {
+            game(from_x, from_z, value * weight);
+            sum -= value;
+        }
+        game(more_x, more_z, sum * weight);
+        for &(feature, coefficient) in &linear.terms {
+            let (f, k) = (feature as usize, players[feature as usize]);
+            if more_x.contains(&k) || more_z.contains(&k) || x[f] == z[f] {
+                continue;
+            }
+            more_x.push(k);
+            game(more_x, more_z, coefficient * (x[f] - z[f]) * weight);
+            more_x.pop();
+        }
+    }
+
+    /// Calls `leaf(node, from_x, from_z)` for every leaf the hybrids of `x` and `z` reach through
+    /// `tree`, with the features (players: `players[column]`) taken from each where they part.
+    fn hybrid_paths(tree: &Tree, players: &[u32], x: &[f64], z: &[f64], mut leaf: impl FnMut(usize, &[u32], &[u32])) {
+        // Depth-first, the features taken from each row held once: the lists are cut back to
+        // what a branch's parent had taken on the branch's turn (no list copied per branch).
+        let (mut from_x, mut from_z) = (Vec::new(), Vec::new());
+        let mut stack = vec![HybridBranch { node: 0, taken_x: 0, taken_z: 0, takes: Takes::Nothing }];
+        while let Some(HybridBranch { node: i, taken_x, taken_z, takes }) = stack.pop() {
+            from_x.truncate(taken_x);
+            from_z.truncate(taken_z);
+            match takes {
+                Takes::FromX(k) => from_x.push(k),
+                Takes::FromZ(k) => from_z.push(k),
+                Takes::Nothing => {}
+            }
             let node = &tree.nodes[i];
             if node.is_leaf() {
-                leaf(&from_x, &from_z, node.value * tree.weight);
+                leaf(i, &from_x, &from_z);
                 continue;
             }
             let k = players[node.feature as usize];
             let child = |left: bool| if left { node.left as usize } else { node.right as usize };
             let x_left = tree.goes_left(node, x[node.feature as usize]);
             let z_left = tree.goes_left(node, z[node.feature as usize]);
+            let branch = |left: bool, takes: Takes| HybridBranch { node: child(left), taken_x: from_x.len(), taken_z: from_z.len(), takes };
             if from_x.contains(&k) {
-                stack.push((child(x_left), from_x, from_z));
+                stack.push(branch(x_left, Takes::Nothing));
             } else if from_z.contains(&k) {
-                stack.push((child(z_left), from_x, from_z));
+                stack.push(branch(z_left, Takes::Nothing));
             } else if x_left == z_left {
-                stack.push((child(x_left), from_x, from_z));
+                stack.push(branch(x_left, Takes::Nothing));
             } else {
-                let mut with_x = from_x.clone();
-                with_x.push(k);
-                let mut with_z = from_z.clone();
-                with_z.push(k);
-                stack.push((child(x_left), with_x, from_z));
-                stack.push((child(z_left), from_x, with_z));
+                stack.push(branch(x_left, Takes::FromX(k)));
+                stack.push(branch(z_left, Takes::FromZ(k)));
             }
         }
     }
+}
+
+/// A branch of [`InterventionalReference::hybrid_paths`]'s walk waiting its turn: its node, how
+/// many features its parent had taken from each row, and the feature the branch itself takes.
+struct HybridBranch {
+    node: usize,
+    taken_x: usize,
+    taken_z: usize,
+    takes: Takes,
+}
+
+/// Which row a branch takes its split's feature from, where the rows part there.
+#[derive(Clone, Copy)]
+enum Takes {
+    /// The rows go the same way, or the feature was taken before.
+    Nothing,
+    /// From the explained row.
+    FromX(u32),
+    /// From the background row.
+    FromZ(u32),
 }
 
 impl Engine for InterventionalReference {
@@ -1078,7 +1197,7 @@ impl Engine for InterventionalReference {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
                     self.against_background(out, w * w, |tree, z, matrix| {
-                        Self::hybrid_paths(tree, &self.players, x, z, |from_x, from_z, value| {
+                        Self::leaf_games(tree, &self.players, x, z, |from_x, from_z, value| {
                             pairs::reference_leaf(self.index, from_x, from_z, value * scale, matrix, w)
                         })
                     });
@@ -1182,7 +1301,7 @@ pub(crate) mod tests {
             (n.left, n.right) = (leaf as u32, leaf as u32 + 1);
         }
         nodes.push(Node::leaf(next() - 0.5, 1.0));
-        let tree = crate::model::Tree { nodes, category_words: vec![], group: 0, weight: 1.0 };
+        let tree = crate::model::Tree { nodes, category_words: vec![], group: 0, weight: 1.0, linear_leaves: vec![] };
         crate::test_support::numeric_model(depth, vec![tree], 0.25)
     }
 

@@ -1733,7 +1733,7 @@ mod tests {
             full.push((l, left_depth - 1, feature + 1));
             full.push((r, left_depth - 1, feature + 1));
         }
-        Tree { nodes, category_words: vec![], group: 0, weight: 1.0 }
+        Tree { nodes, category_words: vec![], group: 0, weight: 1.0, linear_leaves: vec![] }
     }
 
     #[test]

@@ -66,6 +66,7 @@ use crate::model::Model;
 /// if known) lets `auto` weigh table set-up against per-row savings. A binary classifier that
 /// gives both class probabilities is explained once (see the `complement` module).
 pub fn build_engine(model: Arc<Model>, algorithm: Algorithm, rows_hint: Option<usize>, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
+    model.refuse_linear_leaves("path-dependent SHAP (no background)")?;
     explained_once(model, |model| build_path_dependent(model, algorithm, rows_hint, options))
 }
 
@@ -129,15 +130,26 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
 /// order, as [`Model::feature_block`](crate::model::Model) makes them): SHAP values of
 /// `v(S) = mean_z f(x_S, z_~S)`, the bias the background's mean margin. `auto` aggregates the
 /// background once (per-row cost independent of its size); `treeshap` follows the definition
-/// background row by background row (the reference, cost growing with the background).
+/// background row by background row (the reference, cost growing with the background). A model
+/// with linear leaves (LightGBM's `linear_tree`) takes the latter under either name: a linear
+/// leaf's value depends on the row pair, not only on which features it takes from each.
 pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
     if options.index != Index::Shapley {
         model.refuse_combinations(&format!("interventional {} values (with a background)", options.index))?;
     }
     explained_once(model, |model| {
+        let linear_leaves = model.has_linear_leaves();
         let prepared = Arc::new(PreparedModel::new(model)?);
         let index = options.index;
         match algorithm {
+            Algorithm::Auto if linear_leaves => {
+                tracing::info!(
+                    algorithm = "treeshap",
+                    reason = "linear leaves: the background row by row, at a cost that grows with its size",
+                    "auto picked an engine"
+                );
+                Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?))
+            }
             Algorithm::Auto => Ok(Arc::new(interventional::Interventional::with_index(prepared, background, options.interventional_memory_bytes, index)?)),
             Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?)),
             other => Err(Error::InvalidArgument(format!(
@@ -165,7 +177,13 @@ pub fn build_rescaled_interventional(
             options.index
         )));
     }
-    model.refuse_combinations(&format!("interventional SHAP of the {transform} output (with a background)"))?;
+    let what = format!("interventional SHAP of the {transform} output (with a background)");
+    model.refuse_combinations(&what)?;
+    if model.has_linear_leaves() {
+        return Err(Error::Unsupported(format!(
+            "{what} for a model with linear leaves (LightGBM's linear_tree): not built yet; its margin's values are"
+        )));
+    }
     let prepared = Arc::new(PreparedModel::new(model)?);
     Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
 }

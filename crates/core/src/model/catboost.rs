@@ -446,7 +446,7 @@ impl TreeReader<'_> {
                     node.value = value[g];
                 }
             }
-            self.trees.push(Tree { nodes, category_words: category_words.clone(), group: g, weight: self.scale });
+            self.trees.push(Tree { nodes, category_words: category_words.clone(), group: g, weight: self.scale, linear_leaves: vec![] });
         }
         Ok(())
     }
@@ -535,5 +535,5 @@ fn oblivious_tree(splits: &[Level], values: &[f64], weights: &[f64], dim: usize,
         nodes[i].cover = nodes[l].cover + nodes[r].cover;
     }
     debug_assert!(nodes.iter().all(|n| n.left == LEAF || (n.left as usize) < nodes.len()));
-    Ok(Tree { nodes, category_words, group: g, weight: scale })
+    Ok(Tree { nodes, category_words, group: g, weight: scale, linear_leaves: vec![] })
 }

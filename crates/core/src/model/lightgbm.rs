@@ -5,14 +5,15 @@
 //! (`internal_count` / `leaf_count`), which is what LightGBM's own `pred_contrib` weighs by.
 //! `leaf_value` already includes the tree's `shrinkage`. `average_output` (random forest mode)
 //! becomes a tree weight of 1/iterations, so attributions add up to the averaged prediction.
-//! Linear trees are refused: their leaves are linear models, which path-dependent TreeSHAP
-//! does not cover.
+//! Linear trees (`linear_tree=1`; a tree's `is_linear=1`) keep each leaf's linear model
+//! (`leaf_const`, `leaf_features`, `leaf_coeff`) beside its `leaf_value`, which LightGBM gives a
+//! row missing one of the model's features ([`LinearLeaf`]).
 
 use std::collections::HashMap;
 
 use super::{
-    as_index, check_count, Categories, FeatureKind, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree, LEAF,
-    MAX_FEATURES, MAX_GROUPS,
+    as_index, check_count, Categories, FeatureKind, LinearLeaf, MissingType, ModelFile, ModelFormat, ModelParts, Node, Precision, SplitRule, Tree,
+    LEAF, MAX_FEATURES, MAX_GROUPS,
 };
 use crate::error::Result;
 
@@ -59,12 +60,6 @@ pub(super) fn from_text_bytes(bytes: &[u8], name: &str) -> Result<ModelParts> {
     }
     let objective = header.get("objective").map(|s| s.trim().to_string()).unwrap_or_default();
     let average_output = header.contains_key("average_output");
-    if header.get("linear_tree").map(|v| v.trim()) == Some("1") {
-        return Err(file.unsupported(
-            "linear_tree=1: linear-tree leaves are not supported by path-dependent TreeSHAP (LightGBM's own pred_contrib refuses them too)",
-        ));
-    }
-
     // LightGBM always ends the tree list with this line; without it the file was cut short.
     if !text.contains("end of trees") {
         return Err(err("no `end of trees` line (the file looks truncated)".into()));
@@ -191,21 +186,27 @@ fn parse_tree(f: &HashMap<&str, &str>, t: usize, group: usize, file: &ModelFile,
             Some(v) => v.split_whitespace().map(|x| x.parse::<f64>().map_err(|_| err(format!("{k}= has a non-number {x:?}")))).collect(),
         }
     };
-    if f.get("is_linear").map(|v| v.trim()) == Some("1") {
-        return Err(file.unsupported(format!("tree {t} is a linear tree (is_linear=1); path-dependent TreeSHAP does not cover linear leaves")));
-    }
     let num_leaves: usize =
         f.get("num_leaves").ok_or_else(|| err("missing num_leaves=".into()))?.trim().parse().map_err(|_| err("num_leaves= is not a count".into()))?;
     let leaf_value = list("leaf_value")?;
     if leaf_value.len() != num_leaves {
         return Err(err(format!("leaf_value has {} entries for num_leaves={num_leaves}", leaf_value.len())));
     }
+    // Leaves are stored after the internal nodes.
+    let n_int = num_leaves.saturating_sub(1);
+    let linear_leaves = if f.get("is_linear").map(|v| v.trim()) == Some("1") {
+        let lists = [list("leaf_const")?, list("num_features")?, list("leaf_features")?, list("leaf_coeff")?];
+        linear_leaves(lists, num_leaves, num_features).map_err(err)?
+    } else {
+        Vec::new()
+    };
     if num_leaves <= 1 {
         // A constant tree (LightGBM writes these when no split has gain).
         let v = leaf_value.first().copied().unwrap_or(0.0);
-        return Ok(Tree { nodes: vec![Node::leaf(v, 1.0)], category_words: vec![], group, weight: 1.0 });
+        let mut nodes = vec![Node::leaf(v, 1.0)];
+        let linear_leaves = constant_models_as_values(&mut nodes, linear_leaves);
+        return Ok(Tree { nodes, category_words: vec![], group, weight: 1.0, linear_leaves });
     }
-    let n_int = num_leaves - 1;
     let split_feature = list("split_feature")?;
     let threshold = list("threshold")?;
     let decision_type = list("decision_type")?;
@@ -297,5 +298,108 @@ fn parse_tree(f: &HashMap<&str, &str>, t: usize, group: usize, file: &ModelFile,
         nodes.push(Node::leaf(leaf_value[l], leaf_count[l]));
     }
     debug_assert!(nodes.iter().all(|n| n.is_leaf() == (n.left == LEAF)));
-    Ok(Tree { nodes, category_words, group, weight: 1.0 })
+    let linear_leaves = constant_models_as_values(&mut nodes, linear_leaves);
+    Ok(Tree { nodes, category_words, group, weight: 1.0, linear_leaves })
+}
+
+/// The linear leaves that have terms; a model without any (the first tree's, and leaves LightGBM
+/// fitted none in) always gives its constant, which becomes the leaf's value. So a linear tree
+/// with no terms at all is a tree of constant leaves, explained as any other.
+fn constant_models_as_values(nodes: &mut [Node], leaves: Vec<LinearLeaf>) -> Vec<LinearLeaf> {
+    leaves
+        .into_iter()
+        .filter_map(|leaf| {
+            if !leaf.terms.is_empty() {
+                return Some(leaf);
+            }
+            nodes[leaf.node as usize].value = leaf.constant;
+            None
+        })
+        .collect()
+}
+
+/// The linear models of a linear tree's `num_leaves` leaves from its `leaf_const`,
+/// `num_features`, `leaf_features` and `leaf_coeff` lists (`num_features` terms per leaf), leaf
+/// `l` being node `num_leaves - 1 + l` (after the internal nodes). A leaf with no terms gives
+/// its constant.
+fn linear_leaves(lists: [Vec<f64>; 4], num_leaves: usize, num_features: usize) -> std::result::Result<Vec<LinearLeaf>, String> {
+    let [constants, counts, features, coefficients] = lists;
+    let n_int = num_leaves.saturating_sub(1);
+    if constants.len() != num_leaves || counts.len() != num_leaves {
+        return Err(format!(
+            "a linear tree has {} leaf_const and {} num_features entries for num_leaves={num_leaves}",
+            constants.len(),
+            counts.len()
+        ));
+    }
+    if features.len() != coefficients.len() {
+        return Err(format!("leaf_features has {} entries but leaf_coeff {}", features.len(), coefficients.len()));
+    }
+    let mut leaves = Vec::with_capacity(num_leaves);
+    let mut next = 0usize;
+    for (l, (&constant, &count)) in constants.iter().zip(&counts).enumerate() {
+        // Each count is checked against the terms still unread before any is taken.
+        let count = as_index(count, features.len() - next + 1)
+            .ok_or_else(|| format!("leaf {l}: num_features {count} is not a count of the {} leaf_features left", features.len() - next))?;
+        let terms = (next..next + count)
+            .map(|k| {
+                let feature = as_index(features[k], num_features)
+                    .ok_or_else(|| format!("leaf {l}: leaf_features has {:?}, not one of the model's {num_features} features", features[k]))?;
+                Ok((feature as u32, coefficients[k]))
+            })
+            .collect::<std::result::Result<Vec<_>, String>>()?;
+        next += count;
+        leaves.push(LinearLeaf { node: (n_int + l) as u32, constant, terms });
+    }
+    if next != features.len() {
+        return Err(format!("num_features counts {next} terms but leaf_features has {}", features.len()));
+    }
+    Ok(leaves)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn linear_model_text() -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linear/lgb_linear_regression/model.txt");
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    /// The text with the values of the first `key=` line of a linear tree with terms (the first
+    /// tree's leaves have none) replaced by `change(values)`.
+    fn with_line(key: &str, change: impl Fn(&str) -> String) -> String {
+        let text = linear_model_text();
+        let prefix = format!("{key}=");
+        let line = text.lines().filter(|l| l.starts_with(&prefix)).nth(1).unwrap();
+        text.replacen(line, &format!("{prefix}{}", change(&line[prefix.len()..])), 1)
+    }
+
+    #[test]
+    fn linear_leaves_are_read_and_bad_ones_named() {
+        let parts = from_text_bytes(linear_model_text().as_bytes(), "linear.txt").unwrap();
+        let linear: Vec<&LinearLeaf> = parts.trees.iter().flat_map(|t| &t.linear_leaves).collect();
+        assert!(linear.iter().all(|l| !l.terms.is_empty()), "a model without terms is its leaf's value");
+        // The first tree's leaves have no terms: a tree of constant leaves, valued `leaf_const`.
+        assert!(parts.trees[0].linear_leaves.is_empty() && !parts.trees[1].linear_leaves.is_empty());
+        let text = linear_model_text();
+        let constants = text.lines().find_map(|l| l.strip_prefix("leaf_const=")).unwrap();
+        let leaves = parts.trees[0].nodes.iter().filter(|n| n.is_leaf()).map(|n| n.value.to_string());
+        assert_eq!(leaves.collect::<Vec<_>>(), constants.split_whitespace().map(|c| c.parse::<f64>().unwrap().to_string()).collect::<Vec<_>>());
+        for tree in &parts.trees {
+            for leaf in &tree.linear_leaves {
+                assert!(tree.nodes[leaf.node as usize].is_leaf(), "a linear model sits on a leaf");
+            }
+        }
+        // The first value replaced, or the whole list.
+        let first = |values: &str, value: &str| format!("{value} {}", values.trim().split_once(' ').map_or("", |(_, rest)| rest));
+        let refused = |text: String, needle: &str| {
+            let err = from_text_bytes(text.as_bytes(), "linear.txt").unwrap_err().to_string();
+            assert!(err.contains("linear.txt") && err.contains(needle), "{needle}: {err}");
+        };
+        refused(with_line("num_features", |v| first(v, "99")), "num_features 99 is not a count");
+        refused(with_line("num_features", |_| "1".into()), "num_features entries for num_leaves=8");
+        refused(with_line("leaf_features", |v| first(v, "6")), "not one of the model's 6 features");
+        refused(with_line("leaf_coeff", |_| "1.5".into()), "leaf_features has");
+    }
 }

@@ -314,6 +314,40 @@ pub struct Tree {
     pub group: usize,
     /// Multiplier of every leaf value (DART drop weights, LightGBM `average_output`); usually 1.
     pub weight: f64,
+    /// The leaves whose output is a linear model of the row (LightGBM's `linear_tree`), in
+    /// node order; empty for a tree of constant leaves, which every other library writes.
+    pub linear_leaves: Vec<LinearLeaf>,
+}
+
+/// A leaf whose output is a linear model of the row, as LightGBM's `linear_tree` trains them:
+/// `constant + Σ coefficient · x[feature]`, the terms added in the file's order, or the leaf's
+/// own [`Node::value`] when any of those features is missing (NaN) in the row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearLeaf {
+    /// The leaf's index in [`Tree::nodes`].
+    pub node: u32,
+    /// The model's constant (LightGBM's `leaf_const`, the tree's shrinkage included).
+    pub constant: f64,
+    /// `(feature, coefficient)` per term, in the file's order (LightGBM's `leaf_features` and
+    /// `leaf_coeff`, shrinkage included).
+    pub terms: Vec<(u32, f64)>,
+}
+
+impl LinearLeaf {
+    /// The model's output for row `x` (indexed by feature), or `None` when one of its features
+    /// is NaN there (the leaf then gives its constant value, as LightGBM's `Tree::Predict` does).
+    #[inline]
+    pub fn output(&self, x: &[f64]) -> Option<f64> {
+        let mut out = self.constant;
+        for &(feature, coefficient) in &self.terms {
+            let v = x[feature as usize];
+            if v.is_nan() {
+                return None;
+            }
+            out += coefficient * v;
+        }
+        Some(out)
+    }
 }
 
 impl Tree {
@@ -391,6 +425,24 @@ impl Tree {
             return false;
         }
         (self.category_words[start as usize + word] >> (code % 32)) & 1 == 1
+    }
+
+    /// The linear model of leaf `node`, where the tree has one there.
+    pub fn linear_leaf(&self, node: usize) -> Option<&LinearLeaf> {
+        if self.linear_leaves.is_empty() {
+            return None;
+        }
+        self.linear_leaves.binary_search_by_key(&node, |l| l.node as usize).ok().map(|i| &self.linear_leaves[i])
+    }
+
+    /// What leaf `leaf` gives row `x` (indexed by feature), before the tree weight: its value, or
+    /// its linear model's output where it has one and none of the model's features is missing.
+    #[inline]
+    pub fn leaf_output(&self, leaf: usize, x: &[f64]) -> f64 {
+        match self.linear_leaf(leaf).and_then(|l| l.output(x)) {
+            Some(v) => v,
+            None => self.nodes[leaf].value,
+        }
     }
 
     /// The leaf reached by a row (`x` indexed by feature).
@@ -596,6 +648,24 @@ impl Model {
         self.combinations().map_or_else(|| (0..self.num_features() as u32).collect(), |c| c.players().to_vec())
     }
 
+    /// Whether a tree of the model has leaves that are linear models (LightGBM's `linear_tree`).
+    pub fn has_linear_leaves(&self) -> bool {
+        self.parts.trees.iter().any(|t| !t.linear_leaves.is_empty())
+    }
+
+    /// Refuses `what` (an engine, an index, an output) for a model with linear leaves: only
+    /// interventional SHAP and interaction values (with a background) take them. Path-dependent
+    /// TreeSHAP stands in for a feature a coalition leaves out with the tree's covers, and a
+    /// leaf's linear model needs that feature's value, which no model file holds.
+    pub fn refuse_linear_leaves(&self, what: &str) -> Result<()> {
+        match self.parts.trees.iter().position(|t| !t.linear_leaves.is_empty()) {
+            None => Ok(()),
+            Some(t) => Err(Error::Unsupported(format!(
+                "{what} for a model with linear leaves (LightGBM's linear_tree; tree {t} is one): not defined without a background, since a leaf's linear model needs the values of the features a coalition leaves out, which the model file does not hold; give background rows for its interventional SHAP and interaction values (shap and LightGBM explain no linear trees at all)"
+            ))),
+        }
+    }
+
     /// Refuses `what` (an engine, an index, an output) for a model whose splits read columns
     /// combining several features: only the computations that credit such a split to its
     /// features together take it (path-dependent SHAP and interaction values from `oblivious`
@@ -711,7 +781,7 @@ impl Model {
         out.copy_from_slice(&self.parts.base_margin);
         for tree in &self.parts.trees {
             let leaf = tree.leaf_of(x);
-            out[tree.group] += tree.nodes[leaf].value * tree.weight;
+            out[tree.group] += tree.leaf_output(leaf, x) * tree.weight;
         }
     }
 
@@ -828,6 +898,22 @@ impl Model {
                     stack.push(c);
                 }
             }
+            // Linear leaves: in node order (looked up by binary search), each a leaf, its
+            // features the model's. Coefficients are taken as written, as LightGBM takes them.
+            let mut previous = None;
+            for leaf in &tree.linear_leaves {
+                let n = leaf.node as usize;
+                if previous.is_some_and(|p| p >= n) {
+                    return Err(bad(n, "linear leaves are not in node order".into()));
+                }
+                previous = Some(n);
+                if !tree.nodes.get(n).is_some_and(Node::is_leaf) {
+                    return Err(bad(n, "a linear model is given for a node that is not a leaf".into()));
+                }
+                if let Some(&(f, _)) = leaf.terms.iter().find(|(f, _)| *f as usize >= nf) {
+                    return Err(bad(n, format!("the leaf's linear model reads feature {f} but the model has {nf} features")));
+                }
+            }
         }
         Ok(())
     }
@@ -867,6 +953,7 @@ impl Model {
             output_groups: self.parts.num_groups,
             base_margin: self.parts.base_margin.clone(),
             combinations: self.parts.combinations.iter().flat_map(|c| c.columns()).map(|c| c.description().to_string()).collect(),
+            linear_leaves: self.parts.trees.iter().map(|t| t.linear_leaves.len()).sum(),
         }
     }
 }
@@ -899,6 +986,9 @@ pub struct ModelSummary {
     /// What each column combining several features combines (CatBoost's CTRs of feature
     /// combinations), in column order.
     pub combinations: Vec<String>,
+    /// Leaves whose output is a linear model of the row (LightGBM's `linear_tree`): such a
+    /// model's values are computed over a background only.
+    pub linear_leaves: usize,
 }
 
 /// The model file a reader is reading, for its errors. Every reader builds its errors here, so
@@ -1014,7 +1104,7 @@ mod tests {
         root.rule = rule;
         root.default_left = false;
         root.categories = (0, words.len() as u32);
-        Tree { nodes: vec![root, Node::leaf(-1.0, 1.0), Node::leaf(1.0, 1.0)], category_words: words, group: 0, weight: 1.0 }
+        Tree { nodes: vec![root, Node::leaf(-1.0, 1.0), Node::leaf(1.0, 1.0)], category_words: words, group: 0, weight: 1.0, linear_leaves: vec![] }
     }
 
     #[test]

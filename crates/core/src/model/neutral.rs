@@ -242,5 +242,5 @@ fn tree(a: &TreeArrays, t: usize, nf: usize, groups: usize, file: &ModelFile) ->
         node.rule = rule;
         node.categories = push_category_set(&mut category_words, &set).map_err(|d| bad(i, d))?;
     }
-    Ok(Tree { nodes, category_words, group: a.output, weight: a.weight })
+    Ok(Tree { nodes, category_words, group: a.output, weight: a.weight, linear_leaves: vec![] })
 }

@@ -472,7 +472,7 @@ impl Reader<'_> {
                 value: 0.0,
             });
         }
-        let tree = Tree { nodes, category_words: words, group, weight };
+        let tree = Tree { nodes, category_words: words, group, weight, linear_leaves: vec![] };
         // XGBoost 1.x writes size_leaf_vector "0" for scalar leaves.
         if leaf_size <= 1 {
             return Ok(vec![tree]);
