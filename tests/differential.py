@@ -10,7 +10,9 @@ random forest), sample weights and a few hundred rows; trains the model; and che
 * shapfusion's SHAP values equal the library's own (XGBoost 3.2's exact ``pred_contribs``,
   LightGBM's ``pred_contrib``, CatBoost's ``ShapValues`` where they add up, shap's own
   computation for scikit-learn and Spark ML), or a brute force over all coalitions where the
-  library has none or is wrong (CatBoost's non-symmetric trees);
+  library has none or is wrong (CatBoost's non-symmetric trees); LightGBM linear trees, which
+  neither LightGBM nor shap explains, over a background, against the definition over every
+  coalition with LightGBM scoring each hybrid row (and refused without one);
 * they add up to the library's own raw margin;
 * the CLI (``shapfusion explain`` on the saved model file) gives the Python package's values
   bit for bit.
@@ -75,7 +77,10 @@ def draw(rng: np.random.Generator, libraries: list[str]) -> Config:
         c.update(objective=pick(["regression", "binary", "multiclass", "lambdarank", "quantile", "poisson", "tweedie", "huber",
                                  "cross_entropy", "regression_l1", "gamma"]),
                  boosting=pick(["gbdt", "gbdt", "dart", "rf"]), num_leaves=int(rng.integers(2, 12)), rounds=int(rng.integers(1, 10)),
-                 categorical=bool(rng.random() < 0.3), classes=int(rng.integers(3, 5)), min_data_in_leaf=int(pick([1, 5, 20])))
+                 categorical=bool(rng.random() < 0.3), classes=int(rng.integers(3, 5)), min_data_in_leaf=int(pick([1, 5, 20])),
+                 linear_tree=bool(rng.random() < 0.2))
+        if c["linear_tree"] and c["objective"] == "regression_l1":
+            c["objective"] = "regression"  # LightGBM fits no linear trees for it
     elif library == "catboost":
         c.update(objective=pick(["RMSE", "Logloss", "MultiClass", "Quantile", "Poisson", "Tweedie:variance_power=1.5", "MultiRMSE", "MAE"]),
                  grow_policy=pick(["SymmetricTree", "Depthwise", "Lossguide"]), depth=int(rng.integers(1, 5)),
@@ -191,6 +196,8 @@ def run_lightgbm(c: Config, work: Path):
         params["num_class"] = c["classes"]
     if c["boosting"] == "rf":
         params.update(bagging_fraction=0.7, bagging_freq=1, feature_fraction=0.8)
+    if c.get("linear_tree"):
+        params["linear_tree"] = True
     group = None
     if kind == "rank":
         sizes = np.full(len(y) // 20, 20)
@@ -200,8 +207,13 @@ def run_lightgbm(c: Config, work: Path):
     path = work / "model.txt"
     booster.save_model(str(path))
     n, f = frame.shape
-    contribs = booster.predict(frame, pred_contrib=True).reshape(n, -1, f + 1)
     margin = np.asarray(booster.predict(frame, raw_score=True)).reshape(n, -1)
+    if c.get("linear_tree"):
+        # LightGBM's pred_contrib refuses linear trees: check() explains them over a background.
+        if c["boosting"] == "rf":
+            margin = margin / booster.current_iteration()
+        return path, frame, booster, None, margin
+    contribs = booster.predict(frame, pred_contrib=True).reshape(n, -1, f + 1)
     if c["boosting"] == "rf":
         # LightGBM's raw score and pred_contrib of a random forest are the sum of its trees; its
         # predict() averages them (average_output), and so does shapfusion's margin.
@@ -402,10 +414,79 @@ RUN = {"xgboost": run_xgboost, "lightgbm": run_lightgbm, "catboost": run_catboos
 # -- checking ------------------------------------------------------------------------------------
 
 
+def linear_tree_reference(booster, rows: pd.DataFrame, background: pd.DataFrame, forest: bool) -> np.ndarray:
+    """Interventional SHAP values (n, G, F+1) of a LightGBM model over `background` by their
+    definition: for each row and coalition S, LightGBM's mean raw score of the hybrids taking S
+    from the row and the rest from each background row (a forest's score the mean of its trees,
+    as its predict() gives it)."""
+    from math import factorial
+
+    n, f = rows.shape
+    scale = 1.0 / booster.current_iteration() if forest else 1.0
+    out = []
+    for r in range(n):
+        hybrids = []
+        for s in range(1 << f):
+            hybrid = background.copy()
+            for j in range(f):
+                if s >> j & 1:
+                    hybrid.iloc[:, j] = rows.iloc[r, j]
+            hybrids.append(hybrid)
+        scores = np.asarray(booster.predict(pd.concat(hybrids, ignore_index=True), raw_score=True)) * scale
+        v = scores.reshape(1 << f, len(background), -1).mean(axis=1)
+        phi = np.zeros((v.shape[1], f + 1))
+        for j in range(f):
+            for s in range(1 << f):
+                if not s >> j & 1:
+                    k = s.bit_count()
+                    phi[:, j] += factorial(k) * factorial(f - k - 1) / factorial(f) * (v[s | 1 << j] - v[s])
+        phi[:, f] = v[0]
+        out.append(phi)
+    return np.array(out)
+
+
+def check_linear_tree(c: Config, cli: str, work: Path, path: Path, rows: pd.DataFrame, booster, margin: np.ndarray) -> None:
+    """A LightGBM linear-tree model: refused without a background; over one, the definition's
+    values, adding up to LightGBM's margin, and the CLI's bit for bit."""
+    import shapfusion
+
+    # A linear tree's leaves whose models have no terms (all of the first tree's) give their
+    # constant: a model of only such leaves is explained path-dependently, like any other.
+    terms = any(line.startswith("num_features=") and any(int(k) for k in line.split("=")[1].split())
+                for line in booster.model_to_string().splitlines())
+    try:
+        shapfusion.Explainer(booster)
+        assert not terms, "a linear-tree model's path-dependent values were not refused"
+    except NotImplementedError as e:
+        assert terms and "background" in str(e), str(e)
+    background, explained = rows.iloc[:8].reset_index(drop=True), rows.iloc[8:20].reset_index(drop=True)
+    ours = shapfusion.Explainer(booster, background=background).shap_values(explained)
+    n, f = explained.shape
+    ours = ours.reshape(n, -1, f + 1)
+    reference = linear_tree_reference(booster, explained, background, c["boosting"] == "rf")
+    assert reference.shape == ours.shape, f"layout: ours {ours.shape}, the definition's {reference.shape}"
+    error = float(np.abs(ours - reference).max()) / max(float(np.abs(ours).max()), 1e-12)
+    assert error <= 1e-9, f"interventional values of linear trees off the definition by {error:.3e} of max |phi|"
+    off = float(np.abs(ours.sum(axis=2) - margin[8:20]).max()) / max(float(np.abs(margin).max()), 1.0)
+    assert off <= 1e-8, f"values add up to {off:.3e} off the library's margin"
+    table, bg = (pa.Table.from_pandas(frame, preserve_index=False) for frame in (explained, background))
+    pq.write_table(table, work / "rows.parquet")
+    pq.write_table(bg, work / "background.parquet")
+    out = work / "out.parquet"
+    done = subprocess.run([cli, "explain", "--model", str(path), "--input", str(work / "rows.parquet"), "--output", str(out),
+                           "--background", str(work / "background.parquet"), "--no-progress"], capture_output=True, text=True)
+    assert done.returncode == 0, f"the CLI failed: {done.stderr.strip()[-2000:]}"
+    from_package = pa.Table.from_batches([shapfusion.Explainer(path, background=bg).shap_values(table, as_arrow=True)])
+    assert pq.read_table(out).equals(from_package), "the CLI's values differ from the package's"
+
+
 def check(c: Config, cli: str, work: Path) -> None:
     import shapfusion
 
     path, rows, model, library, margin = RUN[c["library"]](c, work)
+    if c.get("linear_tree"):
+        check_linear_tree(c, cli, work, path, rows, model, margin)
+        return
     explainer = shapfusion.Explainer(model if c["library"] not in ("sklearn", "spark") else path)
     ours = explainer.shap_values(rows)
     n, f = rows.shape
