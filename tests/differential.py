@@ -419,7 +419,7 @@ def linear_tree_reference(booster, rows: pd.DataFrame, background: pd.DataFrame,
     definition: for each row and coalition S, LightGBM's mean raw score of the hybrids taking S
     from the row and the rest from each background row (a forest's score the mean of its trees,
     as its predict() gives it)."""
-    from math import factorial
+    from fixture_common import coalition_values
 
     n, f = rows.shape
     scale = 1.0 / booster.current_iteration() if forest else 1.0
@@ -433,15 +433,7 @@ def linear_tree_reference(booster, rows: pd.DataFrame, background: pd.DataFrame,
                     hybrid.iloc[:, j] = rows.iloc[r, j]
             hybrids.append(hybrid)
         scores = np.asarray(booster.predict(pd.concat(hybrids, ignore_index=True), raw_score=True)) * scale
-        v = scores.reshape(1 << f, len(background), -1).mean(axis=1)
-        phi = np.zeros((v.shape[1], f + 1))
-        for j in range(f):
-            for s in range(1 << f):
-                if not s >> j & 1:
-                    k = s.bit_count()
-                    phi[:, j] += factorial(k) * factorial(f - k - 1) / factorial(f) * (v[s | 1 << j] - v[s])
-        phi[:, f] = v[0]
-        out.append(phi)
+        out.append(coalition_values(scores.reshape(1 << f, len(background), -1).mean(axis=1), f))
     return np.array(out)
 
 

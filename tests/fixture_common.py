@@ -83,6 +83,24 @@ def background_table(table: pa.Table, rows: int, rng: np.random.Generator) -> pa
     return pa.table(cols, names=table.column_names)
 
 
+def coalition_values(v: np.ndarray, m: int, banzhaf: bool = False) -> np.ndarray:
+    """Per output (rows of `v`'s second axis) the values of the game `v` (2^m coalitions x
+    outputs, bit j of a coalition: feature j in it), Shapley's or Banzhaf's, then the bias:
+    v(empty set) for Shapley's, what Banzhaf's leave of v(all) for Banzhaf's."""
+    import math
+
+    out = np.zeros((v.shape[1], m + 1))
+    for i in range(m):
+        for s in range(1 << m):
+            if s >> i & 1:
+                continue
+            c = s.bit_count()
+            w = 0.5 ** (m - 1) if banzhaf else math.factorial(c) * math.factorial(m - c - 1) / math.factorial(m)
+            out[:, i] += w * (v[s | 1 << i] - v[s])
+    out[:, m] = v[(1 << m) - 1] - out[:, :m].sum(axis=1) if banzhaf else v[0]
+    return out
+
+
 def cover_ratios(parent: float, left: float, right: float) -> tuple[float, float]:
     """A node's cover fractions left and right: child / parent; a node with no cover splits by its
     children's covers where they have some, else evenly (shapfusion's rule for zero-cover nodes,

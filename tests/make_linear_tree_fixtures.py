@@ -36,7 +36,7 @@ import lightgbm as lgb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fixture_common import f64_list, output_dir, write_input
+from fixture_common import coalition_values, f64_list, output_dir, write_input
 
 SEED = 20261206
 NAMES = ["lgb_linear_regression", "lgb_linear_multiclass"]
@@ -56,20 +56,6 @@ def game(booster: lgb.Booster, x: np.ndarray, background: np.ndarray, groups: in
     hybrids = np.where(take_x[:, None, :], x[None, None, :], background[None, :, :]).reshape(-1, m)
     scores = np.asarray(booster.predict(hybrids, raw_score=True), dtype=np.float64).reshape(1 << m, len(background), groups)
     return scores.mean(axis=1)
-
-
-def values(v: np.ndarray, m: int, banzhaf: bool) -> np.ndarray:
-    """Per feature (then the bias), groups values: Shapley's or Banzhaf's."""
-    out = np.zeros((v.shape[1], m + 1))
-    for i in range(m):
-        for s in range(1 << m):
-            if s >> i & 1:
-                continue
-            c = s.bit_count()
-            w = 0.5 ** (m - 1) if banzhaf else math.factorial(c) * math.factorial(m - c - 1) / math.factorial(m)
-            out[:, i] += w * (v[s | 1 << i] - v[s])
-    out[:, m] = v[(1 << m) - 1] - out[:, :m].sum(axis=1) if banzhaf else v[0]
-    return out
 
 
 def interactions(v: np.ndarray, m: int, banzhaf: bool, phi: np.ndarray) -> np.ndarray:
@@ -109,7 +95,7 @@ def write(root: Path, name: str, booster: lgb.Booster, X: np.ndarray, background
         phis, matrices = [], []
         for x in X:
             v = game(booster, x, background, groups)
-            phi = values(v, m, index == "banzhaf")
+            phi = coalition_values(v, m, index == "banzhaf")
             phis.append(phi)
             matrices.append(interactions(v, m, index == "banzhaf", phi))
         expected[index] = f64_list(np.array(phis))
