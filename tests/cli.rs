@@ -592,6 +592,54 @@ fn a_killed_explain_leaves_the_previous_output_intact() {
     assert!(names.iter().all(|n| n == "shap.parquet" || (n.starts_with(".shap.parquet.") && n.ends_with(".partial"))), "{names:?}");
 }
 
+/// `RESET shap.<name>` in the shell returns the option to what the command line set (the model
+/// directory) or to its default (the background: path-dependent values again), and a name that
+/// is not an option fails naming the options. DataFusion's own `RESET` refuses every option
+/// outside `datafusion.*`.
+#[cfg(feature = "sql")]
+#[test]
+fn reset_in_the_sql_shell_returns_shap_options_to_where_the_session_started() {
+    let dir = tmp();
+    let f = fixture("xgb_missing");
+    let models = dir.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    std::fs::copy(&f.model_path, models.join("m.json")).unwrap();
+    let background = format!("recent={}", f.background().unwrap().display());
+    let query = format!("SELECT shap('m', {}) AS s FROM '{}'", common::sql::feature_list(&f), f.input_path().display());
+    let sql = |statements: &[&str], out: &Path| {
+        let mut args = vec!["sql", "-q", "--model-dir", models.to_str().unwrap(), "--background", &background];
+        args.extend(["--format", "parquet", "--output", out.to_str().unwrap()]);
+        for s in statements {
+            args.extend(["-c", s]);
+        }
+        run(&args)
+    };
+    let path_dependent = dir.path().join("path_dependent.parquet");
+    let o = explain(&f.model_path, &f.input_path(), &path_dependent, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let path_dependent = read_parquet(&path_dependent);
+
+    let set = ["SET shap.background = 'recent'", "SET shap.model_dir = '/nowhere'"];
+    let over_background = dir.path().join("over_background.parquet");
+    let o = sql(&[set[0], &query], &over_background);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let values = |path: &Path| read_parquet(path).column(0).as_struct().columns().to_vec();
+    assert_ne!(values(&over_background), path_dependent.columns(), "the background takes effect");
+
+    let reset = dir.path().join("reset.parquet");
+    let o = sql(&[set[0], set[1], "RESET shap.background", "RESET shap.model_dir", &query], &reset);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = values(&reset);
+    for (i, column) in path_dependent.columns().iter().enumerate() {
+        assert!(common::sql::same_bits(got[i].as_ref(), column.as_ref()), "column {i} differs from path-dependent explain after RESET");
+    }
+
+    let o = sql(&["RESET shap.backgrounds", &query], &dir.path().join("x.parquet"));
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("RESET shap.backgrounds: no such option") && e.contains("shap.index, shap.background"), "{e}");
+}
+
 #[cfg(feature = "sql")]
 #[test]
 fn lightgbm_integer_coded_categories_through_explain_and_sql() {

@@ -319,10 +319,17 @@ async fn flight_sql_serves_shap_over_tables_locally_and_on_workers() {
         args.extend(extra.iter().copied());
         let serve = Server::start(&args);
         let mut c = sql_client(&serve.url).await;
-        let got = sql_query(&mut c, &format!("SELECT shap('fraud', {features}) AS s FROM payments ORDER BY id")).await;
-        let got = arrow::array::AsArray::as_struct(got.column(0)).clone();
-        let got = RecordBatch::from(got);
-        assert_same(&got, &want, &format!("Flight SQL {extra:?}"));
+        let query = format!("SELECT shap('fraud', {features}) AS s FROM payments ORDER BY id");
+        let values = |batch: RecordBatch| RecordBatch::from(arrow::array::AsArray::as_struct(batch.column(0)).clone());
+        assert_same(&values(sql_query(&mut c, &query).await), &want, &format!("Flight SQL {extra:?}"));
+        // RESET returns a shap option to the operator's value (DataFusion's own RESET knows
+        // only its datafusion.* options), and names the options when the name is not one.
+        sql_query(&mut c, "SET shap.index = 'banzhaf'").await;
+        assert_ne!(values(sql_query(&mut c, &query).await).column(0), want.column(0), "Banzhaf values after SET {extra:?}");
+        sql_query(&mut c, "RESET shap.index").await;
+        assert_same(&values(sql_query(&mut c, &query).await), &want, &format!("Flight SQL after RESET {extra:?}"));
+        let e = c.execute("RESET shap.indices".to_string(), None).await.unwrap_err().to_string();
+        assert!(e.contains("RESET shap.indices: no such option") && e.contains("shap.index"), "{e}");
         // Several shap calls planned in one statement (each resolves the model while planning
         // inside the server's runtime: this once hung).
         let union: Vec<String> = (0..10).map(|k| format!("SELECT {k} AS copy, shap('fraud', {features}) AS s FROM payments")).collect();

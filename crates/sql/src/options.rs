@@ -4,6 +4,7 @@ use std::ops::{Deref, DerefMut};
 
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::{extensions_options, DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{LogicalPlan, SetVariable, Statement};
 
 use shapfusion_core::ComputeSettings;
 
@@ -51,6 +52,28 @@ impl ShapOptions {
     pub fn compute_settings(&self) -> shapfusion_core::Result<ComputeSettings> {
         let settings = ComputeSettings::parse(&self.algorithm, &self.device, Some(self.threads), self.v2_memory_mb)?;
         Ok(ComputeSettings { index: self.index.parse()?, ..settings })
+    }
+
+    /// `plan`, or, where it is `RESET shap.<name>`, the `SET shap.<name>` to the value these
+    /// options hold (the session's values when it started: the operator's flags, else the
+    /// defaults, as PostgreSQL's `RESET` returns to the value before any `SET`).
+    ///
+    /// Every SQL entry point runs its plans through this: DataFusion (55) executes `RESET` of
+    /// its own `datafusion.*` options only and fails on an extension's with "Could not find
+    /// config namespace". A name `shap` lacks is an error naming the options it has.
+    pub fn resolve_reset(&self, plan: LogicalPlan) -> DfResult<LogicalPlan> {
+        let LogicalPlan::Statement(Statement::ResetVariable(reset)) = &plan else { return Ok(plan) };
+        let Some(name) = reset.variable.strip_prefix(Self::PREFIX).and_then(|rest| rest.strip_prefix('.')) else { return Ok(plan) };
+        let entries = self.0.entries();
+        let Some(value) = entries.iter().find(|e| e.key == name).map(|e| e.value.clone().unwrap_or_default()) else {
+            let names: Vec<String> = entries.iter().map(|e| format!("{}.{}", Self::PREFIX, e.key)).collect();
+            return Err(DataFusionError::Configuration(format!(
+                "RESET {}: no such option; the shap options are {}",
+                reset.variable,
+                names.join(", ")
+            )));
+        };
+        Ok(LogicalPlan::Statement(Statement::SetVariable(SetVariable { variable: reset.variable.clone(), value })))
     }
 }
 
@@ -121,5 +144,23 @@ mod tests {
             remote.set(key, value.as_deref().unwrap_or_default()).unwrap();
         }
         assert_eq!(remote.extensions.get::<ShapOptions>().unwrap().background, "recent");
+    }
+
+    #[test]
+    fn reset_becomes_a_set_to_the_starting_value() {
+        use datafusion::logical_expr::ResetVariable;
+        let reset = |variable: &str| LogicalPlan::Statement(Statement::ResetVariable(ResetVariable { variable: variable.into() }));
+        let mut start = ShapOptions::default();
+        start.set("model_dir", "s3://models/").unwrap();
+        let set = |variable: &str, value: &str| {
+            LogicalPlan::Statement(Statement::SetVariable(SetVariable { variable: variable.into(), value: value.into() }))
+        };
+        assert_eq!(start.resolve_reset(reset("shap.model_dir")).unwrap(), set("shap.model_dir", "s3://models/"));
+        assert_eq!(start.resolve_reset(reset("shap.threads")).unwrap(), set("shap.threads", "0"));
+        assert_eq!(start.resolve_reset(reset("shap.background")).unwrap(), set("shap.background", ""));
+        // DataFusion's own options, and other plans, are left to DataFusion.
+        assert_eq!(start.resolve_reset(reset("datafusion.execution.batch_size")).unwrap(), reset("datafusion.execution.batch_size"));
+        let e = start.resolve_reset(reset("shap.algorithms")).unwrap_err().to_string();
+        assert!(e.contains("RESET shap.algorithms: no such option") && e.contains("shap.algorithm, shap.device"), "{e}");
     }
 }

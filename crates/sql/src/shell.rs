@@ -8,15 +8,22 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use datafusion::dataframe::DataFrame;
+use datafusion::error::DataFusionError;
+use datafusion::execution::context::SessionState;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_cli::catalog::DynamicObjectStoreCatalog;
+use datafusion_cli::cli_context::CliSessionContext;
 use datafusion_cli::exec;
 use datafusion_cli::object_storage::instrumented::InstrumentedObjectStoreRegistry;
 use datafusion_cli::print_format::PrintFormat;
 use datafusion_cli::print_options::{MaxRows, PrintOptions};
 
 use crate::registry::ModelRegistry;
+use crate::ShapOptions;
 use shapfusion_core::error::{Error, ErrorKind, Result};
 
 /// How `shapfusion sql` prints results.
@@ -142,6 +149,7 @@ pub async fn new_session(setup: &SessionSetup) -> Result<(SessionContext, Arc<Mo
 pub async fn run(options: ShellOptions) -> Result<()> {
     let df = |e: datafusion::error::DataFusionError| crate::from_datafusion("shapfusion sql", e);
     let (ctx, _registry, stores) = new_session(&options.setup).await?;
+    let shell = ShellSession::new(ctx);
     let repl = options.commands.is_empty() && options.files.is_empty();
     let mut print = PrintOptions {
         format: match options.format {
@@ -156,7 +164,7 @@ pub async fn run(options: ShellOptions) -> Result<()> {
         instrumented_registry: stores,
     };
     if repl {
-        return exec::exec_from_repl(&ctx, &mut print).await.map_err(|e| Error::external(ErrorKind::Io, "the SQL shell", e));
+        return exec::exec_from_repl(&shell, &mut print).await.map_err(|e| Error::external(ErrorKind::Io, "the SQL shell", e));
     }
     let mut statements: Vec<String> = Vec::new();
     for f in &options.files {
@@ -166,11 +174,51 @@ pub async fn run(options: ShellOptions) -> Result<()> {
     if options.format == OutputFormat::Parquet {
         let output = options.output.clone().ok_or_else(|| Error::InvalidArgument("Parquet output needs an output path".into()))?;
         let last = statements.pop().unwrap_or_default();
-        exec::exec_from_commands(&ctx, statements, &print).await.map_err(df)?;
-        let frame = ctx.sql(&last).await.map_err(df)?;
+        exec::exec_from_commands(&shell, statements, &print).await.map_err(df)?;
+        let plan = shell.ctx.state().create_logical_plan(&last).await.map_err(df)?;
+        let frame = CliSessionContext::execute_logical_plan(&shell, plan).await.map_err(df)?;
         frame.write_parquet(&output.to_string_lossy(), Default::default(), None).await.map_err(df)?;
         return Ok(());
     }
     // Statements run one by one and stop at the first error (non-zero exit), as a batch job wants.
-    exec::exec_from_commands(&ctx, statements, &print).await.map_err(df)
+    exec::exec_from_commands(&shell, statements, &print).await.map_err(df)
+}
+
+/// The shell's session as datafusion-cli drives it: DataFusion's own, except that `RESET
+/// shap.<name>` returns the option to the value the shell started with
+/// ([`ShapOptions::resolve_reset`]).
+struct ShellSession {
+    ctx: SessionContext,
+    /// The `shap.*` options after the command line's settings, before any statement.
+    start: ShapOptions,
+}
+
+impl ShellSession {
+    fn new(ctx: SessionContext) -> Self {
+        let start = ctx.state().config().options().extensions.get::<ShapOptions>().cloned().unwrap_or_default();
+        ShellSession { ctx, start }
+    }
+}
+
+#[async_trait::async_trait]
+impl CliSessionContext for ShellSession {
+    fn task_ctx(&self) -> Arc<TaskContext> {
+        self.ctx.task_ctx()
+    }
+
+    fn session_state(&self) -> SessionState {
+        self.ctx.state()
+    }
+
+    fn register_object_store(&self, url: &url::Url, store: Arc<dyn object_store::ObjectStore>) -> Option<Arc<dyn object_store::ObjectStore>> {
+        CliSessionContext::register_object_store(&self.ctx, url, store)
+    }
+
+    fn register_table_options_extension_from_scheme(&self, scheme: &str) {
+        self.ctx.register_table_options_extension_from_scheme(scheme)
+    }
+
+    async fn execute_logical_plan(&self, plan: LogicalPlan) -> std::result::Result<DataFrame, DataFusionError> {
+        self.ctx.execute_logical_plan(self.start.resolve_reset(plan)?).await
+    }
 }

@@ -54,7 +54,7 @@ use crate::net::limits::Admission;
 use crate::protocol::status_from_error;
 use shapfusion_core::error::{Error, ErrorKind, Result};
 use shapfusion_sql::registry::ModelRegistry;
-use shapfusion_sql::{AccessPolicy, SessionBackend};
+use shapfusion_sql::{AccessPolicy, SessionBackend, ShapOptions};
 
 /// Planned statements wait this long for their `DoGet` before they are dropped.
 const TICKET_TTL: Duration = Duration::from_secs(600);
@@ -264,7 +264,13 @@ impl SqlService {
         let statement = parameters::parse_numbered(&state, sql).map_err(df_status)?;
         let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
         self.policy.check(&plan).map_err(Status::permission_denied)?;
-        Ok(plan)
+        self.start_options().resolve_reset(plan).map_err(df_status)
+    }
+
+    /// The `shap.*` options every client session starts with (the operator's), what a client's
+    /// `RESET shap.<name>` returns to.
+    fn start_options(&self) -> ShapOptions {
+        self.template.lock().expect("template").config.options().extensions.get::<ShapOptions>().cloned().unwrap_or_default()
     }
 
     /// Plans the client's prepared statement `handle` once for each parameter set bound to it
