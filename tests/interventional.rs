@@ -177,7 +177,7 @@ fn explainer_with_a_background_gives_the_engines_values() {
 #[test]
 fn linear_trees_match_the_definition_over_lightgbms_own_scores() {
     let list = linear_fixtures();
-    assert_eq!(list.len(), 2, "linear-tree fixtures missing: run tests/make_linear_tree_fixtures.py");
+    assert_eq!(list.len(), 3, "linear-tree fixtures missing: run tests/make_linear_tree_fixtures.py");
     for f in &list {
         assert!(f.model.has_linear_leaves(), "{}", f.name);
         let (nf, g) = (f.model.num_features(), f.model.num_groups());
@@ -222,17 +222,49 @@ fn linear_trees_match_the_definition_over_lightgbms_own_scores() {
     }
 }
 
+/// A linear-tree classifier's probability and loss over a background (shap's
+/// `model_output="probability"` and `"log_loss"`): each background row's values of the margin
+/// scaled by the transform's secant, as shap defines them for a transform, equal to that
+/// definition over LightGBM's own scores of every hybrid row; each row adds up to its
+/// transformed score. Their interaction values and Banzhaf values are refused as not built.
+#[test]
+fn linear_tree_probability_and_loss_match_shaps_definition_over_lightgbms_scores() {
+    let f = linear_fixtures().into_iter().find(|f| f.name == "lgb_linear_binary").expect("run tests/make_linear_tree_fixtures.py");
+    let background = read_parquet(&f.dir.join("background.parquet"));
+    let (block, w) = (f.block(), f.model.num_features() + 1);
+    let (labels, margins) = (f.expected_f64("labels").unwrap(), f.expected_f64("margin").unwrap());
+    let explainer = |transform| Explainer::builder(f.model.clone()).background(background.clone()).output_transform(transform).build().unwrap();
+    let probability = explainer(OutputTransform::Logistic).shap_values(&block).unwrap();
+    let loss = explainer(OutputTransform::LogisticLoss).shap_values_with_labels(&block, &labels).unwrap();
+    for (got, key) in [(&probability, "probability"), (&loss, "log_loss")] {
+        let (err, row) = max_row_rel_error(&got.values, &f.expected_f64(key).unwrap(), w);
+        assert!(err <= 1e-9, "{key}: row {row} off the definition by {err:e} of max|phi|");
+    }
+    for r in 0..block.rows() {
+        let (m, y) = (margins[r], labels[r]);
+        let p = 1.0 / (1.0 + (-m).exp());
+        let nll = m.max(0.0) + (-m.abs()).exp().ln_1p() - y * m;
+        for (got, want, what) in [(&probability, p, "probability"), (&loss, nll, "loss")] {
+            let total: f64 = got.row(r, 0).iter().sum();
+            assert!((total - want).abs() <= 1e-12 * want.abs().max(1.0), "row {r}'s {what} values add up to {total}, not {want}");
+        }
+    }
+    // The rescaling matters: the margin's values are others.
+    let margin = explainer(OutputTransform::Identity).shap_values(&block).unwrap();
+    assert!(max_row_rel_error(&margin.values, &probability.values, w).0 > 1e-2);
+    let e = explainer(OutputTransform::Logistic).interaction_values(&block).unwrap_err();
+    assert_eq!(e.kind(), shapfusion::ErrorKind::Unsupported, "{e}");
+    let builder = Explainer::builder(f.model.clone()).background(background).output_transform(OutputTransform::Logistic);
+    let e = builder.index(Index::Banzhaf).build().unwrap_err();
+    assert_eq!(e.kind(), shapfusion::ErrorKind::Unsupported, "{e}");
+}
+
 /// What needs a leaf's linear model without a background is refused, naming the background.
 #[test]
 fn linear_trees_without_a_background_are_refused_naming_it() {
     let f = &linear_fixtures()[0];
-    let background = read_parquet(&f.dir.join("background.parquet"));
     let refused = |builder: shapfusion::ExplainerBuilder| builder.build().expect_err("refused");
-    for error in [
-        refused(Explainer::builder(f.model.clone())),
-        refused(Explainer::builder(f.model.clone()).output(OutputKind::Interactions)),
-        refused(Explainer::builder(f.model.clone()).background(background).output_transform(OutputTransform::Logistic)),
-    ] {
+    for error in [refused(Explainer::builder(f.model.clone())), refused(Explainer::builder(f.model.clone()).output(OutputKind::Interactions))] {
         let message = error.to_string();
         assert_eq!(error.kind(), shapfusion::ErrorKind::Unsupported, "{message}");
         assert!(message.contains("linear leaves") && message.contains("linear_tree"), "{message}");

@@ -21,6 +21,13 @@ From it, per fixture under tests/fixtures/linear/<name>/:
                               ("banzhaf", "banzhaf_interactions": the index whole off the
                               diagonal, the bias entry the margin less everything else)
 
+and for the binary classifier, shap's values of a transformed output T over a background (its
+`model_output="probability"` and `"log_loss"`): for each background row z, the Shapley values
+of the one-reference game v_z(S) = raw score of (x on S, z off S), scaled by
+(T(f(x)) - T(f(z))) / (f(x) - f(z)) (1 where the scores are equal), then the mean over the
+background, the bias the background's mean T(f(z)): "probability" (T the logistic function)
+and "log_loss" (T the logistic loss against each explained row's label in "labels").
+
 Versions are pinned in tests/requirements.txt.
 
 Usage:  python tests/make_linear_tree_fixtures.py [--out tests/fixtures/linear]
@@ -39,7 +46,7 @@ import pyarrow.parquet as pq
 from fixture_common import coalition_values, f64_list, output_dir, write_input
 
 SEED = 20261206
-NAMES = ["lgb_linear_regression", "lgb_linear_multiclass"]
+NAMES = ["lgb_linear_regression", "lgb_linear_multiclass", "lgb_linear_binary"]
 
 
 def with_nans(X: np.ndarray, rng: np.random.Generator, share: float) -> np.ndarray:
@@ -81,7 +88,43 @@ def interactions(v: np.ndarray, m: int, banzhaf: bool, phi: np.ndarray) -> np.nd
     return out
 
 
-def write(root: Path, name: str, booster: lgb.Booster, X: np.ndarray, background: np.ndarray, features: list[str]) -> None:
+def logistic(m: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-m))
+
+
+def logistic_loss(m: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, m) - y * m
+
+
+def rescaled(booster: lgb.Booster, X: np.ndarray, background: np.ndarray, labels: np.ndarray, transform) -> np.ndarray:
+    """shap's values of transform(raw score) over the background: per background row, the
+    one-reference game's Shapley values scaled by the secant of the transform, then the mean."""
+    m, n = X.shape[1], len(background)
+    fz = np.asarray(booster.predict(background, raw_score=True), dtype=np.float64)
+    out = np.zeros((len(X), 1, m + 1))
+    for r, x in enumerate(X):
+        y = labels[r:r + 1]
+        v = game_per_reference(booster, x, background)
+        fx = v[-1, 0]
+        tx, tz = transform(np.array([fx]), y)[0], transform(fz, y)
+        for k in range(n):
+            s = 1.0 if fx == fz[k] else (tx - tz[k]) / (fx - fz[k])
+            out[r, 0, :m] += s * coalition_values(v[:, k:k + 1], m)[0, :m] / n
+        out[r, 0, m] = tz.mean()
+    return out
+
+
+def game_per_reference(booster: lgb.Booster, x: np.ndarray, background: np.ndarray) -> np.ndarray:
+    """Raw scores of the hybrids (x on S, z off S): 2^m coalitions x background rows (one group)."""
+    m = x.size
+    coalitions = np.arange(1 << m)
+    take_x = (coalitions[:, None] >> np.arange(m)[None, :]) & 1 == 1
+    hybrids = np.where(take_x[:, None, :], x[None, None, :], background[None, :, :]).reshape(-1, m)
+    return np.asarray(booster.predict(hybrids, raw_score=True), dtype=np.float64).reshape(1 << m, len(background))
+
+
+def write(root: Path, name: str, booster: lgb.Booster, X: np.ndarray, background: np.ndarray, features: list[str],
+          labels: np.ndarray | None = None) -> None:
     d = root / name
     d.mkdir(parents=True)
     booster.save_model(str(d / "model.txt"))
@@ -100,6 +143,13 @@ def write(root: Path, name: str, booster: lgb.Booster, X: np.ndarray, background
             matrices.append(interactions(v, m, index == "banzhaf", phi))
         expected[index] = f64_list(np.array(phis))
         expected[f"{index}_interactions"] = f64_list(np.array(matrices))
+    if labels is not None:
+        expected["labels"] = f64_list(labels)
+        for key, transform in (("probability", logistic), ("log_loss", logistic_loss)):
+            values = rescaled(booster, X, background, labels, transform)
+            # Each row adds up to its transformed score.
+            assert np.allclose(values.sum(axis=2)[:, 0], transform(margin[:, 0], labels), rtol=1e-9, atol=1e-12), (name, key)
+            expected[key] = f64_list(values)
     (d / "expected.json").write_text(json.dumps(expected))
     # The definition adds up: Shapley values to each row's score.
     phis = np.array(expected["shapley"]).reshape(len(X), groups, m + 1)
@@ -142,6 +192,21 @@ def main() -> None:
     background[:, 4] = rng.integers(0, 4, size=12)
     background[:, :4] = with_nans(background[:, :4], rng, 0.1)
     write(root, NAMES[1], booster, explained, background, features)
+
+    # Binary classifier, 5 features, for the probability and the loss (shap's rescaled values).
+    m = 5
+    X = rng.normal(size=(700, m))
+    logit = 1.5 * X[:, 0] - X[:, 1] * (X[:, 2] > 0) + 0.7 * X[:, 3] * X[:, 4]
+    y = (rng.random(700) < 1 / (1 + np.exp(-logit))).astype(np.float64)
+    X = with_nans(X, rng, 0.05)
+    params = {"objective": "binary", "linear_tree": True, "linear_lambda": 0.1, "num_leaves": 6, "learning_rate": 0.3,
+              "min_data_in_leaf": 25, "verbose": -1, "seed": 3, "deterministic": True, "num_threads": 1}
+    features = [f"x{j}" for j in range(m)]
+    booster = lgb.train(params, lgb.Dataset(X, y, feature_name=features), num_boost_round=8)
+    explained = with_nans(rng.normal(size=(10, m)), rng, 0.15)
+    labels = (rng.random(10) < 0.5).astype(np.float64)
+    background = with_nans(rng.normal(size=(14, m)), rng, 0.1)
+    write(root, NAMES[2], booster, explained, background, features, labels)
 
 
 if __name__ == "__main__":

@@ -262,6 +262,32 @@ def test_lightgbm_linear_trees_over_a_background_equal_the_definition():
         shapfusion.Explainer(booster)
 
 
+def test_lightgbm_linear_tree_probability_and_loss_are_shaps_definition():
+    """shap's ``model_output="probability"`` and ``"log_loss"`` over a background, for a
+    linear-tree classifier that shap cannot read: the fixture's per-reference definition over
+    LightGBM's own scores; each row adds up to its probability or loss."""
+    import lightgbm as lgb
+
+    fixture = REPO / "tests" / "fixtures" / "linear" / "lgb_linear_binary"
+    expected = json.loads((fixture / "expected.json").read_text())
+    booster = lgb.Booster(model_file=str(fixture / "model.txt"))
+    rows = pq.read_table(fixture / "input.parquet").to_pandas()
+    background = pq.read_table(fixture / "background.parquet").to_pandas()
+    labels = np.array(expected["labels"])
+    masker = shapfusion.TreeExplainer(booster, data=background, model_output="probability")
+    phi = masker.shap_values(rows)
+    want = np.array(expected["probability"]).reshape(len(rows), -1)
+    assert relative_error(phi, want[:, :-1]) < 1e-9
+    np.testing.assert_allclose(masker.expected_value, want[0, -1], rtol=1e-12)
+    np.testing.assert_allclose(phi.sum(axis=1) + masker.expected_value, booster.predict(rows), rtol=0, atol=1e-12)
+    loss = shapfusion.TreeExplainer(booster, data=background, model_output="log_loss")
+    phi = loss.shap_values(rows, labels)
+    want = np.array(expected["log_loss"]).reshape(len(rows), -1)
+    assert relative_error(phi, want[:, :-1]) < 1e-9
+    with pytest.raises(ValueError, match='model_output = "raw"'):  # shap's own refusal
+        masker.shap_interaction_values(rows)
+
+
 # -- errors, threads, interruption -----------------------------------------------------------
 
 

@@ -52,9 +52,9 @@ use super::drivers::{
     rows_per_task, rows_per_task_up_to, shap_by_task_from, FirstTouch, ROWS_PER_TASK, SUMS_AT_ONCE,
 };
 use super::engine_trait::Engine;
-use super::options::Index;
 #[cfg(test)]
 use super::options::DEFAULT_INTERVENTIONAL_MEMORY_BYTES;
+use super::options::{Index, OutputTransform};
 use super::output::{Attributions, Interactions};
 use super::prepared::PreparedModel;
 use super::simd::prefetch;
@@ -917,6 +917,43 @@ pub(crate) fn transformed_interactions_unavailable() -> Error {
     )
 }
 
+/// shap's rescaling of the margin's values for a transformed output, for one explained row of
+/// margin `mx` (and label `label`) in one output group: into `scales`, for each background row
+/// `z` (its margin in that group from `margins_z`), `s(x, z) / n`, where `s(x, z) = (T(mx) -
+/// T(mz)) / (mx - mz)` (1 where the margins are equal) and `n` the background's rows; returns
+/// the background's mean `T(mz)`, the row's bias.
+pub(super) fn rescaling(transform: OutputTransform, mx: f64, label: f64, margins_z: impl Iterator<Item = f64>, scales: &mut [f64]) -> f64 {
+    let n = scales.len() as f64;
+    let tx = transform.apply(mx, label);
+    let mut bias = 0.0;
+    for (scale, mz) in scales.iter_mut().zip(margins_z) {
+        let tz = transform.apply(mz, label);
+        let s = if mx == mz { 1.0 } else { (tx - tz) / (mx - mz) };
+        *scale = s / n;
+        bias += tz;
+    }
+    bias / n
+}
+
+/// Refuses `labels` where `transform` needs them and they are missing, of the wrong count or not
+/// finite, or where it reads none and they are given.
+pub(super) fn check_labels(transform: OutputTransform, labels: Option<&[f64]>, rows: usize) -> Result<()> {
+    match labels {
+        None if transform.needs_labels() => Err(Error::InvalidArgument(format!(
+            "the {transform} output is a loss against each row's label: give the labels (shap_values(X, y) in shap's interface)"
+        ))),
+        None => Ok(()),
+        Some(_) if !transform.needs_labels() => Err(Error::InvalidArgument(format!("the {transform} output reads no labels; explain without them"))),
+        Some(labels) if labels.len() != rows => {
+            Err(Error::InvalidArgument(format!("{} labels for {rows} rows: give one label per explained row", labels.len())))
+        }
+        Some(labels) => match labels.iter().position(|y| !y.is_finite()) {
+            Some(r) => Err(Error::InvalidArgument(format!("the label of row {r} is {}, not a finite number", labels[r]))),
+            None => Ok(()),
+        },
+    }
+}
+
 /// Refuses an empty background or one with the wrong number of columns.
 pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Result<()> {
     if background.rows() == 0 {
@@ -931,12 +968,20 @@ pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Resu
 /// taken from either, then the mean over the background. Cost per row grows with the
 /// background: the oracle for [`Interventional`], and the engine of models with linear leaves
 /// (LightGBM's `linear_tree`), whose leaves' values depend on the row pair, not only on which
-/// features the hybrid takes from each row, and so are not aggregated.
+/// features the hybrid takes from each row, and so are not aggregated. With a transform, each
+/// pair's values are scaled by shap's `s(x, z)` ([`rescaling`]), as [`RescaledInterventional`]'s.
+///
+/// [`RescaledInterventional`]: super::rescaled::RescaledInterventional
 pub(crate) struct InterventionalReference {
     model: Arc<Model>,
     index: Index,
     background: FeatureBlock,
+    /// Per group, the background's mean output (none for a loss, whose bias is each row's own).
     bias: Vec<f64>,
+    /// The output explained: the margin, or a function of it.
+    transform: OutputTransform,
+    /// Each background row's margins, row-major (rows × groups).
+    background_margins: Vec<f64>,
     weights: Weights,
     /// Per column, the player a split on it credits ([`PreparedModel::players`]).
     players: Vec<u32>,
@@ -950,18 +995,38 @@ impl InterventionalReference {
     }
 
     /// The oracle for `background` (rows in the model's feature order and precision), for
-    /// `index`'s values.
+    /// `index`'s values of the margin.
     pub fn with_index(prepared: Arc<PreparedModel>, background: &FeatureBlock, index: Index) -> Result<InterventionalReference> {
+        Self::with_transform(prepared, background, index, OutputTransform::Identity)
+    }
+
+    /// [`with_index`](Self::with_index) for `transform`'s output (Shapley values only, as shap
+    /// defines them for a transform).
+    pub fn with_transform(
+        prepared: Arc<PreparedModel>,
+        background: &FeatureBlock,
+        index: Index,
+        transform: OutputTransform,
+    ) -> Result<InterventionalReference> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
-        let n = background.rows() as f64;
-        let mut bias = vec![0.0; model.num_groups()];
-        let mut margin = vec![0.0; model.num_groups()];
-        for r in 0..background.rows() {
-            model.predict_row(background.row(r), &mut margin);
-            bias.iter_mut().zip(&margin).for_each(|(b, m)| *b += m);
+        if transform != OutputTransform::Identity && index != Index::Shapley {
+            return Err(Error::Unsupported(format!("{index} values of the {transform} output are not built yet: those of the margin are")));
         }
-        bias.iter_mut().for_each(|b| *b /= n);
+        let (n, g) = (background.rows(), model.num_groups());
+        let mut bias = vec![0.0; g];
+        let mut background_margins = vec![0.0; n * g];
+        for (r, margin) in background_margins.chunks_exact_mut(g.max(1)).enumerate().take(n) {
+            model.predict_row(background.row(r), margin);
+            bias.iter_mut().zip(margin.iter()).for_each(|(b, &m)| *b += transform.apply(m, 0.0));
+        }
+        bias.iter_mut().for_each(|b| *b /= n as f64);
+        if bias.iter().any(|b| !b.is_finite()) {
+            return Err(Error::InvalidArgument(format!("interventional {transform} output: the background's mean output is not finite")));
+        }
+        if transform.needs_labels() {
+            bias.clear();
+        }
         // The widest path bounds a + b; FailWalk refuses paths wider than the weights can index.
         // A linear leaf's games also take its model's features (`linear_leaf_games`).
         let mut widest = 0;
@@ -970,7 +1035,8 @@ impl InterventionalReference {
             widest = FailWalk::new(tree, t, &prepared.players)?.leaves.iter().map(|l| l.features.len() + terms).fold(widest, usize::max);
         }
         let players = prepared.players.clone();
-        Ok(InterventionalReference { model, index, background: background.clone(), bias, weights: Weights::of(index, widest), players })
+        let weights = Weights::of(index, widest);
+        Ok(InterventionalReference { model, index, background: background.clone(), bias, transform, background_margins, weights, players })
     }
 
     /// Adds `tree`'s attributions for `x` against background row `z` to `phi`.
@@ -989,13 +1055,48 @@ impl InterventionalReference {
         });
     }
 
-    /// Calls `add(tree, z, part)` for every tree and background row `z`, `part` the tree's group's
-    /// `per_group` values of one explained row's `out`.
-    fn against_background(&self, out: &mut [f64], per_group: usize, mut add: impl FnMut(&Tree, &[f64], &mut [f64])) {
+    /// The values of every row of `block` (`labels`, one per row, for a loss).
+    fn values(&self, block: &FeatureBlock, labels: Option<&[f64]>) -> Result<Attributions> {
+        check_labels(self.transform, labels, block.rows())?;
+        let (g, n) = (self.model.num_groups(), self.background.rows());
+        let w = self.model.num_players() + 1;
+        let width = g * w;
+        let mut shap = shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            rows_per_task(block.rows()),
+            // The margin's scales, 1/n for every pair, kept; a transform's, each row's own.
+            || (vec![0.0; g], vec![1.0 / n as f64; g * n]),
+            |(margins, scales), first, chunk| {
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    let x = block.row(first + i);
+                    if self.transform != OutputTransform::Identity {
+                        let label = labels.map_or(0.0, |l| l[first + i]);
+                        self.model.predict_row(x, margins);
+                        for (group, &mx) in margins.iter().enumerate() {
+                            let margins_z = self.background_margins.iter().skip(group).step_by(g).copied();
+                            let bias = rescaling(self.transform, mx, label, margins_z, &mut scales[group * n..(group + 1) * n]);
+                            if labels.is_some() {
+                                out[group * w + w - 1] = bias;
+                            }
+                        }
+                    }
+                    self.against_background(out, w, |tree, r, z, phi| self.pair(tree, x, z, phi, scales[tree.group * n + r]));
+                }
+            },
+        )?;
+        bias_is_the_rest(self.index, &self.model, block, &mut shap);
+        Ok(shap)
+    }
+
+    /// Calls `add(tree, r, z, part)` for every tree and background row `z` (row `r`), `part` the
+    /// tree's group's `per_group` values of one explained row's `out`.
+    fn against_background(&self, out: &mut [f64], per_group: usize, mut add: impl FnMut(&Tree, usize, &[f64], &mut [f64])) {
         for tree in self.model.trees() {
             let part = &mut out[tree.group * per_group..(tree.group + 1) * per_group];
             for r in 0..self.background.rows() {
-                add(tree, self.background.row(r), part);
+                add(tree, r, self.background.row(r), part);
             }
         }
     }
@@ -1159,27 +1260,17 @@ impl Engine for InterventionalReference {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let w = self.model.num_players() + 1;
-        let width = self.model.num_groups() * w;
-        let scale = 1.0 / self.background.rows() as f64;
-        let mut shap = shap_by_task_from(
-            &self.model,
-            &self.bias,
-            block,
-            rows_per_task(block.rows()),
-            || (),
-            |_, first, chunk| {
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    let x = block.row(first + i);
-                    self.against_background(out, w, |tree, z, phi| self.pair(tree, x, z, phi, scale));
-                }
-            },
-        )?;
-        bias_is_the_rest(self.index, &self.model, block, &mut shap);
-        Ok(shap)
+        self.values(block, None)
+    }
+
+    fn shap_with_labels(&self, block: &FeatureBlock, labels: &[f64]) -> Result<Attributions> {
+        self.values(block, Some(labels))
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        if self.transform != OutputTransform::Identity {
+            return Err(transformed_interactions_unavailable());
+        }
         self.model.refuse_combinations("interventional interaction values (with a background)")?;
         let (f, groups) = (self.model.num_features(), self.model.num_groups());
         let w = f + 1;
@@ -1196,7 +1287,7 @@ impl Engine for InterventionalReference {
             |_, first, chunk| {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
-                    self.against_background(out, w * w, |tree, z, matrix| {
+                    self.against_background(out, w * w, |tree, _, z, matrix| {
                         Self::leaf_games(tree, &self.players, x, z, |from_x, from_z, value| {
                             pairs::reference_leaf(self.index, from_x, from_z, value * scale, matrix, w)
                         })

@@ -179,12 +179,12 @@ pub fn build_rescaled_interventional(
     }
     let what = format!("interventional SHAP of the {transform} output (with a background)");
     model.refuse_combinations(&what)?;
-    if model.has_linear_leaves() {
-        return Err(Error::Unsupported(format!(
-            "{what} for a model with linear leaves (LightGBM's linear_tree): not built yet; its margin's values are"
-        )));
-    }
+    let linear_leaves = model.has_linear_leaves();
     let prepared = Arc::new(PreparedModel::new(model)?);
+    if linear_leaves {
+        // A linear leaf's value depends on the row pair, which the grouped engine does not see.
+        return Ok(Arc::new(interventional::InterventionalReference::with_transform(prepared, background, Index::Shapley, transform)?));
+    }
     Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
 }
 

@@ -43,8 +43,8 @@ use super::block::FeatureBlock;
 use super::drivers::{rows_per_task, shap_by_task_from};
 use super::engine_trait::Engine;
 use super::interventional::{
-    check_background, count_ones_wide, for_each_bit_wide, meet_wide, transformed_interactions_unavailable, FailWalk, LeafPath, Weights,
-    MAX_INTERVENTIONAL_PATH_FEATURES,
+    check_background, check_labels, count_ones_wide, for_each_bit_wide, meet_wide, rescaling, transformed_interactions_unavailable, FailWalk,
+    LeafPath, Weights, MAX_INTERVENTIONAL_PATH_FEATURES,
 };
 use super::options::{Index, OutputTransform};
 use super::output::{Attributions, Interactions};
@@ -240,17 +240,10 @@ impl RescaledInterventional {
             // s(x, z) / n for every background row, per group.
             let scales = &mut scratch.scales[r * per_row_scales..(r + 1) * per_row_scales];
             for (group, &mx) in margins.iter().enumerate() {
-                let tx = self.transform.apply(mx, label);
-                let mut bias = 0.0;
-                for z in 0..n {
-                    let mz = self.background_margins[z * g + group];
-                    let tz = self.transform.apply(mz, label);
-                    let s = if mx == mz { 1.0 } else { (tx - tz) / (mx - mz) };
-                    scales[group * n + z] = s / n as f64;
-                    bias += tz;
-                }
+                let margins_z = self.background_margins.iter().skip(group).step_by(g).copied();
+                let bias = rescaling(self.transform, mx, label, margins_z, &mut scales[group * n..(group + 1) * n]);
                 if self.transform.needs_labels() {
-                    out[r * width + group * w + w - 1] = bias / n as f64;
+                    out[r * width + group * w + w - 1] = bias;
                 }
             }
         }
@@ -661,25 +654,12 @@ impl Engine for RescaledInterventional {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        if self.transform.needs_labels() {
-            return Err(Error::InvalidArgument(format!(
-                "the {} output is a loss against each row's label: give the labels (shap_values(X, y) in shap's interface)",
-                self.transform
-            )));
-        }
+        check_labels(self.transform, None, block.rows())?;
         self.values(block, None)
     }
 
     fn shap_with_labels(&self, block: &FeatureBlock, labels: &[f64]) -> Result<Attributions> {
-        if !self.transform.needs_labels() {
-            return Err(Error::InvalidArgument(format!("the {} output reads no labels; explain without them", self.transform)));
-        }
-        if labels.len() != block.rows() {
-            return Err(Error::InvalidArgument(format!("{} labels for {} rows: give one label per explained row", labels.len(), block.rows())));
-        }
-        if let Some(r) = labels.iter().position(|y| !y.is_finite()) {
-            return Err(Error::InvalidArgument(format!("the label of row {r} is {}, not a finite number", labels[r])));
-        }
+        check_labels(self.transform, Some(labels), block.rows())?;
         self.values(block, Some(labels))
     }
 
@@ -717,6 +697,29 @@ mod tests {
             let width = f.model.num_groups() * (f.model.num_features() + 1);
             let (err, row) = max_row_rel_error(&got.values, &want.values, width);
             assert!(err <= 1e-9, "{}: row {row} off the reference by {err:e}", f.name);
+        }
+    }
+
+    /// Two implementations of shap's definition: the grouped engine and the pair-by-pair
+    /// reference with its transform, for the probability and a loss (the labels alternating).
+    #[test]
+    fn transforms_are_the_rescaled_reference_on_every_fixture() {
+        for f in &fixtures() {
+            let prepared = Arc::new(PreparedModel::new(f.model.clone()).unwrap());
+            let (background, explained) = (rows(&f.block, 0, 12), rows(&f.block, 12, 30));
+            let labels: Vec<f64> = (0..explained.rows()).map(|r| (r % 2) as f64).collect();
+            let width = f.model.num_groups() * (f.model.num_features() + 1);
+            for transform in [OutputTransform::Logistic, OutputTransform::LogisticLoss] {
+                let reference = InterventionalReference::with_transform(prepared.clone(), &background, Index::Shapley, transform).unwrap();
+                let engine = RescaledInterventional::new(prepared.clone(), &background, transform, 1 << 30).unwrap();
+                let (want, got) = if transform.needs_labels() {
+                    (reference.shap_with_labels(&explained, &labels).unwrap(), engine.shap_with_labels(&explained, &labels).unwrap())
+                } else {
+                    (reference.shap(&explained).unwrap(), engine.shap(&explained).unwrap())
+                };
+                let (err, row) = max_row_rel_error(&got.values, &want.values, width);
+                assert!(err <= 1e-9, "{} {transform}: row {row} off the reference by {err:e}", f.name);
+            }
         }
     }
 
