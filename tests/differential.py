@@ -414,10 +414,6 @@ RUN = {"xgboost": run_xgboost, "lightgbm": run_lightgbm, "catboost": run_catboos
 # -- checking ------------------------------------------------------------------------------------
 
 
-def logistic(margin: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-margin))
-
-
 def linear_tree_reference(booster, rows: pd.DataFrame, background: pd.DataFrame, forest: bool, transform=None) -> np.ndarray:
     """Interventional SHAP values (n, G, F+1) of a LightGBM model over `background` by their
     definition: for each row and coalition S, LightGBM's mean raw score of the hybrids taking S
@@ -425,7 +421,7 @@ def linear_tree_reference(booster, rows: pd.DataFrame, background: pd.DataFrame,
     as its predict() gives it). With `transform`, shap's values of transform(raw score): each
     background row's values of its own game scaled by (T(f(x)) - T(f(z))) / (f(x) - f(z)) (1
     where equal), then the mean; the bias the background's mean T(f(z))."""
-    from fixture_common import coalition_values
+    from fixture_common import coalition_values, rescaled_coalition_values
 
     n, f = rows.shape
     scale = 1.0 / booster.current_iteration() if forest else 1.0
@@ -440,17 +436,7 @@ def linear_tree_reference(booster, rows: pd.DataFrame, background: pd.DataFrame,
             hybrids.append(hybrid)
         scores = np.asarray(booster.predict(pd.concat(hybrids, ignore_index=True), raw_score=True)) * scale
         games = scores.reshape(1 << f, len(background), -1)
-        if transform is None:
-            out.append(coalition_values(games.mean(axis=1), f))
-            continue
-        fx, fz = games[-1, 0], games[0]
-        values = np.zeros((games.shape[2], f + 1))
-        for k in range(len(background)):
-            equal = fx == fz[k]
-            secant = (transform(fx) - transform(fz[k])) / np.where(equal, 1.0, fx - fz[k])
-            values += np.where(equal, 1.0, secant)[:, None] * coalition_values(games[:, k, :], f) / len(background)
-        values[:, f] = transform(fz).mean(axis=0)
-        out.append(values)
+        out.append(coalition_values(games.mean(axis=1), f) if transform is None else rescaled_coalition_values(games, f, transform))
     return np.array(out)
 
 
@@ -479,6 +465,8 @@ def check_linear_tree(c: Config, cli: str, work: Path, path: Path, rows: pd.Data
     off = float(np.abs(ours.sum(axis=2) - margin[8:20]).max()) / max(float(np.abs(margin).max()), 1.0)
     assert off <= 1e-8, f"values add up to {off:.3e} off the library's margin"
     if c["objective"] == "binary":
+        from fixture_common import logistic
+
         # A classifier's probability: shap's definition for a transform, adding up to it.
         probability = shapfusion.Explainer(booster, background=background, transform="logistic").shap_values(explained)
         probability = probability.reshape(n, -1, f + 1)

@@ -101,6 +101,27 @@ def coalition_values(v: np.ndarray, m: int, banzhaf: bool = False) -> np.ndarray
     return out
 
 
+def logistic(margin: np.ndarray) -> np.ndarray:
+    """The logistic function of a margin (a probability from log-odds)."""
+    return 1.0 / (1.0 + np.exp(-margin))
+
+
+def rescaled_coalition_values(games: np.ndarray, m: int, transform) -> np.ndarray:
+    """shap's values of ``transform(margin)`` over a background, per output: ``games`` holds each
+    background row's one-reference game (2^m coalitions x background rows x outputs, bit j of
+    a coalition: feature j from the explained row), so its last coalition is f(x) and its empty
+    one f(z). Each background row's Shapley values, scaled by (T(f(x)) - T(f(z))) / (f(x) -
+    f(z)) (1 where equal), then the mean; the bias the background's mean T(f(z))."""
+    fx, fz, n = games[-1, 0], games[0], games.shape[1]
+    out = np.zeros((games.shape[2], m + 1))
+    for k in range(n):
+        equal = fx == fz[k]
+        secant = (transform(fx) - transform(fz[k])) / np.where(equal, 1.0, fx - fz[k])
+        out += np.where(equal, 1.0, secant)[:, None] * coalition_values(games[:, k, :], m) / n
+    out[:, m] = transform(fz).mean(axis=0)
+    return out
+
+
 def cover_ratios(parent: float, left: float, right: float) -> tuple[float, float]:
     """A node's cover fractions left and right: child / parent; a node with no cover splits by its
     children's covers where they have some, else evenly (shapfusion's rule for zero-cover nodes,

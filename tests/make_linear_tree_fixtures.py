@@ -43,7 +43,7 @@ import lightgbm as lgb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fixture_common import coalition_values, f64_list, output_dir, write_input
+from fixture_common import coalition_values, f64_list, logistic, output_dir, rescaled_coalition_values, write_input
 
 SEED = 20261206
 NAMES = ["lgb_linear_regression", "lgb_linear_multiclass", "lgb_linear_binary"]
@@ -55,14 +55,14 @@ def with_nans(X: np.ndarray, rng: np.random.Generator, share: float) -> np.ndarr
     return X
 
 
-def game(booster: lgb.Booster, x: np.ndarray, background: np.ndarray, groups: int) -> np.ndarray:
-    """v(S) for every coalition S (bit j of S: feature j from x), groups values each."""
+def hybrid_scores(booster: lgb.Booster, x: np.ndarray, background: np.ndarray, groups: int) -> np.ndarray:
+    """LightGBM's raw scores of the hybrids (x on S, each background row off S): every coalition
+    S (bit j of S: feature j from x) x background rows x groups."""
     m = x.size
     coalitions = np.arange(1 << m)
     take_x = (coalitions[:, None] >> np.arange(m)[None, :]) & 1 == 1
     hybrids = np.where(take_x[:, None, :], x[None, None, :], background[None, :, :]).reshape(-1, m)
-    scores = np.asarray(booster.predict(hybrids, raw_score=True), dtype=np.float64).reshape(1 << m, len(background), groups)
-    return scores.mean(axis=1)
+    return np.asarray(booster.predict(hybrids, raw_score=True), dtype=np.float64).reshape(1 << m, len(background), groups)
 
 
 def interactions(v: np.ndarray, m: int, banzhaf: bool, phi: np.ndarray) -> np.ndarray:
@@ -88,39 +88,8 @@ def interactions(v: np.ndarray, m: int, banzhaf: bool, phi: np.ndarray) -> np.nd
     return out
 
 
-def logistic(m: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-m))
-
-
 def logistic_loss(m: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, m) - y * m
-
-
-def rescaled(booster: lgb.Booster, X: np.ndarray, background: np.ndarray, labels: np.ndarray, transform) -> np.ndarray:
-    """shap's values of transform(raw score) over the background: per background row, the
-    one-reference game's Shapley values scaled by the secant of the transform, then the mean."""
-    m, n = X.shape[1], len(background)
-    fz = np.asarray(booster.predict(background, raw_score=True), dtype=np.float64)
-    out = np.zeros((len(X), 1, m + 1))
-    for r, x in enumerate(X):
-        y = labels[r:r + 1]
-        v = game_per_reference(booster, x, background)
-        fx = v[-1, 0]
-        tx, tz = transform(np.array([fx]), y)[0], transform(fz, y)
-        for k in range(n):
-            s = 1.0 if fx == fz[k] else (tx - tz[k]) / (fx - fz[k])
-            out[r, 0, :m] += s * coalition_values(v[:, k:k + 1], m)[0, :m] / n
-        out[r, 0, m] = tz.mean()
-    return out
-
-
-def game_per_reference(booster: lgb.Booster, x: np.ndarray, background: np.ndarray) -> np.ndarray:
-    """Raw scores of the hybrids (x on S, z off S): 2^m coalitions x background rows (one group)."""
-    m = x.size
-    coalitions = np.arange(1 << m)
-    take_x = (coalitions[:, None] >> np.arange(m)[None, :]) & 1 == 1
-    hybrids = np.where(take_x[:, None, :], x[None, None, :], background[None, :, :]).reshape(-1, m)
-    return np.asarray(booster.predict(hybrids, raw_score=True), dtype=np.float64).reshape(1 << m, len(background))
 
 
 def write(root: Path, name: str, booster: lgb.Booster, X: np.ndarray, background: np.ndarray, features: list[str],
@@ -137,7 +106,7 @@ def write(root: Path, name: str, booster: lgb.Booster, X: np.ndarray, background
     for index in ("shapley", "banzhaf"):
         phis, matrices = [], []
         for x in X:
-            v = game(booster, x, background, groups)
+            v = hybrid_scores(booster, x, background, groups).mean(axis=1)
             phi = coalition_values(v, m, index == "banzhaf")
             phis.append(phi)
             matrices.append(interactions(v, m, index == "banzhaf", phi))
@@ -145,8 +114,10 @@ def write(root: Path, name: str, booster: lgb.Booster, X: np.ndarray, background
         expected[f"{index}_interactions"] = f64_list(np.array(matrices))
     if labels is not None:
         expected["labels"] = f64_list(labels)
-        for key, transform in (("probability", logistic), ("log_loss", logistic_loss)):
-            values = rescaled(booster, X, background, labels, transform)
+        for key, transform in (("probability", lambda margin, label: logistic(margin)), ("log_loss", logistic_loss)):
+            values = np.array([rescaled_coalition_values(hybrid_scores(booster, x, background, groups), m,
+                                                         lambda margins, y=y, transform=transform: transform(margins, y))
+                               for x, y in zip(X, labels, strict=True)])
             # Each row adds up to its transformed score.
             assert np.allclose(values.sum(axis=2)[:, 0], transform(margin[:, 0], labels), rtol=1e-9, atol=1e-12), (name, key)
             expected[key] = f64_list(values)

@@ -84,7 +84,7 @@ pub fn register_with(ctx: &SessionContext, registry: Arc<ModelRegistry>) -> Resu
         if config.extensions.get::<ShapOptions>().is_none() {
             config.extensions.insert(ShapOptions::default());
         }
-        config.extensions.get::<ShapOptions>().cloned().unwrap_or_default()
+        ShapOptions::of(config)
     };
     for udf in udfs(registry, options)? {
         ctx.register_udf(udf);

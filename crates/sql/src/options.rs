@@ -2,7 +2,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ConfigOptions, ExtensionOptions};
 use datafusion::common::{extensions_options, DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{LogicalPlan, SetVariable, Statement};
 
@@ -47,6 +47,11 @@ extensions_options! {
 pub struct ShapOptions(ShapSettings);
 
 impl ShapOptions {
+    /// The options `config` holds; the defaults where it has none.
+    pub fn of(config: &ConfigOptions) -> ShapOptions {
+        config.extensions.get::<ShapOptions>().cloned().unwrap_or_default()
+    }
+
     /// The compute settings these options ask for (`shap.algorithm`, `shap.device`,
     /// `shap.threads`, `shap.v2_memory_mb`, `shap.index`), checked.
     pub fn compute_settings(&self) -> shapfusion_core::Result<ComputeSettings> {
@@ -127,7 +132,6 @@ impl ConfigExtension for ShapOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use datafusion::common::config::ConfigOptions;
 
     #[test]
     fn entries_are_named_as_set_so_they_round_trip() {

@@ -195,7 +195,7 @@ struct ShellSession {
 
 impl ShellSession {
     fn new(ctx: SessionContext) -> Self {
-        let start = ctx.state().config().options().extensions.get::<ShapOptions>().cloned().unwrap_or_default();
+        let start = ShapOptions::of(ctx.state().config().options());
         ShellSession { ctx, start }
     }
 }

@@ -935,6 +935,27 @@ pub(super) fn rescaling(transform: OutputTransform, mx: f64, label: f64, margins
     bias / n
 }
 
+/// Each background row's margins (row-major, rows × groups) and, per group, the background's
+/// mean `T(margin)`, the bias of a transformed output (none for a loss, whose bias is each
+/// explained row's own, against its label); an error where that mean is not finite.
+pub(super) fn background_outputs(model: &Model, background: &FeatureBlock, transform: OutputTransform) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (n, g) = (background.rows(), model.num_groups());
+    let mut margins = vec![0.0; n * g];
+    let mut bias = vec![0.0; g];
+    for (r, margin) in margins.chunks_exact_mut(g.max(1)).enumerate().take(n) {
+        model.predict_row(background.row(r), margin);
+        bias.iter_mut().zip(margin.iter()).for_each(|(b, &m)| *b += transform.apply(m, 0.0));
+    }
+    bias.iter_mut().for_each(|b| *b /= n as f64);
+    if bias.iter().any(|b| !b.is_finite()) {
+        return Err(Error::InvalidArgument(format!("interventional {transform} output: the background's mean output is not finite")));
+    }
+    if transform.needs_labels() {
+        bias.clear();
+    }
+    Ok((margins, bias))
+}
+
 /// Refuses `labels` where `transform` needs them and they are missing, of the wrong count or not
 /// finite, or where it reads none and they are given.
 pub(super) fn check_labels(transform: OutputTransform, labels: Option<&[f64]>, rows: usize) -> Result<()> {
@@ -1013,20 +1034,7 @@ impl InterventionalReference {
         if transform != OutputTransform::Identity && index != Index::Shapley {
             return Err(Error::Unsupported(format!("{index} values of the {transform} output are not built yet: those of the margin are")));
         }
-        let (n, g) = (background.rows(), model.num_groups());
-        let mut bias = vec![0.0; g];
-        let mut background_margins = vec![0.0; n * g];
-        for (r, margin) in background_margins.chunks_exact_mut(g.max(1)).enumerate().take(n) {
-            model.predict_row(background.row(r), margin);
-            bias.iter_mut().zip(margin.iter()).for_each(|(b, &m)| *b += transform.apply(m, 0.0));
-        }
-        bias.iter_mut().for_each(|b| *b /= n as f64);
-        if bias.iter().any(|b| !b.is_finite()) {
-            return Err(Error::InvalidArgument(format!("interventional {transform} output: the background's mean output is not finite")));
-        }
-        if transform.needs_labels() {
-            bias.clear();
-        }
+        let (background_margins, bias) = background_outputs(&model, background, transform)?;
         // The widest path bounds a + b; FailWalk refuses paths wider than the weights can index.
         // A linear leaf's games also take its model's features (`linear_leaf_games`).
         let mut widest = 0;

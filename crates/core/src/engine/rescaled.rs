@@ -43,8 +43,8 @@ use super::block::FeatureBlock;
 use super::drivers::{rows_per_task, shap_by_task_from};
 use super::engine_trait::Engine;
 use super::interventional::{
-    check_background, check_labels, count_ones_wide, for_each_bit_wide, meet_wide, rescaling, transformed_interactions_unavailable, FailWalk,
-    LeafPath, Weights, MAX_INTERVENTIONAL_PATH_FEATURES,
+    background_outputs, check_background, check_labels, count_ones_wide, for_each_bit_wide, meet_wide, rescaling,
+    transformed_interactions_unavailable, FailWalk, LeafPath, Weights, MAX_INTERVENTIONAL_PATH_FEATURES,
 };
 use super::options::{Index, OutputTransform};
 use super::output::{Attributions, Interactions};
@@ -161,20 +161,7 @@ impl RescaledInterventional {
                 memory_bound >> 20
             )));
         }
-        let g = model.num_groups();
-        let mut margins = vec![0.0; rows * g];
-        let mut bias = vec![0.0; g];
-        for r in 0..rows {
-            let m = &mut margins[r * g..(r + 1) * g];
-            model.predict_row(background.row(r), m);
-            for (b, m) in bias.iter_mut().zip(m.iter()) {
-                *b += transform.apply(*m, 0.0);
-            }
-        }
-        bias.iter_mut().for_each(|b| *b /= rows as f64);
-        if bias.iter().any(|b| !b.is_finite()) {
-            return Err(Error::InvalidArgument(format!("interventional {transform} output: the background's mean output is not finite")));
-        }
+        let (margins, bias) = background_outputs(&model, background, transform)?;
         // Each leaf's background rows by fail set, tree by tree in parallel, then one list.
         let grouped: Vec<(Vec<LeafGroups>, Vec<u32>)> =
             model.trees().par_iter().zip(walks.par_iter()).map(|(tree, walk)| group_by_fail_set(tree, walk, background)).collect();
@@ -191,9 +178,6 @@ impl RescaledInterventional {
         let max_slots = walks.iter().map(|w| w.slots * w.words).max().unwrap_or(1);
         let widest = walks.iter().flat_map(|w| w.leaves.iter().map(|l| l.features.len())).max().unwrap_or(0);
         let most_groups = leaves.iter().flatten().map(|l: &LeafGroups| l.sets.len()).max().unwrap_or(0);
-        if transform.needs_labels() {
-            bias.clear();
-        }
         Ok(RescaledInterventional {
             weights: Weights::of(Index::Shapley, widest.min(super::interventional::MAX_INTERVENTIONAL_PATH_FEATURES)),
             model,

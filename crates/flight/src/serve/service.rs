@@ -131,6 +131,9 @@ pub struct SqlService {
     policy: AccessPolicy,
     admission: Admission,
     sessions: Mutex<HashMap<String, Session>>,
+    /// The `shap.*` options every client session starts with (the operator's): what a client's
+    /// `RESET shap.<name>` returns to.
+    start_options: ShapOptions,
     /// The answers to `GetSqlInfo`.
     sql_info: SqlInfoData,
 }
@@ -163,9 +166,11 @@ impl SqlService {
         // Each client session gets its own default catalog (the operator's session may have
         // turned creating one off once it had its own).
         let config = state.config().clone().with_create_default_catalog_and_schema(true);
+        let start_options = ShapOptions::of(config.options());
         let template = SessionTemplate { config, runtime: ctx.runtime_env(), registry, tables: Vec::new(), backend: None };
         let sql_info = catalog::sql_info(policy.allows_writes(), SESSION_IDLE.as_millis() as i32);
-        SqlService { base: ctx, template: Mutex::new(template), token, policy, admission, sessions: Mutex::new(HashMap::new()), sql_info }
+        let sessions = Mutex::new(HashMap::new());
+        SqlService { base: ctx, template: Mutex::new(template), token, policy, admission, sessions, start_options, sql_info }
     }
 
     /// Client sessions submit their queries to `backend` (a Ballista cluster, whose executors
@@ -264,13 +269,7 @@ impl SqlService {
         let statement = parameters::parse_numbered(&state, sql).map_err(df_status)?;
         let plan = state.statement_to_plan(statement).await.map_err(df_status)?;
         self.policy.check(&plan).map_err(Status::permission_denied)?;
-        self.start_options().resolve_reset(plan).map_err(df_status)
-    }
-
-    /// The `shap.*` options every client session starts with (the operator's), what a client's
-    /// `RESET shap.<name>` returns to.
-    fn start_options(&self) -> ShapOptions {
-        self.template.lock().expect("template").config.options().extensions.get::<ShapOptions>().cloned().unwrap_or_default()
+        self.start_options.resolve_reset(plan).map_err(df_status)
     }
 
     /// Plans the client's prepared statement `handle` once for each parameter set bound to it
