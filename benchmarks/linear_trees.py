@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""LightGBM linear trees over a background: shapfusion against the one exact way a user has
-without it, on the same rows, background and threads.
+"""LightGBM linear trees over a background: shapfusion's two engines, and the one exact way a user
+has without it, on the same rows, background and threads.
 
     .venv/bin/python benchmarks/linear_trees.py --bench target/release/examples/bench
-        [--features 10] [--trees 100] [--leaves 31] [--background 100] [--rows 500]
+        [--features 10] [--trees 100] [--leaves 31] [--backgrounds 100 1000] [--rows 500]
         [--peer-rows 10] [--threads 2] [--write]
 
 Neither LightGBM (`pred_contrib` refuses linear trees) nor shap's TreeExplainer (it cannot read
@@ -11,15 +11,15 @@ them) explains these models. What is left is the definition itself: shap's `Exac
 the model's raw score with `shap.maskers.Independent(bg, max_samples=len(bg))`, which scores every
 coalition of the features against every background row through LightGBM's `predict` (2^F x
 background rows a row). The model: a LightGBM regressor with `linear_tree=True` on `--features`
-features, `--trees` trees of `--leaves` leaves. Measured:
+features, `--trees` trees of `--leaves` leaves. Measured, for each background size:
 
-* shapfusion: `crates/files/examples/bench.rs ... auto THREADS REPEATS shap --background`
-  (the release harness: `auto` picks the row-pair reference walk for linear leaves), rows/s over
-  the median of 3 calls on `--rows` rows, set-up left out and reported beside;
-* shap's `Exact`: one call on the first `--peer-rows` rows, LightGBM's `num_threads` set to
-  `--threads`, rows/s over its wall time;
-* the largest difference between the two on the peer's rows, relative to the row's largest
-  |value|.
+* shapfusion: `crates/files/examples/bench.rs ... ALGORITHM THREADS REPEATS shap --background`
+  (the release harness) with `auto` (each leaf's background rows grouped once) and `treeshap`
+  (the reference walk, row pair by row pair), rows/s over the median of 3 calls on `--rows`
+  rows, set-up left out and reported beside, and the largest difference between the two;
+* shap's `Exact`, on the first background size only: one call on the first `--peer-rows` rows,
+  LightGBM's `num_threads` set to `--threads`, rows/s over its wall time, and the largest
+  difference from `auto` on those rows, relative to the row's largest |value|.
 
 `--write` puts the table between the LINEAR TREES markers of RESULTS.md; out/linear_trees.json
 always.
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--features", type=int, default=10)
     ap.add_argument("--trees", type=int, default=100)
     ap.add_argument("--leaves", type=int, default=31)
-    ap.add_argument("--background", type=int, default=100)
+    ap.add_argument("--backgrounds", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--rows", type=int, default=500)
     ap.add_argument("--peer-rows", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
@@ -80,30 +80,41 @@ def main() -> None:
     model_path = work / "model.txt"
     booster.save_model(str(model_path))
     X = rng.normal(size=(args.rows, args.features))
-    bg = rng.normal(size=(args.background, args.features))
     write_parquet(work / "rows.parquet", X)
-    write_parquet(work / "bg.parquet", bg)
-
-    ours = shapfusion(args.bench, model_path, work / "rows.parquet", work / "bg.parquet", "auto", args.threads, work / "ours.f64")
-    values = np.fromfile(work / "ours.f64").reshape(args.rows, -1)
 
     def score(rows: np.ndarray) -> np.ndarray:
         return booster.predict(rows, raw_score=True, num_threads=args.threads)
 
-    peer_rows = X[: args.peer_rows]
-    explainer = shap.explainers.Exact(score, shap.maskers.Independent(bg, max_samples=len(bg)))
-    start = time.perf_counter()
-    peer = explainer(peer_rows)
-    peer_seconds = time.perf_counter() - start
-    peer_values = np.hstack([peer.values, np.atleast_1d(peer.base_values).reshape(len(peer_rows), -1)])
-    error = rel_error(values[: args.peer_rows], peer_values)
-    additivity = float(np.abs(values.sum(axis=1) - score(X)).max())
+    sizes = []
+    for n in args.backgrounds:
+        bg = rng.normal(size=(n, args.features))
+        write_parquet(work / f"bg{n}.parquet", bg)
+        engines = {}
+        for algorithm in ("auto", "treeshap"):
+            out = work / f"{algorithm}{n}.f64"
+            run = shapfusion(args.bench, model_path, work / "rows.parquet", work / f"bg{n}.parquet", algorithm, args.threads, out)
+            engines[algorithm] = (run, np.fromfile(out).reshape(args.rows, -1))
+        (auto, values), (reference, reference_values) = engines["auto"], engines["treeshap"]
+        size = {
+            "background": n, "auto_rows_per_second": auto["rows_per_second"], "auto_setup_seconds": auto["setup_seconds"],
+            "auto_rss_mib": auto["rss_mib"], "auto_engine_bytes": auto.get("engine_bytes"),
+            "reference_rows_per_second": reference["rows_per_second"], "reference_rss_mib": reference["rss_mib"],
+            "auto_against_reference": rel_error(values, reference_values),
+            "additivity": float(np.abs(values.sum(axis=1) - score(X)).max()),
+        }
+        if not sizes:
+            peer_rows = X[: args.peer_rows]
+            explainer = shap.explainers.Exact(score, shap.maskers.Independent(bg, max_samples=len(bg)))
+            start = time.perf_counter()
+            peer = explainer(peer_rows)
+            size["peer_rows_per_second"] = args.peer_rows / (time.perf_counter() - start)
+            peer_values = np.hstack([peer.values, np.atleast_1d(peer.base_values).reshape(len(peer_rows), -1)])
+            size["error_against_peer"] = rel_error(values[: args.peer_rows], peer_values)
+        print(json.dumps(size), flush=True)
+        sizes.append(size)
     result = {
-        "features": args.features, "trees": args.trees, "leaves": args.leaves, "background": args.background,
-        "threads": args.threads, "rows": args.rows, "ours_rows_per_second": ours["rows_per_second"],
-        "ours_setup_seconds": ours["setup_seconds"], "ours_rss_mib": ours["rss_mib"],
-        "peer_rows": args.peer_rows, "peer_rows_per_second": args.peer_rows / peer_seconds,
-        "error_against_peer": error, "additivity": additivity,
+        "features": args.features, "trees": args.trees, "leaves": args.leaves, "threads": args.threads, "rows": args.rows,
+        "peer_rows": args.peer_rows, "sizes": sizes,
         "versions": {"lightgbm": lgb.__version__, "shap": shap.__version__, "numpy": np.__version__},
     }
     print(json.dumps(result), flush=True)
@@ -113,25 +124,36 @@ def main() -> None:
 
 
 def write_results(r: dict, argv: str) -> None:
-    ratio = r["ours_rows_per_second"] / r["peer_rows_per_second"]
+    first = r["sizes"][0]
     lines = [
         f"Command: `python benchmarks/linear_trees.py {argv}` (release harness). Machine: {platform.machine()}, "
         f"{platform.platform()}, {os.cpu_count()} cores; {date.today().isoformat()}; LightGBM {r['versions']['lightgbm']}, "
         f"shap {r['versions']['shap']}. A LightGBM regressor with `linear_tree=True`: {r['features']} features, "
-        f"{r['trees']} trees of {r['leaves']} leaves; a background of {r['background']} rows; {r['threads']} threads.",
+        f"{r['trees']} trees of {r['leaves']} leaves; {r['rows']:,} rows explained ({r['peer_rows']} by shap); {r['threads']} threads.",
         "",
-        "| path | rows | rows/s | shapfusion / it |",
-        "|---|---:|---:|---:|",
-        f"| shapfusion, `auto` over the background (set-up {r['ours_setup_seconds']:.3f} s, peak RSS {r['ours_rss_mib']:.0f} MiB) "
-        f"| {r['rows']:,} | {rate(r['ours_rows_per_second'])} | |",
-        f"| shap's `Exact` on LightGBM's raw score (every coalition against every background row) | {r['peer_rows']:,} "
-        f"| {rate(r['peer_rows_per_second'])} | {ratio:,.0f}x |",
+        "| background rows | shapfusion `auto` (groups), rows/s | set-up | groups' memory | `treeshap` (row pairs), rows/s "
+        "| auto / treeshap | shap `Exact`, rows/s | auto / shap |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in r["sizes"]:
+        auto, peer, memory = s["auto_rows_per_second"], s.get("peer_rows_per_second"), s["auto_engine_bytes"]
+        memory_text = "" if memory is None else f"{memory / 2**20:.1f} MiB"
+        peer_text = ("", "") if peer is None else (rate(peer), f"{auto / peer:,.0f}x")
+        lines.append(
+            f"| {s['background']:,} | {rate(auto)} | {s['auto_setup_seconds']:.3f} s | {memory_text} "
+            f"| {rate(s['reference_rows_per_second'])} | {auto / s['reference_rows_per_second']:.1f}x "
+            f"| {peer_text[0]} | {peer_text[1]} |"
+        )
+    agree = max(s["auto_against_reference"] for s in r["sizes"])
+    additivity = max(s["additivity"] for s in r["sizes"])
+    lines += [
         "",
-        f"* The two agree to {r['error_against_peer']:.1e} of the row's largest |value|; shapfusion's rows add up to "
-        f"LightGBM's raw scores within {r['additivity']:.1e}.",
-        "* Neither LightGBM's `pred_contrib` nor shap's TreeExplainer explains linear trees at all. shapfusion's cost "
-        "per row grows with the background (the reference walk, row pair by row pair); shap's `Exact` also doubles "
-        "with every feature.",
+        f"* `auto` agrees with shap's `Exact` to {first['error_against_peer']:.1e} of the row's largest |value| and with "
+        f"the `treeshap` reference to {agree:.1e}; its rows add up to LightGBM's raw scores within {additivity:.1e}.",
+        "* Neither LightGBM's `pred_contrib` nor shap's TreeExplainer explains linear trees at all. `treeshap` walks each "
+        "tree once per (row, background row) pair, so its cost grows with the background; `auto` groups each leaf's "
+        "background rows by the path features they fail and the terms they are NaN in, so it grows with the groups, "
+        "at most 2^(path features + terms) a leaf; shap's `Exact` also doubles with every feature.",
     ]
     write_results_block("<!-- LINEAR TREES BEGIN -->", "<!-- LINEAR TREES END -->",
                         "LightGBM linear trees over a background (benchmarks/linear_trees.py)", lines)

@@ -2,7 +2,7 @@
 //! outputs) for the crate's unit tests; the integration tests have their own loader.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -41,13 +41,34 @@ pub(crate) fn fixtures() -> Vec<Fixture> {
         .map(|dir| {
             let model_path = ["model.json", "model.ubj", "model.txt"].iter().map(|m| dir.join(m)).find(|p| p.exists()).unwrap();
             let model = Arc::new(Model::load(&model_path).unwrap());
-            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(dir.join("input.parquet")).unwrap()).unwrap().build().unwrap();
-            let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
-            let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
-            let block = model.feature_block(&batch).unwrap();
+            let block = read_block(&model, &dir.join("input.parquet"));
             Fixture { name: dir.file_name().unwrap().to_string_lossy().into(), model, block }
         })
         .collect()
+}
+
+/// The LightGBM linear-tree fixtures (`tests/fixtures/linear/*`), in name order, each with its
+/// background rows.
+pub(crate) fn linear_fixtures() -> Vec<(Fixture, FeatureBlock)> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/linear");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("model.txt").exists()).collect();
+    dirs.sort();
+    assert!(dirs.len() >= 3, "linear-tree fixtures missing under {}", root.display());
+    dirs.into_iter()
+        .map(|dir| {
+            let model = Arc::new(Model::load(dir.join("model.txt")).unwrap());
+            let (block, background) = (read_block(&model, &dir.join("input.parquet")), read_block(&model, &dir.join("background.parquet")));
+            (Fixture { name: dir.file_name().unwrap().to_string_lossy().into(), model, block }, background)
+        })
+        .collect()
+}
+
+/// The rows of a Parquet file as `model`'s feature block.
+fn read_block(model: &Model, path: &Path) -> FeatureBlock {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap()).unwrap().build().unwrap();
+    let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+    model.feature_block(&batch).unwrap()
 }
 
 /// Rows `from..to` of a fixture's block (`to` capped at its row count).

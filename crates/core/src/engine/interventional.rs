@@ -37,7 +37,12 @@
 //! the background the same way, into tables of their own built on the first call that asks for
 //! them. [`InterventionalReference`] follows the definition row pair by row pair (x against each
 //! background row) and is the oracle the tests hold the aggregated engine to.
+//!
+//! A linear leaf's value depends on the background row's values, not only on its fail set:
+//! [`LinearInterventional`] (the `linear_leaves` module) groups each such leaf's background rows
+//! by fail set and NaN terms, keeping the groups' sums of the terms' values.
 
+mod linear_leaves;
 mod pairs;
 
 use std::collections::HashMap;
@@ -60,6 +65,7 @@ use super::prepared::PreparedModel;
 use super::simd::prefetch;
 use crate::error::{Error, Result};
 use crate::model::{LinearLeaf, Model, Tree};
+pub(crate) use linear_leaves::LinearInterventional;
 use pairs::{PairScratch, PairTables, SharedPairs};
 
 /// Most distinct features on one path whose fail sets fit one 64-bit mask; trees with wider
@@ -165,11 +171,13 @@ struct Split {
     right: u32,
 }
 
-/// One reachable leaf: its walk slot, its value (times the tree weight) and its path features
-/// (players: see [`PreparedModel::players`]) by bit.
+/// One reachable leaf: its walk slot and node, its value (times the tree weight) and its path
+/// features (players: see [`PreparedModel::players`]) by bit.
 #[derive(Debug, Clone)]
 pub(super) struct LeafPath {
     pub(super) slot: u32,
+    /// The leaf's index in the tree's nodes.
+    pub(super) node: u32,
     pub(super) value: f64,
     pub(super) features: Vec<u32>,
     /// This leaf is the left child of a split that is the path's first on its feature (the
@@ -204,7 +212,7 @@ impl FailWalk {
             let node = &tree.nodes[i];
             if node.is_leaf() {
                 let first_split_pair = pair_left.last() == Some(&i);
-                leaves.push(LeafPath { slot, value: node.value * tree.weight, features: path.clone(), first_split_pair });
+                leaves.push(LeafPath { slot, node: i as u32, value: node.value * tree.weight, features: path.clone(), first_split_pair });
                 continue;
             }
             let player = players[node.feature as usize];
@@ -987,10 +995,10 @@ pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Resu
 /// algorithm): for each pair of the explained row `x` and a background row `z`, every path of
 /// the hybrid rows through each tree, branching where `x` and `z` part on a feature not yet
 /// taken from either, then the mean over the background. Cost per row grows with the
-/// background: the oracle for [`Interventional`], and the engine of models with linear leaves
-/// (LightGBM's `linear_tree`), whose leaves' values depend on the row pair, not only on which
-/// features the hybrid takes from each row, and so are not aggregated. With a transform, each
-/// pair's values are scaled by shap's `s(x, z)` ([`rescaling`]), as [`RescaledInterventional`]'s.
+/// background: the oracle for [`Interventional`] and [`LinearInterventional`], and the engine
+/// of models with linear leaves (LightGBM's `linear_tree`) where the latter's groups do not fit
+/// and for a transform, whose scale differs from pair to pair: each pair's values are scaled
+/// by shap's `s(x, z)` ([`rescaling`]), as [`RescaledInterventional`]'s.
 ///
 /// [`RescaledInterventional`]: super::rescaled::RescaledInterventional
 pub(crate) struct InterventionalReference {

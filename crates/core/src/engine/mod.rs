@@ -59,7 +59,7 @@ pub(crate) use prepared::PreparedModel;
 pub(crate) use quadrature::gauss_legendre;
 pub use saabas::Saabas;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::model::Model;
 
 /// Builds the CPU engine named by `algorithm` for `model`; `rows_hint` (expected rows per run,
@@ -130,9 +130,12 @@ fn build_path_dependent(model: Arc<Model>, algorithm: Algorithm, rows_hint: Opti
 /// order, as [`Model::feature_block`](crate::model::Model) makes them): SHAP values of
 /// `v(S) = mean_z f(x_S, z_~S)`, the bias the background's mean margin. `auto` aggregates the
 /// background once (per-row cost independent of its size); `treeshap` follows the definition
-/// background row by background row (the reference, cost growing with the background). A model
-/// with linear leaves (LightGBM's `linear_tree`) takes the latter under either name: a linear
-/// leaf's value depends on the row pair, not only on which features it takes from each.
+/// background row by background row (the reference, cost growing with the background). For a
+/// model with linear leaves (LightGBM's `linear_tree`), whose leaves' values depend on the row
+/// pair, `auto` groups each leaf's background rows by the path features they fail and the terms
+/// they are NaN in, keeping each group's sums of the terms' values (`LinearInterventional`); it
+/// takes the reference where a leaf reads more than 64 features or the groups would pass the
+/// memory bound.
 pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algorithm: Algorithm, options: &EngineOptions) -> Result<Arc<dyn Engine>> {
     if options.index != Index::Shapley {
         model.refuse_combinations(&format!("interventional {} values (with a background)", options.index))?;
@@ -143,12 +146,18 @@ pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algori
         let index = options.index;
         match algorithm {
             Algorithm::Auto if linear_leaves => {
-                tracing::info!(
-                    algorithm = "treeshap",
-                    reason = "linear leaves: the background row by row, at a cost that grows with its size",
-                    "auto picked an engine"
-                );
-                Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?))
+                match interventional::LinearInterventional::new(prepared.clone(), background, index, options.interventional_memory_bytes) {
+                    Ok(engine) => Ok(Arc::new(engine)),
+                    Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::ResourceExhausted) => {
+                        tracing::info!(
+                            algorithm = "treeshap",
+                            reason = %e,
+                            "auto picked an engine: the background row by row, at a cost that grows with its size"
+                        );
+                        Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?))
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Algorithm::Auto => Ok(Arc::new(interventional::Interventional::with_index(prepared, background, options.interventional_memory_bytes, index)?)),
             Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?)),
