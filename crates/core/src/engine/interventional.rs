@@ -943,6 +943,29 @@ pub(super) fn rescaling(transform: OutputTransform, mx: f64, label: f64, margins
     bias / n
 }
 
+/// [`rescaling`] of one explained row `x` (with its label, for a loss) against every background
+/// row (their margins row-major, rows × groups): the row's margins into `margins`, each
+/// background row's `s(x, z) / n` into `scales` (`n` values a group), and for a loss each
+/// group's bias (the background's mean loss against the label) into `out`'s last of every `w`.
+pub(super) fn row_scales(
+    model: &Model,
+    (transform, background_margins): (OutputTransform, &[f64]),
+    (x, label): (&[f64], Option<f64>),
+    (margins, scales): (&mut [f64], &mut [f64]),
+    (out, w): (&mut [f64], usize),
+) {
+    let g = margins.len();
+    let n = scales.len() / g.max(1);
+    model.predict_row(x, margins);
+    for (group, &mx) in margins.iter().enumerate() {
+        let margins_z = background_margins.iter().skip(group).step_by(g).copied();
+        let bias = rescaling(transform, mx, label.unwrap_or(0.0), margins_z, &mut scales[group * n..(group + 1) * n]);
+        if label.is_some() {
+            out[group * w + w - 1] = bias;
+        }
+    }
+}
+
 /// Each background row's margins (row-major, rows × groups) and, per group, the background's
 /// mean `T(margin)`, the bias of a transformed output (none for a loss, whose bias is each
 /// explained row's own, against its label); an error where that mean is not finite.
@@ -996,9 +1019,9 @@ pub(super) fn check_background(model: &Model, background: &FeatureBlock) -> Resu
 /// the hybrid rows through each tree, branching where `x` and `z` part on a feature not yet
 /// taken from either, then the mean over the background. Cost per row grows with the
 /// background: the oracle for [`Interventional`] and [`LinearInterventional`], and the engine
-/// of models with linear leaves (LightGBM's `linear_tree`) where the latter's groups do not fit
-/// and for a transform, whose scale differs from pair to pair: each pair's values are scaled
-/// by shap's `s(x, z)` ([`rescaling`]), as [`RescaledInterventional`]'s.
+/// of models with linear leaves (LightGBM's `linear_tree`) where the latter's groups do not
+/// fit. With a transform, each pair's values are scaled by shap's `s(x, z)` ([`rescaling`]), as
+/// [`RescaledInterventional`]'s.
 ///
 /// [`RescaledInterventional`]: super::rescaled::RescaledInterventional
 pub(crate) struct InterventionalReference {
@@ -1088,15 +1111,8 @@ impl InterventionalReference {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
                     if self.transform != OutputTransform::Identity {
-                        let label = labels.map_or(0.0, |l| l[first + i]);
-                        self.model.predict_row(x, margins);
-                        for (group, &mx) in margins.iter().enumerate() {
-                            let margins_z = self.background_margins.iter().skip(group).step_by(g).copied();
-                            let bias = rescaling(self.transform, mx, label, margins_z, &mut scales[group * n..(group + 1) * n]);
-                            if labels.is_some() {
-                                out[group * w + w - 1] = bias;
-                            }
-                        }
+                        let label = labels.map(|l| l[first + i]);
+                        row_scales(&self.model, (self.transform, &self.background_margins), (x, label), (margins, scales), (out, w));
                     }
                     self.against_background(out, w, |tree, r, z, phi| self.pair(tree, x, z, phi, scales[tree.group * n + r]));
                 }

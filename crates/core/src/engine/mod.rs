@@ -145,20 +145,7 @@ pub fn build_interventional(model: Arc<Model>, background: &FeatureBlock, algori
         let prepared = Arc::new(PreparedModel::new(model)?);
         let index = options.index;
         match algorithm {
-            Algorithm::Auto if linear_leaves => {
-                match interventional::LinearInterventional::new(prepared.clone(), background, index, options.interventional_memory_bytes) {
-                    Ok(engine) => Ok(Arc::new(engine)),
-                    Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::ResourceExhausted) => {
-                        tracing::info!(
-                            algorithm = "treeshap",
-                            reason = %e,
-                            "auto picked an engine: the background row by row, at a cost that grows with its size"
-                        );
-                        Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?))
-                    }
-                    Err(e) => Err(e),
-                }
-            }
+            Algorithm::Auto if linear_leaves => linear_leaves_engine(prepared, background, index, OutputTransform::Identity, options),
             Algorithm::Auto => Ok(Arc::new(interventional::Interventional::with_index(prepared, background, options.interventional_memory_bytes, index)?)),
             Algorithm::TreeShap => Ok(Arc::new(interventional::InterventionalReference::with_index(prepared, background, index)?)),
             other => Err(Error::InvalidArgument(format!(
@@ -191,10 +178,30 @@ pub fn build_rescaled_interventional(
     let linear_leaves = model.has_linear_leaves();
     let prepared = Arc::new(PreparedModel::new(model)?);
     if linear_leaves {
-        // A linear leaf's value depends on the row pair, which the grouped engine does not see.
-        return Ok(Arc::new(interventional::InterventionalReference::with_transform(prepared, background, Index::Shapley, transform)?));
+        // A linear leaf's value depends on the background row's values, not only its fail set.
+        return linear_leaves_engine(prepared, background, Index::Shapley, transform, options);
     }
     Ok(Arc::new(rescaled::RescaledInterventional::new(prepared, background, transform, options.interventional_memory_bytes)?))
+}
+
+/// The interventional engine of a model with linear leaves: each leaf's background rows grouped
+/// (`LinearInterventional`), or the row-pair reference where the groups do not fit (a leaf
+/// reading more than 64 features, or groups over the memory bound), saying why.
+fn linear_leaves_engine(
+    prepared: Arc<PreparedModel>,
+    background: &FeatureBlock,
+    index: Index,
+    transform: OutputTransform,
+    options: &EngineOptions,
+) -> Result<Arc<dyn Engine>> {
+    match interventional::LinearInterventional::with_transform(prepared.clone(), background, index, transform, options.interventional_memory_bytes) {
+        Ok(engine) => Ok(Arc::new(engine)),
+        Err(e) if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::ResourceExhausted) => {
+            tracing::info!(algorithm = "treeshap", reason = %e, "auto picked an engine: the background row by row, at a cost that grows with its size");
+            Ok(Arc::new(interventional::InterventionalReference::with_transform(prepared, background, index, transform)?))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// What `auto` would pick for `model` and `rows_hint` rows, and why.

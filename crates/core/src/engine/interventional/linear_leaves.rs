@@ -22,12 +22,21 @@
 //! The games' values are the same sums as the reference's, added in another order (a group's
 //! rows first), so the two agree to rounding, not to the bit.
 //!
+//! A transformed output (a probability, a loss) scales each background row's games by shap's
+//! `s(x, z)` ([`rescaling`](super::rescaling), [`row_scales`]), which differs from row to row of a group. The
+//! games are linear in a group's row count and sums, so they take the scaled count `Σ s(x, z)`
+//! and scaled sums `Σ s(x, z)·z_j` instead, over the group's rows, which each group then keeps:
+//! a row costs, per leaf, the rows of the groups it can reach (no tree walk, and one set of
+//! games a group), so it still grows with the background.
+//!
 //! [`InterventionalReference`]: super::InterventionalReference
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{background_outputs, check_background, for_each_bit, pairs, FailWalk, Weights};
+use super::{
+    background_outputs, check_background, check_labels, for_each_bit, pairs, row_scales, transformed_interactions_unavailable, FailWalk, Weights,
+};
 use crate::engine::block::FeatureBlock;
 use crate::engine::drivers::{
     bias_is_the_rest, finish_interaction_row, interaction_bias_is_the_rest, interactions_by_task, rows_per_task, shap_by_task_from, FirstTouch,
@@ -65,6 +74,8 @@ struct Group {
     nans: u64,
     /// How many rows.
     rows: f64,
+    /// Where its rows' indices are in [`GroupedLeaf::members`] (kept for a transformed output).
+    members: (u32, u32),
 }
 
 /// One leaf of a tree and its background groups.
@@ -83,6 +94,9 @@ struct GroupedLeaf {
     /// Per group, its rows' sum of each term's values, `terms` values a group (0 where the
     /// group's rows are NaN in the term).
     sums: Vec<f64>,
+    /// The background rows of each group, one group after another (a transformed output
+    /// weighs each; empty for the margin).
+    members: Vec<u32>,
 }
 
 /// One tree's walk and its leaves.
@@ -99,8 +113,14 @@ pub(crate) struct LinearInterventional {
     model: Arc<Model>,
     index: Index,
     trees: Vec<GroupedTree>,
-    /// Per group, the background's mean margin.
+    /// Per group, the background's mean output (none for a loss, whose bias is each row's own).
     bias: Vec<f64>,
+    /// The output explained: the margin, or a function of it.
+    transform: OutputTransform,
+    /// Each background row's margins, row-major (rows × groups).
+    background_margins: Vec<f64>,
+    /// The background's rows (a transformed output reads its groups' rows).
+    background: FeatureBlock,
     weights: Weights,
     /// `1 / background rows`.
     scale: f64,
@@ -112,14 +132,31 @@ pub(crate) struct LinearInterventional {
 
 impl LinearInterventional {
     /// The engine of `prepared`'s model over `background` (rows in the model's feature order
-    /// and precision) for `index`'s values. Refused as [`Error::Unsupported`] where a leaf's
-    /// path and linear model read more than 64 players, and as [`Error::ResourceExhausted`]
-    /// where the groups would take more than `memory_bound` bytes: the row-pair reference
-    /// explains those.
+    /// and precision) for `index`'s values of the margin. Refused as [`Error::Unsupported`]
+    /// where a leaf's path and linear model read more than 64 players, and as
+    /// [`Error::ResourceExhausted`] where the groups would take more than `memory_bound`
+    /// bytes: the row-pair reference explains those.
+    #[cfg(test)]
     pub(crate) fn new(prepared: Arc<PreparedModel>, background: &FeatureBlock, index: Index, memory_bound: usize) -> Result<LinearInterventional> {
+        Self::with_transform(prepared, background, index, OutputTransform::Identity, memory_bound)
+    }
+
+    /// [`new`](Self::new) for `transform`'s output (Shapley values only, as shap defines them
+    /// for a transform).
+    pub(crate) fn with_transform(
+        prepared: Arc<PreparedModel>,
+        background: &FeatureBlock,
+        index: Index,
+        transform: OutputTransform,
+        memory_bound: usize,
+    ) -> Result<LinearInterventional> {
         let model = prepared.model.clone();
         check_background(&model, background)?;
-        let (_, bias) = background_outputs(&model, background, OutputTransform::Identity)?;
+        if transform != OutputTransform::Identity && index != Index::Shapley {
+            return Err(Error::Unsupported(format!("{index} values of the {transform} output are not built yet: those of the margin are")));
+        }
+        let (background_margins, bias) = background_outputs(&model, background, transform)?;
+        let keep_members = transform != OutputTransform::Identity;
         let (mut trees, mut bytes, mut max_slots, mut widest) = (Vec::new(), 0usize, 1usize, 0usize);
         for (t, tree) in model.trees().iter().enumerate() {
             let walk = FailWalk::new(tree, t, &prepared.players)?;
@@ -150,65 +187,149 @@ impl LinearInterventional {
                 }
                 widest = widest.max(players.len());
                 let value = tree.nodes[path.node as usize].value;
-                leaves.push(GroupedLeaf { slot: path.slot, players, value, linear, groups: Vec::new(), sums: Vec::new() });
+                leaves.push(GroupedLeaf { slot: path.slot, players, value, linear, groups: Vec::new(), sums: Vec::new(), members: Vec::new() });
             }
-            bytes = group_background(tree, &walk, &mut leaves, background, bytes, memory_bound)?;
+            bytes = group_background(tree, &walk, &mut leaves, background, keep_members, (bytes, memory_bound))?;
             max_slots = max_slots.max(walk.slots);
             trees.push(GroupedTree { walk, weight: tree.weight, leaves });
         }
         let scale = 1.0 / background.rows() as f64;
-        Ok(LinearInterventional { model, index, trees, bias, weights: Weights::of(index, widest), scale, max_slots, bytes })
+        let weights = Weights::of(index, widest);
+        let background = background.clone();
+        Ok(LinearInterventional { model, index, trees, bias, transform, background_margins, background, weights, scale, max_slots, bytes })
     }
 
     /// Calls `game(leaf, A, B, v)` for every game `v·[A ⊆ S]·[S ∩ B = ∅]` (`A`, `B` bits of the
     /// leaf's players; `v` summed over the background, before `1 / n`) that the tree's output
-    /// over the hybrids of `x` and the background is the sum of; `fails` is scratch for the
-    /// walk's fail sets.
-    fn tree_games(&self, t: usize, x: &[f64], fails: &mut [u64], mut game: impl FnMut(&GroupedLeaf, u64, u64, f64)) {
+    /// over the hybrids of `x` and the background is the sum of, or with `scales` (one per
+    /// background row, of the tree's output group) the sum of its background rows' games each
+    /// scaled by its own; `fails` and `scaled` are scratch (the walk's fail sets, a group's
+    /// scaled sums).
+    fn tree_games(
+        &self,
+        t: usize,
+        x: &[f64],
+        scales: Option<&[f64]>,
+        (fails, scaled): (&mut [u64], &mut Vec<f64>),
+        mut game: impl FnMut(&GroupedLeaf, u64, u64, f64),
+    ) {
         let (grouped, tree) = (&self.trees[t], &self.model.trees()[t]);
         grouped.walk.fail_sets(tree, x, fails);
         for leaf in &grouped.leaves {
             let x_fails = fails[leaf.slot as usize];
-            let Some(linear) = &leaf.linear else {
-                let v = leaf.value * grouped.weight;
-                for g in leaf.groups.iter().filter(|g| g.fails & x_fails == 0) {
-                    game(leaf, g.fails, x_fails, g.rows * v);
-                }
-                continue;
-            };
+            let terms = leaf.linear.as_ref().map_or(&[][..], |l| &l.terms[..]);
             let mut x_nans = 0u64;
-            for (k, term) in linear.terms.iter().enumerate() {
+            for (k, term) in terms.iter().enumerate() {
                 x_nans |= u64::from(x[term.column as usize].is_nan()) << k;
             }
-            let width = linear.terms.len();
+            let width = terms.len();
             for (i, g) in leaf.groups.iter().enumerate() {
-                if g.fails & x_fails == 0 {
-                    // (A model of no terms has no sums: a slice of zero values a group.)
-                    let sums = &leaf.sums[i * width..(i + 1) * width];
-                    let mut leaf_game = |a, b, v| game(leaf, a, b, v);
-                    linear_group_games((linear, leaf.value, grouped.weight), x, (x_fails, x_nans), g, sums, &mut leaf_game);
+                if g.fails & x_fails != 0 {
+                    continue;
+                }
+                // (A model of no terms has no sums: a slice of zero values a group.)
+                let (mut g, mut sums) = (*g, &leaf.sums[i * width..(i + 1) * width]);
+                if let Some(scales) = scales {
+                    (g.rows, sums) = (self.scaled_sums(leaf, &g, scales, scaled), &scaled[..]);
+                }
+                match &leaf.linear {
+                    None => game(leaf, g.fails, x_fails, g.rows * leaf.value * grouped.weight),
+                    Some(linear) => {
+                        let mut leaf_game = |a, b, v| game(leaf, a, b, v);
+                        linear_group_games((linear, leaf.value, grouped.weight), x, (x_fails, x_nans), &g, sums, &mut leaf_game);
+                    }
                 }
             }
         }
     }
+
+    /// The values of every row of `block` (`labels`, one per row, for a loss).
+    fn values(&self, block: &FeatureBlock, labels: Option<&[f64]>) -> Result<Attributions> {
+        check_labels(self.transform, labels, block.rows())?;
+        let (g, n) = (self.model.num_groups(), self.background.rows());
+        let w = self.model.num_players() + 1;
+        let width = g * w;
+        let transformed = self.transform != OutputTransform::Identity;
+        let mut shap = shap_by_task_from(
+            &self.model,
+            &self.bias,
+            block,
+            rows_per_task(block.rows()),
+            || (vec![0u64; self.max_slots], Vec::new(), vec![0.0; g], vec![0.0; if transformed { g * n } else { 0 }]),
+            |(fails, scaled, margins, scales), first, chunk| {
+                for (i, out) in chunk.chunks_mut(width).enumerate() {
+                    let x = block.row(first + i);
+                    if transformed {
+                        // Each background row's scale, `s(x, z) / n`, per output group.
+                        let label = labels.map(|l| l[first + i]);
+                        row_scales(&self.model, (self.transform, &self.background_margins), (x, label), (margins, scales), (out, w));
+                    }
+                    for (t, tree) in self.model.trees().iter().enumerate() {
+                        let phi = &mut out[tree.group * w..(tree.group + 1) * w];
+                        // The margin's games are summed over the background, then scaled by 1/n;
+                        // a transform's rows come scaled.
+                        let (row_scales, scale) =
+                            if transformed { (Some(&scales[tree.group * n..(tree.group + 1) * n]), 1.0) } else { (None, self.scale) };
+                        self.tree_games(t, x, row_scales, (fails, scaled), |leaf, from_x, from_z, v| {
+                            let v = v * scale;
+                            let (a, b) = (from_x.count_ones() as usize, from_z.count_ones() as usize);
+                            let (hot, cold) = self.weights.pair(a, b);
+                            let (hot, cold) = (v * hot, v * cold);
+                            for_each_bit(from_x, |i| phi[leaf.players[i] as usize] += hot);
+                            for_each_bit(from_z, |i| phi[leaf.players[i] as usize] -= cold);
+                        });
+                    }
+                }
+            },
+        )?;
+        bias_is_the_rest(self.index, &self.model, block, &mut shap);
+        Ok(shap)
+    }
+
+    /// Group `g`'s rows counted and summed each scaled by its own of `scales`: the scaled count
+    /// returned, the scaled sums of the terms' values into `scaled`.
+    fn scaled_sums(&self, leaf: &GroupedLeaf, g: &Group, scales: &[f64], scaled: &mut Vec<f64>) -> f64 {
+        let terms = leaf.linear.as_ref().map_or(&[][..], |l| &l.terms[..]);
+        scaled.clear();
+        scaled.resize(terms.len(), 0.0);
+        let mut rows = 0.0;
+        for &r in &leaf.members[g.members.0 as usize..g.members.1 as usize] {
+            let (s, z) = (scales[r as usize], self.background.row(r as usize));
+            rows += s;
+            for (k, (sum, term)) in scaled.iter_mut().zip(terms).enumerate() {
+                // The group's rows are NaN in the same terms, which the games do not read.
+                if g.nans >> k & 1 == 0 {
+                    *sum += s * z[term.column as usize];
+                }
+            }
+        }
+        rows
+    }
 }
 
-/// Counts `background`'s rows into the groups of each of `tree`'s `leaves`, adding their bytes
-/// to `bytes` (returned); refused once the total passes `memory_bound`.
+/// Counts `background`'s rows into the groups of each of `tree`'s `leaves` (and, with
+/// `keep_members`, lists each group's rows), adding their bytes to `bytes` (returned); refused
+/// once the total passes `memory_bound`.
 fn group_background(
     tree: &Tree,
     walk: &FailWalk,
     leaves: &mut [GroupedLeaf],
     background: &FeatureBlock,
-    mut bytes: usize,
-    memory_bound: usize,
+    keep_members: bool,
+    (mut bytes, memory_bound): (usize, usize),
 ) -> Result<usize> {
     let mut fails = vec![0u64; walk.slots];
     let mut keys: Vec<HashMap<(u64, u64), usize>> = vec![HashMap::new(); leaves.len()];
+    // Each row's group at each leaf, leaf-major (kept rows only), counted before it is made.
+    let member_count = if keep_members { leaves.len().saturating_mul(background.rows()) } else { 0 };
+    if bytes.saturating_add(member_count.saturating_mul(size_of::<u32>())) > memory_bound || background.rows() > u32::MAX as usize {
+        return Err(over_the_bound(memory_bound));
+    }
+    let mut group_of = vec![0u32; member_count];
     for r in 0..background.rows() {
         let z = background.row(r);
         walk.fail_sets(tree, z, &mut fails);
-        for (leaf, keys) in leaves.iter_mut().zip(&mut keys) {
+        for (l, (leaf, keys)) in leaves.iter_mut().zip(&mut keys).enumerate() {
             let terms = leaf.linear.as_ref().map_or(&[][..], |l| &l.terms[..]);
             let mut nans = 0u64;
             for (k, term) in terms.iter().enumerate() {
@@ -218,12 +339,15 @@ fn group_background(
             // Groups are numbered in the order their first rows come, so the sums are the
             // same on every build of the engine.
             let g = *keys.entry(key).or_insert_with(|| {
-                leaf.groups.push(Group { fails: key.0, nans, rows: 0.0 });
+                leaf.groups.push(Group { fails: key.0, nans, rows: 0.0, members: (0, 0) });
                 leaf.sums.resize(leaf.sums.len() + terms.len(), 0.0);
                 bytes += size_of::<Group>() + terms.len() * size_of::<f64>();
                 leaf.groups.len() - 1
             });
             leaf.groups[g].rows += 1.0;
+            if keep_members {
+                group_of[l * background.rows() + r] = g as u32;
+            }
             for (sum, term) in leaf.sums[g * terms.len()..].iter_mut().zip(terms) {
                 let v = z[term.column as usize];
                 if !v.is_nan() {
@@ -231,13 +355,33 @@ fn group_background(
                 }
             }
         }
-        if bytes > memory_bound {
-            return Err(Error::ResourceExhausted(format!(
-                "interventional: the background's groups at the linear leaves pass the memory bound of {memory_bound} bytes"
-            )));
+        if bytes + group_of.len() * size_of::<u32>() > memory_bound {
+            return Err(over_the_bound(memory_bound));
         }
     }
+    if keep_members {
+        // Each group's rows in background order, one group after another.
+        for (leaf, group_of) in leaves.iter_mut().zip(group_of.chunks_exact(background.rows())) {
+            let mut at = 0u32;
+            for g in &mut leaf.groups {
+                g.members = (at, at + g.rows as u32);
+                at = g.members.1;
+            }
+            let mut next: Vec<u32> = leaf.groups.iter().map(|g| g.members.0).collect();
+            leaf.members = vec![0; background.rows()];
+            for (r, &g) in group_of.iter().enumerate() {
+                leaf.members[next[g as usize] as usize] = r as u32;
+                next[g as usize] += 1;
+            }
+        }
+        bytes += group_of.len() * size_of::<u32>();
+    }
     Ok(bytes)
+}
+
+/// Why the groups are refused where they would pass `memory_bound` bytes.
+fn over_the_bound(memory_bound: usize) -> Error {
+    Error::ResourceExhausted(format!("interventional: the background's groups at the linear leaves pass the memory bound of {memory_bound} bytes"))
 }
 
 /// The games of a linear leaf (its model, its value and the tree's weight) for `x` against the
@@ -304,36 +448,17 @@ impl Engine for LinearInterventional {
     }
 
     fn shap(&self, block: &FeatureBlock) -> Result<Attributions> {
-        let w = self.model.num_players() + 1;
-        let width = self.model.num_groups() * w;
-        let mut shap = shap_by_task_from(
-            &self.model,
-            &self.bias,
-            block,
-            rows_per_task(block.rows()),
-            || vec![0u64; self.max_slots],
-            |fails, first, chunk| {
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    let x = block.row(first + i);
-                    for (t, tree) in self.model.trees().iter().enumerate() {
-                        let phi = &mut out[tree.group * w..(tree.group + 1) * w];
-                        self.tree_games(t, x, fails, |leaf, from_x, from_z, v| {
-                            let v = v * self.scale;
-                            let (a, b) = (from_x.count_ones() as usize, from_z.count_ones() as usize);
-                            let (hot, cold) = self.weights.pair(a, b);
-                            let (hot, cold) = (v * hot, v * cold);
-                            for_each_bit(from_x, |i| phi[leaf.players[i] as usize] += hot);
-                            for_each_bit(from_z, |i| phi[leaf.players[i] as usize] -= cold);
-                        });
-                    }
-                }
-            },
-        )?;
-        bias_is_the_rest(self.index, &self.model, block, &mut shap);
-        Ok(shap)
+        self.values(block, None)
+    }
+
+    fn shap_with_labels(&self, block: &FeatureBlock, labels: &[f64]) -> Result<Attributions> {
+        self.values(block, Some(labels))
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
+        if self.transform != OutputTransform::Identity {
+            return Err(transformed_interactions_unavailable());
+        }
         self.model.refuse_combinations("interventional interaction values (with a background)")?;
         let (f, groups) = (self.model.num_features(), self.model.num_groups());
         let w = f + 1;
@@ -345,13 +470,13 @@ impl Engine for LinearInterventional {
             block,
             rows_per_task(block.rows()),
             FirstTouch::Adds,
-            || (vec![0u64; self.max_slots], Vec::new(), Vec::new()),
-            |(fails, in_x, in_z), first, chunk| {
+            || (vec![0u64; self.max_slots], Vec::new(), Vec::new(), Vec::new()),
+            |(fails, scaled, in_x, in_z), first, chunk| {
                 for (i, out) in chunk.chunks_mut(width).enumerate() {
                     let x = block.row(first + i);
                     for (t, tree) in self.model.trees().iter().enumerate() {
                         let matrix = &mut out[tree.group * w * w..(tree.group + 1) * w * w];
-                        self.tree_games(t, x, fails, |leaf, from_x, from_z, v| {
+                        self.tree_games(t, x, None, (fails, scaled), |leaf, from_x, from_z, v| {
                             in_x.clear();
                             in_z.clear();
                             for_each_bit(from_x, |i| in_x.push(leaf.players[i]));
@@ -387,7 +512,8 @@ mod tests {
 
     /// The grouped engine against the row-pair reference on `explained` over `background`:
     /// values and interaction values, Shapley's and Banzhaf's (where the model's players allow
-    /// them), to rounding.
+    /// them), and the values of the probability and of the logistic loss (labels alternating),
+    /// to rounding.
     fn assert_equals_the_reference(what: &str, model: &Arc<Model>, background: &FeatureBlock, explained: &FeatureBlock) {
         let prepared = Arc::new(PreparedModel::new(model.clone()).unwrap());
         let g = model.num_groups();
@@ -407,6 +533,20 @@ mod tests {
                 let (err, row) = max_row_rel_error(&got.values, &want.values, g * w * w);
                 assert!(err <= 1e-12, "{what} {index}: row {row}'s interactions off the reference by {err:e}");
             }
+        }
+        let labels: Vec<f64> = (0..explained.rows()).map(|r| (r % 2) as f64).collect();
+        for transform in [OutputTransform::Logistic, OutputTransform::LogisticLoss] {
+            let reference = InterventionalReference::with_transform(prepared.clone(), background, Index::Shapley, transform).unwrap();
+            let grouped = LinearInterventional::with_transform(prepared.clone(), background, Index::Shapley, transform, 1 << 30).unwrap();
+            let (want, got) = if transform.needs_labels() {
+                (reference.shap_with_labels(explained, &labels).unwrap(), grouped.shap_with_labels(explained, &labels).unwrap())
+            } else {
+                (reference.shap(explained).unwrap(), grouped.shap(explained).unwrap())
+            };
+            let (err, row) = max_row_rel_error(&got.values, &want.values, g * (model.num_players() + 1));
+            assert!(err <= 1e-12, "{what} {transform}: row {row} off the reference by {err:e} of max|phi|");
+            let e = grouped.interactions(explained).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::Unsupported, "{e}");
         }
     }
 
