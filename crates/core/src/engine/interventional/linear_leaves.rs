@@ -23,11 +23,11 @@
 //! rows first), so the two agree to rounding, not to the bit.
 //!
 //! A transformed output (a probability, a loss) scales each background row's games by shap's
-//! `s(x, z)` ([`rescaling`](super::rescaling), [`row_scales`]), which differs from row to row of a group. The
-//! games are linear in a group's row count and sums, so they take the scaled count `Σ s(x, z)`
-//! and scaled sums `Σ s(x, z)·z_j` instead, over the group's rows, which each group then keeps:
-//! a row costs, per leaf, the rows of the groups it can reach (no tree walk, and one set of
-//! games a group), so it still grows with the background.
+//! `s(x, z)` ([`rescaling`](super::rescaling), [`row_scales`]), which differs from row to row
+//! of a group. The games are linear in a group's row count and sums, so they take the scaled
+//! count `Σ s(x, z)` and scaled sums `Σ s(x, z)·z_j` instead, over the group's rows, which each
+//! group then keeps: a row costs, per leaf, the rows of the groups it can reach (no tree walk,
+//! and one set of games a group), so it still grows with the background.
 //!
 //! [`InterventionalReference`]: super::InterventionalReference
 
