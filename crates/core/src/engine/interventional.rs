@@ -987,6 +987,58 @@ pub(super) fn background_outputs(model: &Model, background: &FeatureBlock, trans
     Ok((margins, bias))
 }
 
+/// [`background_outputs`] of a background [`check_background`] accepts, for `index`'s values
+/// of `transform`'s output: a transform's Banzhaf values are refused (shap defines a
+/// transform's rescaling for Shapley values).
+pub(super) fn checked_background_outputs(
+    model: &Model,
+    background: &FeatureBlock,
+    index: Index,
+    transform: OutputTransform,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    check_background(model, background)?;
+    if transform != OutputTransform::Identity && index != Index::Shapley {
+        return Err(Error::Unsupported(format!("{index} values of the {transform} output are not built yet: those of the margin are")));
+    }
+    background_outputs(model, background, transform)
+}
+
+/// The interaction values of an interventional engine of `model` (`index`'s, of the margin: a
+/// `transform`'s are refused) from its pair terms: `row_pairs(scratch, x, out)` adds row `x`'s
+/// into its matrices (`G` of `(F+1)²`, one group's after another), whose diagonals are then
+/// each value (`shap`, called once the model is accepted) less its row's pairs.
+pub(super) fn interactions_from_pairs<S, I, P>(
+    model: &Model,
+    (index, transform): (Index, OutputTransform),
+    block: &FeatureBlock,
+    shap: impl FnOnce() -> Result<Attributions>,
+    init: I,
+    row_pairs: P,
+) -> Result<Interactions>
+where
+    I: Fn() -> S + Sync + Send,
+    P: Fn(&mut S, &[f64], &mut [f64]) + Sync + Send,
+{
+    if transform != OutputTransform::Identity {
+        return Err(transformed_interactions_unavailable());
+    }
+    model.refuse_combinations("interventional interaction values (with a background)")?;
+    let (f, groups) = (model.num_features(), model.num_groups());
+    let w = f + 1;
+    let width = groups * w * w;
+    // The diagonal is each value less its row's pairs: the values first.
+    let shap = shap()?;
+    let mut interactions = interactions_by_task(model, block, rows_per_task(block.rows()), FirstTouch::Adds, init, |scratch, first, chunk| {
+        for (i, out) in chunk.chunks_mut(width).enumerate() {
+            row_pairs(scratch, block.row(first + i), out);
+            let r = first + i;
+            finish_interaction_row(out, &shap.values[r * groups * w..(r + 1) * groups * w], f, groups);
+        }
+    })?;
+    interaction_bias_is_the_rest(index, model, block, &mut interactions);
+    Ok(interactions)
+}
+
 /// Refuses `labels` where `transform` needs them and they are missing, of the wrong count or not
 /// finite, or where it reads none and they are given.
 pub(super) fn check_labels(transform: OutputTransform, labels: Option<&[f64]>, rows: usize) -> Result<()> {
@@ -1061,11 +1113,7 @@ impl InterventionalReference {
         transform: OutputTransform,
     ) -> Result<InterventionalReference> {
         let model = prepared.model.clone();
-        check_background(&model, background)?;
-        if transform != OutputTransform::Identity && index != Index::Shapley {
-            return Err(Error::Unsupported(format!("{index} values of the {transform} output are not built yet: those of the margin are")));
-        }
-        let (background_margins, bias) = background_outputs(&model, background, transform)?;
+        let (background_margins, bias) = checked_background_outputs(&model, background, index, transform)?;
         // The widest path bounds a + b; FailWalk refuses paths wider than the weights can index.
         // A linear leaf's games also take its model's features (`linear_leaf_games`).
         let mut widest = 0;
@@ -1300,37 +1348,22 @@ impl Engine for InterventionalReference {
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        if self.transform != OutputTransform::Identity {
-            return Err(transformed_interactions_unavailable());
-        }
-        self.model.refuse_combinations("interventional interaction values (with a background)")?;
-        let (f, groups) = (self.model.num_features(), self.model.num_groups());
-        let w = f + 1;
-        let width = groups * w * w;
-        // The diagonal is each value less its row's pairs: the values first.
-        let shap = self.shap(block)?;
+        let w = self.model.num_features() + 1;
         let scale = 1.0 / self.background.rows() as f64;
-        let mut interactions = interactions_by_task(
+        interactions_from_pairs(
             &self.model,
+            (self.index, self.transform),
             block,
-            rows_per_task(block.rows()),
-            FirstTouch::Adds,
+            || self.shap(block),
             || (),
-            |_, first, chunk| {
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    let x = block.row(first + i);
-                    self.against_background(out, w * w, |tree, _, z, matrix| {
-                        Self::leaf_games(tree, &self.players, x, z, |from_x, from_z, value| {
-                            pairs::reference_leaf(self.index, from_x, from_z, value * scale, matrix, w)
-                        })
-                    });
-                    let r = first + i;
-                    finish_interaction_row(out, &shap.values[r * groups * w..(r + 1) * groups * w], f, groups);
-                }
+            |_, x, out| {
+                self.against_background(out, w * w, |tree, _, z, matrix| {
+                    Self::leaf_games(tree, &self.players, x, z, |from_x, from_z, value| {
+                        pairs::reference_leaf(self.index, from_x, from_z, value * scale, matrix, w)
+                    })
+                });
             },
-        )?;
-        interaction_bias_is_the_rest(self.index, &self.model, block, &mut interactions);
-        Ok(interactions)
+        )
     }
 }
 

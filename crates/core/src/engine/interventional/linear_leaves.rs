@@ -34,13 +34,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{
-    background_outputs, check_background, check_labels, for_each_bit, pairs, row_scales, transformed_interactions_unavailable, FailWalk, Weights,
-};
+use super::{check_labels, checked_background_outputs, for_each_bit, interactions_from_pairs, pairs, row_scales, FailWalk, Weights};
 use crate::engine::block::FeatureBlock;
-use crate::engine::drivers::{
-    bias_is_the_rest, finish_interaction_row, interaction_bias_is_the_rest, interactions_by_task, rows_per_task, shap_by_task_from, FirstTouch,
-};
+use crate::engine::drivers::{bias_is_the_rest, rows_per_task, shap_by_task_from};
 use crate::engine::engine_trait::Engine;
 use crate::engine::options::{Index, OutputTransform};
 use crate::engine::output::{Attributions, Interactions};
@@ -151,11 +147,7 @@ impl LinearInterventional {
         memory_bound: usize,
     ) -> Result<LinearInterventional> {
         let model = prepared.model.clone();
-        check_background(&model, background)?;
-        if transform != OutputTransform::Identity && index != Index::Shapley {
-            return Err(Error::Unsupported(format!("{index} values of the {transform} output are not built yet: those of the margin are")));
-        }
-        let (background_margins, bias) = background_outputs(&model, background, transform)?;
+        let (background_margins, bias) = checked_background_outputs(&model, background, index, transform)?;
         let keep_members = transform != OutputTransform::Identity;
         let (mut trees, mut bytes, mut max_slots, mut widest) = (Vec::new(), 0usize, 1usize, 0usize);
         for (t, tree) in model.trees().iter().enumerate() {
@@ -456,41 +448,27 @@ impl Engine for LinearInterventional {
     }
 
     fn interactions(&self, block: &FeatureBlock) -> Result<Interactions> {
-        if self.transform != OutputTransform::Identity {
-            return Err(transformed_interactions_unavailable());
-        }
-        self.model.refuse_combinations("interventional interaction values (with a background)")?;
-        let (f, groups) = (self.model.num_features(), self.model.num_groups());
-        let w = f + 1;
-        let width = groups * w * w;
-        // The diagonal is each value less its row's pairs: the values first.
-        let shap = self.shap(block)?;
-        let mut interactions = interactions_by_task(
+        let w = self.model.num_features() + 1;
+        let init = || (vec![0u64; self.max_slots], Vec::new(), Vec::new(), Vec::new());
+        interactions_from_pairs(
             &self.model,
+            (self.index, self.transform),
             block,
-            rows_per_task(block.rows()),
-            FirstTouch::Adds,
-            || (vec![0u64; self.max_slots], Vec::new(), Vec::new(), Vec::new()),
-            |(fails, scaled, in_x, in_z), first, chunk| {
-                for (i, out) in chunk.chunks_mut(width).enumerate() {
-                    let x = block.row(first + i);
-                    for (t, tree) in self.model.trees().iter().enumerate() {
-                        let matrix = &mut out[tree.group * w * w..(tree.group + 1) * w * w];
-                        self.tree_games(t, x, None, (fails, scaled), |leaf, from_x, from_z, v| {
-                            in_x.clear();
-                            in_z.clear();
-                            for_each_bit(from_x, |i| in_x.push(leaf.players[i]));
-                            for_each_bit(from_z, |i| in_z.push(leaf.players[i]));
-                            pairs::reference_leaf(self.index, in_x, in_z, v * self.scale, matrix, w);
-                        });
-                    }
-                    let r = first + i;
-                    finish_interaction_row(out, &shap.values[r * groups * w..(r + 1) * groups * w], f, groups);
+            || self.shap(block),
+            init,
+            |(fails, scaled, in_x, in_z), x, out| {
+                for (t, tree) in self.model.trees().iter().enumerate() {
+                    let matrix = &mut out[tree.group * w * w..(tree.group + 1) * w * w];
+                    self.tree_games(t, x, None, (fails, scaled), |leaf, from_x, from_z, v| {
+                        in_x.clear();
+                        in_z.clear();
+                        for_each_bit(from_x, |i| in_x.push(leaf.players[i]));
+                        for_each_bit(from_z, |i| in_z.push(leaf.players[i]));
+                        pairs::reference_leaf(self.index, in_x, in_z, v * self.scale, matrix, w);
+                    });
                 }
             },
-        )?;
-        interaction_bias_is_the_rest(self.index, &self.model, block, &mut interactions);
-        Ok(interactions)
+        )
     }
 
     fn memory_bytes(&self) -> Option<usize> {
