@@ -2,7 +2,8 @@
 
     python benchmarks/serving.py --bin target/release/shapfusion [--spec medium-8f | --model PATH] [--write]
 
-`--small-calls` runs only 1-, 2- and 4-row requests, interleaved (one row walks alone, two to
+`--sessions` runs only the session measurements (latency and concurrent clients) and prints
+them. `--small-calls` runs only 1-, 2- and 4-row requests, interleaved (one row walks alone, two to
 four in a lane group of four), and prints their latencies. `--concurrent 1,2,4,8` runs only
 part 2 below, for each client count, and prints requests/s with the share of requests the worker
 computed in one engine call with others that waited with them (`stats`' `joined_batches`).
@@ -11,9 +12,13 @@ computed in one engine call with others that waited with them (`stats`' `joined_
    1,000 rows thousands of times in a row to an idle worker; p50/p99 of the round trip (the
    client's wall time, so an upper bound of the server's). Then the same one-row requests to a
    pyarrow echo server (no model, no shapfusion) in the same run: what the client, gRPC and a
-   minimal server cost on this host, beside the worker's one row.
+   minimal server cost on this host, beside the worker's one row. Then requests of 1, 10 and
+   100 rows over one open session (one DoExchange with the `shapfusion-session: 1` header, each
+   batch a request answered before the next is sent), and one-row requests over an open
+   exchange with the echo server: what a request costs a client that keeps its stream open.
 2. Concurrent one-row clients: 8 clients, each on its own connection, each sending 1-row
-   requests back to back for a fixed time (online serving); requests/s and p50/p99.
+   requests back to back for a fixed time (online serving); requests/s and p50/p99; then the
+   same with each client over its own open session.
 3. Load: 64 clients, each on its own connection, send 2 requests of 20,000 rows at the same
    moment to one worker with default limits (requests beyond the cores queue); per-request
    latency p50/p99, rows/s over the whole burst, refusals, and the worker's peak RSS (VmHWM).
@@ -25,6 +30,8 @@ Needs pyarrow (tests/requirements-clients.txt).
 """
 
 import argparse
+import functools
+import importlib.util
 import json
 import os
 import platform
@@ -63,9 +70,11 @@ def rows(names, n, seed):
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
+DESCRIPTOR = flight.FlightDescriptor.for_command(b'{"model": "m", "output": "shap"}')
+
+
 def exchange(client, batch):
-    descriptor = flight.FlightDescriptor.for_command(b'{"model": "m", "output": "shap"}')
-    writer, reader = client.do_exchange(descriptor)
+    writer, reader = client.do_exchange(DESCRIPTOR)
     writer.begin(batch.schema)
     writer.write_batch(batch)
     writer.done_writing()
@@ -74,7 +83,22 @@ def exchange(client, batch):
     return table
 
 
+@functools.cache
+def load_example(name):
+    """A module of `examples/` (the Flight client's `Session`: what a user's code would run)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def open_session(client, schema):
+    """One open session with the worker (or the echo server) for model `m`'s SHAP values."""
+    return load_example("flight_client").Session(client, "m", schema)
+
+
 ECHO_ROW = "1 row to a pyarrow echo server instead (no model, no shapfusion: the client's, gRPC's and a minimal server's own cost)"
+ECHO_SESSION_ROW = "1 row over an open exchange with the pyarrow echo server instead"
 
 LATEST_BEGIN, LATEST_END = "<!-- SERVING:LATEST BEGIN -->", "<!-- SERVING:LATEST END -->"
 
@@ -103,9 +127,13 @@ class EchoServer(flight.FlightServerBase):
     cost on this host (the reference part 1 states beside the worker's one row)."""
 
     def do_exchange(self, context, descriptor, reader, writer):
-        table = reader.read_all()
-        writer.begin(table.schema)
-        writer.write_table(table)
+        # Batch by batch, so that a client keeping the exchange open gets each back at once.
+        begun = False
+        for chunk in reader:
+            if not begun:
+                writer.begin(chunk.data.schema)
+                begun = True
+            writer.write_batch(chunk.data)
 
 
 def serve_echo():
@@ -115,13 +143,14 @@ def serve_echo():
     server.serve()
 
 
-def echo_latency(names, count):
+def echo_latency(names, count, measure=None):
     """One-row round trips to an EchoServer in a process of its own (its Python apart from the
-    client's, as the worker's is), measured as `interleaved_latency` measures the worker."""
+    client's, as the worker's is), measured by `measure` (default `interleaved_latency`) as it
+    measures the worker."""
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--echo-server"], stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
-        return interleaved_latency(f"grpc://127.0.0.1:{port}", names, [1], count)[0]
+        return (measure or interleaved_latency)(f"grpc://127.0.0.1:{port}", names, [1], count)[0]
     finally:
         proc.terminate()
         proc.wait()
@@ -154,6 +183,29 @@ def interleaved_latency(url, names, sizes, count):
     return [(n, count, percentile(times[n], 50) * 1e3, percentile(times[n], 99) * 1e3) for n in sizes]
 
 
+def session_latency(url, names, sizes, count):
+    """Like `interleaved_latency`, over one open session: one request of each size in turn,
+    `count` rounds, each reply read before the next request is sent and checked against the
+    reply of an exchange of its own."""
+    client = flight.connect(url)
+    batches = {n: rows(names, n, seed=n) for n in sizes}
+    wants = {n: exchange(client, b) for n, b in batches.items()}
+    session = open_session(client, next(iter(batches.values())).schema)
+    for _ in range(50):  # warm-up
+        for b in batches.values():
+            session.explain(b)
+    times = {n: [] for n in sizes}
+    for _ in range(count):
+        for n, b in batches.items():
+            start = time.perf_counter()
+            got = session.explain(b)
+            times[n].append(time.perf_counter() - start)
+            assert got.equals(wants[n]), "a session's reply differs from the exchange's for the same rows"
+    session.close()
+    client.close()
+    return [(n, count, percentile(times[n], 50) * 1e3, percentile(times[n], 99) * 1e3) for n in sizes]
+
+
 def run_clients(url, batch, clients, per_client, body, warm_up=False):
     """Opens `clients` connections and runs `body(client, want)` in `per_client` threads on each,
     released together; `want` is `batch`'s answer on a connection of its own (what every reply
@@ -179,22 +231,27 @@ def run_clients(url, batch, clients, per_client, body, warm_up=False):
     return want, time.perf_counter() - began
 
 
-def concurrent_single_rows(url, names, clients, seconds):
-    """`clients` connections each sending 1-row requests back to back for `seconds`."""
+def concurrent_single_rows(url, names, clients, seconds, sessions=False):
+    """`clients` connections each sending 1-row requests back to back for `seconds`: each a
+    call of its own, or with `sessions` each over the client's own open session."""
     batch = rows(names, 1, seed=11)
     latencies, wrong = [], []
     lock = threading.Lock()
 
     def one(client, want):
         mine = []
+        session = open_session(client, batch.schema) if sessions else None
+        ask = session.explain if session else lambda b: exchange(client, b)
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             start = time.perf_counter()
-            got = exchange(client, batch)
+            got = ask(batch)
             mine.append(time.perf_counter() - start)
             if not got.equals(want):
                 with lock:
                     wrong.append(1)
+        if session:
+            session.close()
         with lock:
             latencies.extend(mine)
 
@@ -252,6 +309,34 @@ def load(url, names, clients, per_client, n):
     }
 
 
+def session_tables(url, names, count, clients, seconds):
+    """The session measurements as Markdown tables: latency of 1, 10 and 100 rows over one open
+    session beside one row over an open exchange with the echo server, then `clients` one-row
+    clients each over its own session. Exits on a wrong answer."""
+    lat = session_latency(url, names, [1, 10, 100], count)
+    echo = echo_latency(names, count, measure=session_latency)
+    many = concurrent_single_rows(url, names, clients, seconds, sessions=True)
+    if many["wrong"]:
+        sys.exit(f"FAILED: {many['wrong']} wrong answers over sessions")
+    lines = [
+        "| request over an open session (`shapfusion-session: 1`, one connection) | requests | p50 round trip | p99 round trip |",
+        "|---|---|---|---|",
+    ]
+    for n, done, p50, p99 in lat:
+        lines.append(f"| {n} row{'s' if n > 1 else ''} | {done} | {p50:.3f} ms | {p99:.3f} ms |")
+    lines += [
+        f"| {ECHO_SESSION_ROW} | {echo[1]} | {echo[2]:.3f} ms | {echo[3]:.3f} ms |",
+        "",
+        "| concurrent 1-row clients, each over its own open session | requests | requests/s | p50 round trip | p99 round trip |",
+        "|---|---|---|---|---|",
+        (
+            f"| {many['clients']} clients for {seconds:.0f} s | {many['requests']:,} | {many['requests_per_second']:,.0f} "
+            f"| {many['p50_ms']:.3f} ms | {many['p99_ms']:.3f} ms |"
+        ),
+    ]
+    return "\n".join(lines)
+
+
 def peak_rss_mib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -282,6 +367,12 @@ def main():
         metavar="COUNTS",
         help="only concurrent 1-row clients, for each of these client counts (comma-separated), --single-seconds each, "
         "with the share of requests the worker joined with others; prints, writes nothing",
+    )
+    p.add_argument(
+        "--sessions",
+        action="store_true",
+        help="only the session measurements: 1, 10 and 100 rows over one open session, the echo server over an open exchange, "
+        "and --single-clients clients each over its own session; prints, writes nothing",
     )
     p.add_argument("--max-concurrent", type=int, help="the worker's --max-concurrent (default: its own, the cores)")
     p.add_argument(
@@ -318,6 +409,9 @@ def main():
                 if r["wrong"]:
                     sys.exit(f"FAILED: {r['wrong']} wrong answers with {clients} clients")
             return
+        if a.sessions:
+            print(session_tables(url, names, a.count, a.single_clients, a.single_seconds))
+            return
         if a.small_calls:
             print("| request | requests (interleaved, one connection) | p50 round trip | p99 round trip |")
             print("|---|---|---|---|")
@@ -329,6 +423,7 @@ def main():
         lat = latency(url, names, [1, 10, 100], a.count) + latency(url, names, [1000], max(a.count // 10, 100))
         echo = echo_latency(names, a.count)
         single = concurrent_single_rows(url, names, a.single_clients, a.single_seconds)
+        sessions = session_tables(url, names, a.count, a.single_clients, a.single_seconds)
         idle_rss = peak_rss_mib(proc.pid)
         burst = load(url, names, a.clients, a.requests, a.rows)
         rss = peak_rss_mib(proc.pid)
@@ -353,6 +448,8 @@ def main():
         "|---|---|---|---|---|",
         f"| {single['clients']} clients for {a.single_seconds:.0f} s | {single['requests']:,} | {single['requests_per_second']:,.0f} "
         f"| {single['p50_ms']:.3f} ms | {single['p99_ms']:.3f} ms |",
+        "",
+        sessions,
         "",
         "| burst | answered | refused | rows/s | p50 latency | p99 latency | worker peak RSS |",
         "|---|---|---|---|---|---|---|",

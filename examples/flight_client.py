@@ -10,6 +10,11 @@ The exchange: one FlightDescriptor command (JSON naming the model and the output
 record batches; the worker streams back one attribution row per input row, in order. Batch
 boundaries in the reply may differ from ours (Flight splits large messages); row order and count
 are the contract.
+
+`--session-rows N` then explains the first N rows again one at a time over a session (one
+exchange kept open with the `shapfusion-session: 1` header, each batch a request answered on its
+own: how a service explains decisions as they are made), checking each against the file's
+answer.
 """
 
 import argparse
@@ -75,6 +80,42 @@ def explain(client, model, table, output="shap", options=None, batch_rows=65536)
     return result["table"]
 
 
+class Session:
+    """One exchange kept open for many requests (the `shapfusion-session: 1` header): each
+    batch sent is explained on its own, and its rows come back before the next is sent. The
+    descriptor and schema go once; a request costs one batch each way on the open stream
+    instead of a new call."""
+
+    def __init__(self, client, model, schema, output="shap", options=None):
+        headers = list((options or flight.FlightCallOptions()).headers)  # the token's, if any
+        self.writer, self.reader = client.do_exchange(
+            flight.FlightDescriptor.for_command(json.dumps({"model": model, "output": output})),
+            flight.FlightCallOptions(headers=[*headers, (b"shapfusion-session", b"1")]),
+        )
+        self.writer.begin(schema)
+
+    def explain(self, batch):
+        """`batch`'s attributions, as a table of as many rows."""
+        self.writer.write_batch(batch)
+        chunks, rows = [], 0
+        while rows < batch.num_rows:
+            chunk = self.reader.read_chunk().data
+            chunks.append(chunk)
+            rows += chunk.num_rows
+        return pa.Table.from_batches(chunks)
+
+    def close(self):
+        self.writer.done_writing()
+        self.reader.read_all()
+        self.writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", default="grpc://127.0.0.1:50061")
@@ -84,6 +125,7 @@ def main():
     p.add_argument("--kind", default="shap", choices=["shap", "interactions", "margin"])
     p.add_argument("--keep", default="id", help="input column copied to the output ('' for none)")
     p.add_argument("--token-file")
+    p.add_argument("--session-rows", type=int, default=0, help="then explain the first N rows one at a time over a session, checking each")
     args = p.parse_args()
 
     token = open(args.token_file).readline().strip() if args.token_file else None
@@ -99,6 +141,15 @@ def main():
         )
     pq.write_table(attributions, args.output)
     print(f"explained {table.num_rows} rows with {args.model!r} -> {args.output}")
+    if args.session_rows:
+        rows = table.select(features).slice(0, args.session_rows).to_batches(max_chunksize=1)
+        with Session(client, args.model, rows[0].schema, args.kind, options) as session:
+            for i, row in enumerate(rows):
+                got = session.explain(row)
+                want = attributions.slice(i, 1)
+                same = all(got[name].equals(want[name]) for name in got.column_names)
+                assert same, f"row {i} over the session differs from the file's answer"
+        print(f"explained the first {len(rows)} rows one at a time over a session: the same values")
 
 
 if __name__ == "__main__":

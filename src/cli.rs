@@ -329,6 +329,11 @@ pub struct ServerArgs {
     /// MiB of Arrow data one DoExchange may send (workers).
     #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_bytes >> 20)]
     pub max_request_mb: u64,
+    /// Sessions a worker keeps open at once: exchanges opened with the `shapfusion-session: 1`
+    /// header, which stay open for many requests and hold no slot between them (online
+    /// serving); more are refused as busy. `serve` has no sessions.
+    #[arg(long, default_value_t = shapfusion::net::RequestLimits::default().max_sessions)]
+    pub max_sessions: usize,
 }
 
 #[cfg(feature = "flight")]
@@ -350,6 +355,7 @@ impl ServerArgs {
             max_rows: self.max_request_rows,
             max_bytes: self.max_request_mb << 20,
             max_small: self.max_small_requests,
+            max_sessions: self.max_sessions,
         }
     }
 
@@ -359,6 +365,7 @@ impl ServerArgs {
             max_queued: "--max-queued".into(),
             queue_timeout: "--queue-timeout-secs".into(),
             deadline: "--request-timeout-secs".into(),
+            max_sessions: "--max-sessions".into(),
         }
     }
 
@@ -799,7 +806,14 @@ fn run_worker(a: WorkerArgs) -> Result<()> {
         let (listener, _) = transport::bind(&listen, "shapfusion worker").await?;
         let metrics = service.metrics();
         a.server.start_metrics("shapfusion worker", metrics).await?;
-        transport::serve(service, listener, &listen, transport::shutdown_signal()).await
+        // Open sessions end between their requests once the worker stops: the server waits for
+        // its open calls, and a session's client may keep one open for hours.
+        let sessions = service.session_closer();
+        let stopping = async move {
+            transport::shutdown_signal().await;
+            sessions.close();
+        };
+        transport::serve(service, listener, &listen, stopping).await
     })
 }
 

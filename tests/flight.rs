@@ -16,7 +16,7 @@ use bytes::Bytes;
 use common::{fixtures, read_parquet};
 use futures::{StreamExt, TryStreamExt};
 use shapfusion::call::PinnedCall;
-use shapfusion::flight::{descriptor, output_schema, ModelInfo, WorkerStats};
+use shapfusion::flight::{descriptor, output_schema, ModelInfo, WorkerStats, SESSION_HEADER};
 use shapfusion::flight::{feature_batch, PoolOptions, WorkerPool};
 use shapfusion::model::Model;
 use shapfusion::pipeline::{explain_with_model, ExplainOptions};
@@ -758,12 +758,27 @@ struct OpenExchange {
 
 impl OpenExchange {
     async fn start(url: &str, command: Bytes, first: RecordBatch) -> OpenExchange {
+        Self::open(url, command, first, &[]).await.unwrap()
+    }
+
+    /// A session ([`SESSION_HEADER`]): each batch sent is a request of its own.
+    async fn session(url: &str, command: Bytes, first: RecordBatch) -> Result<OpenExchange, tonic::Status> {
+        Self::open(url, command, first, &[(SESSION_HEADER, "1")]).await
+    }
+
+    async fn open(url: &str, command: Bytes, first: RecordBatch, headers: &[(&str, &str)]) -> Result<OpenExchange, tonic::Status> {
         let (input, batches) = futures::channel::mpsc::unbounded();
         input.unbounded_send(Ok(first)).unwrap();
         let data = FlightDataEncoderBuilder::new().with_flight_descriptor(Some(FlightDescriptor::new_cmd(command))).build(batches);
         let mut c = client(url, None).await;
-        let replies = c.do_exchange(data).await.unwrap();
-        OpenExchange { input, replies, _client: c }
+        for (key, value) in headers {
+            c.add_header(key, value).unwrap();
+        }
+        let replies = c.do_exchange(data).await.map_err(|e| match e {
+            arrow_flight::error::FlightError::Tonic(s) => *s,
+            other => tonic::Status::unknown(other.to_string()),
+        })?;
+        Ok(OpenExchange { input, replies, _client: c })
     }
 
     fn send(&self, batch: RecordBatch) {
@@ -774,12 +789,31 @@ impl OpenExchange {
         tokio::time::timeout(Duration::from_secs(60), self.replies.next()).await.expect("a reply within 60 s").unwrap().unwrap()
     }
 
+    /// The status the reply stream ends with, within 60 s.
+    async fn error(&mut self) -> tonic::Status {
+        match tokio::time::timeout(Duration::from_secs(60), self.replies.next()).await.expect("an answer within 60 s") {
+            Some(Err(arrow_flight::error::FlightError::Tonic(status))) => *status,
+            other => panic!("expected an error status, got {other:?}"),
+        }
+    }
+
     /// Ends the input and checks that the replies end too, with no error.
     async fn finish(mut self) {
         self.input.close_channel();
         let rest = tokio::time::timeout(Duration::from_secs(60), self.replies.next()).await.expect("the reply ends within 60 s");
         assert!(rest.is_none(), "a reply after the input ended: {rest:?}");
     }
+}
+
+/// Row `r` of `rows` sent to the `fraud` model in an exchange of its own, which must be answered
+/// within 60 s with row `r` of `want`.
+async fn answered_alone(url: &str, rows: &RecordBatch, want: &RecordBatch, r: usize, what: &str) {
+    let mut c = client(url, None).await;
+    let got = tokio::time::timeout(Duration::from_secs(60), exchange(&mut c, cmd("fraud", "shap"), rows.slice(r, 1), 1 << 20))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within 60 s"))
+        .unwrap();
+    assert_same(&got[0], &want.slice(r, 1), what);
 }
 
 /// The bytes of a batch's own rows (a slice's buffers are its whole parent's).
@@ -795,10 +829,15 @@ async fn worker_stats(url: &str) -> WorkerStats {
 /// A worker's stats once no request is running, or after 10 s, whichever is first: cancelled
 /// calls end on the worker when the client's reset reaches it, a moment after the client moved on.
 async fn settled_worker_stats(url: &str) -> WorkerStats {
+    worker_stats_once(url, |stats| stats.in_flight == 0).await
+}
+
+/// A worker's stats once `settled` holds of them, or after 10 s, whichever is first.
+async fn worker_stats_once(url: &str, settled: impl Fn(&WorkerStats) -> bool) -> WorkerStats {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let stats = worker_stats(url).await;
-        if stats.in_flight == 0 || Instant::now() > deadline {
+        if settled(&stats) || Instant::now() > deadline {
             return stats;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -815,12 +854,7 @@ async fn small_requests_run_beside_a_held_slot_and_grow_into_a_full_one_in_turn(
     assert_same(&holder.reply().await, &want.slice(0, 1), "the holder's row");
 
     // A one-row request runs at once in a small slot, where it used to queue behind the holder.
-    let mut c = client(&w.url, None).await;
-    let got = tokio::time::timeout(Duration::from_secs(60), exchange(&mut c, cmd("fraud", "shap"), rows.slice(1, 1), 1 << 20))
-        .await
-        .expect("a one-row request is answered while the full slot is held")
-        .unwrap();
-    assert_same(&got[0], &want.slice(1, 1), "the one-row request");
+    answered_alone(&w.url, &rows, &want, 1, "a one-row request while the full slot is held").await;
 
     // One that starts small and then sends more than a small slot holds waits for the full slot.
     let mut grower = OpenExchange::start(&w.url, cmd("fraud", "shap"), rows.slice(2, 1)).await;
@@ -898,4 +932,96 @@ async fn concurrent_one_row_requests_get_the_bits_of_one_call() {
     assert_eq!(stats.rows, (clients * each) as u64);
     assert!(stats.joined_batches <= stats.rows, "{stats:?}");
     eprintln!("{} of {} one-row requests were joined with others", stats.joined_batches, stats.rows);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_answers_each_request_as_it_comes_and_holds_no_slot_between_them() {
+    // One slot and no small ones: an exchange that held its slot while open would make every
+    // other request wait until it closed.
+    let w = worker(&["--max-concurrent", "1", "--max-small-requests", "0", "--max-request-rows", "1000"]);
+    let (model, _, rows) = payments(1);
+    let want = local(&model, &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet"), OutputKind::Shap);
+    let mut session = OpenExchange::session(&w.url, cmd("fraud", "shap"), rows.slice(0, 1)).await.unwrap();
+    assert_same(&session.reply().await, &want.slice(0, 1), "the session's first request");
+    let stats = settled_worker_stats(&w.url).await;
+    assert_eq!((stats.sessions, stats.in_flight, stats.requests), (1, 0, 1), "{stats:?}");
+
+    // Between its requests, the one slot is free for others.
+    answered_alone(&w.url, &rows, &want, 1, "a request beside an open session").await;
+
+    // Each batch is a request of its own, answered before the next is sent, with the bits of a
+    // call of its own; the rows bound is a request's (these send 1,623 rows in all), and a
+    // request larger than a small slot is answered as well.
+    assert!(rows_bytes(&rows.slice(0, 1000)) > shapfusion::net::SMALL_REQUEST_BYTES as usize);
+    let mut at = 2;
+    for n in [1, 3, 16, 1, 600, 1, 1000, 1] {
+        session.send(rows.slice(at, n));
+        let mut got = Vec::new();
+        while got.iter().map(RecordBatch::num_rows).sum::<usize>() < n {
+            got.push(session.reply().await);
+        }
+        assert_same(&concat_batches(&got[0].schema(), &got).unwrap(), &want.slice(at, n), &format!("the session's {n} rows at {at}"));
+        at += n;
+    }
+    let stats = settled_worker_stats(&w.url).await;
+    assert_eq!((stats.sessions, stats.in_flight, stats.requests, stats.rows), (1, 0, 10, at as u64), "{stats:?}");
+    session.finish().await;
+    let stats = stats_once_sessions_closed(&w.url).await;
+    assert_eq!((stats.sessions, stats.failed_requests), (0, 0), "{stats:?}");
+
+    // A request over the rows bound ends the session with its error, counted as failed.
+    let mut session = OpenExchange::session(&w.url, cmd("fraud", "shap"), rows.slice(0, 2)).await.unwrap();
+    assert_same(&session.reply().await, &want.slice(0, 2), "the second session's first request");
+    session.send(rows.slice(0, 1001));
+    let e = session.error().await;
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    assert!(e.message().contains("more than 1000 rows"), "{}", e.message());
+    let stats = stats_once_sessions_closed(&w.url).await;
+    assert_eq!((stats.sessions, stats.failed_requests), (0, 1), "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_bounded_and_end_between_requests_when_the_worker_stops() {
+    let w = worker(&["--max-sessions", "1"]);
+    let (model, _, rows) = payments(1);
+    let want = local(&model, &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet"), OutputKind::Shap);
+    let mut session = OpenExchange::session(&w.url, cmd("fraud", "shap"), rows.slice(0, 1)).await.unwrap();
+    assert_same(&session.reply().await, &want.slice(0, 1), "the session's request");
+
+    // A second session is refused as busy, naming the flag; a header that says neither yes nor
+    // no is refused rather than guessed.
+    let e = refusal(OpenExchange::session(&w.url, cmd("fraud", "shap"), rows.slice(1, 1)).await).await;
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("--max-sessions"), "{}", e.message());
+    let e = refusal(OpenExchange::open(&w.url, cmd("fraud", "shap"), rows.slice(1, 1), &[(SESSION_HEADER, "yes")]).await).await;
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains(SESSION_HEADER), "{}", e.message());
+    assert_eq!(worker_stats(&w.url).await.refused_sessions, 1);
+
+    // SIGTERM: the idle session ends at once with Unavailable, and the worker exits well
+    // within the grace it gives open calls (60 s).
+    let stopped = Instant::now();
+    w.signal("-TERM");
+    let e = session.error().await;
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("stopping"), "{}", e.message());
+    let mut w = w;
+    let status = w.child.wait().unwrap();
+    assert!(status.success(), "worker exit status after SIGTERM: {status}");
+    assert!(stopped.elapsed() < Duration::from_secs(30), "the worker took {:?} to stop with a session open", stopped.elapsed());
+}
+
+/// The status a call was refused with: when it was made, or as its reply's first item.
+async fn refusal(call: Result<OpenExchange, tonic::Status>) -> tonic::Status {
+    match call {
+        Err(status) => status,
+        Ok(mut exchange) => exchange.error().await,
+    }
+}
+
+/// A worker's stats once no session is open, or after 10 s, whichever is first: a session's
+/// place is given back when the server drops its reply stream, a moment after the client has
+/// read its end.
+async fn stats_once_sessions_closed(url: &str) -> WorkerStats {
+    worker_stats_once(url, |stats| stats.in_flight == 0 && stats.sessions == 0).await
 }

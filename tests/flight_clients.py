@@ -71,6 +71,12 @@ def main(binary):
             features = fc.model_features(client, "fraud", options)
             table = pq.read_table(DATA)
             check_same(fc.explain(client, "fraud", table.select(features), "shap", options, batch_rows=3000), local, "pyarrow.flight DoExchange")
+            # A session: the first rows one at a time over one open exchange, each answered on
+            # its own with the bits of the whole file's call, the token carried beside the header.
+            rows = table.select(features).slice(0, 40).to_batches(max_chunksize=1)
+            with fc.Session(client, "fraud", rows[0].schema, "shap", options) as session:
+                got = pa.concat_tables([session.explain(row) for row in rows])
+            check_same(got, local.slice(0, len(rows)), "pyarrow.flight, one row at a time over a session")
             try:
                 fc.explain(client, "fraud", table.select(features[1:]), "shap", options)
                 raise AssertionError("a batch without a feature column was accepted")

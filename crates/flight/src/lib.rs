@@ -32,8 +32,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 pub use pool::{parse_worker_list, PoolOptions, WorkerPool, WorkerState};
-pub use protocol::{call_from_descriptor, descriptor, output_schema, ModelInfo, WorkerStats, PROTOCOL_VERSION, REQUEST_BYTES_HEADER};
-pub use worker::{WorkerConfig, WorkerService, DEFAULT_STUCK_AFTER};
+pub use protocol::{call_from_descriptor, descriptor, output_schema, ModelInfo, WorkerStats, PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER};
+pub use worker::{SessionCloser, WorkerConfig, WorkerService, DEFAULT_STUCK_AFTER};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema};

@@ -28,6 +28,13 @@ pub const ACTION_STATS: &str = "stats";
 /// bound as any other.
 pub const REQUEST_BYTES_HEADER: &str = "shapfusion-request-bytes";
 
+/// Request metadata that opens a `DoExchange` as a session (value `1` or `true`): the exchange
+/// stays open for many requests, each batch the client sends being one, admitted, bounded and
+/// answered on its own as it arrives, while the session holds no slot between them. For online
+/// serving, where a client explains one decision at a time: a request then costs one batch each
+/// way on an open stream instead of a new call (`docs/src/flight.md`).
+pub const SESSION_HEADER: &str = "shapfusion-session";
+
 /// Size the worker aims for when it splits a reply into Flight messages.
 pub const REPLY_MESSAGE_BYTES: usize = 4 << 20;
 
@@ -85,7 +92,8 @@ pub struct WorkerStats {
     pub uptime_seconds: f64,
     /// `cpu` (with thread count) or the GPU's name.
     pub device: String,
-    /// Exchanges running now, small slots included.
+    /// Requests running now, small slots included: exchanges, and a session's batch while it is
+    /// received and computed (an exchange opened as a session is a request per batch it sends).
     pub in_flight: usize,
     /// Of those, exchanges in small slots: beyond `--max-concurrent`, each having sent at most
     /// `crate::net::limits::SMALL_REQUEST_BYTES` of input.
@@ -104,6 +112,12 @@ pub struct WorkerStats {
     /// Exchanges refused because their wait passed the queue's deadline.
     #[serde(default)]
     pub refused_queue_timeout: u64,
+    /// Sessions open now ([`SESSION_HEADER`]); each of their requests counts as a request above.
+    #[serde(default)]
+    pub sessions: usize,
+    /// Sessions refused because the most a worker keeps were open (`--max-sessions`).
+    #[serde(default)]
+    pub refused_sessions: u64,
     /// Finished exchanges per latency bucket (`crate::net::limits::LATENCY_BUCKETS`, then
     /// +Inf), cumulative; latency is arrival to the end of the reply, queue wait included.
     #[serde(default)]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -27,15 +27,15 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::protocol::{
     call_from_descriptor, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS, ACTION_VERSION,
-    PROTOCOL_VERSION, REQUEST_BYTES_HEADER,
+    PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER,
 };
 use crate::net::auth;
-use crate::net::limits::{Admission, Growth, StatusStream, SMALL_REQUEST_BYTES};
+use crate::net::limits::{Admission, Growth, Permit, SessionGuard, StatusStream, SMALL_REQUEST_BYTES};
 use crate::net::metrics::{Exposition, Render};
 use shapfusion_core::error::{Error, Result};
 use shapfusion_core::features::FeatureColumns;
 use shapfusion_core::ComputeSettings;
-use shapfusion_core::Explainer;
+use shapfusion_core::{Explainer, OutputKind};
 use shapfusion_sql::call::{PinnedCall, ResolvedCall};
 use shapfusion_sql::registry::{LoadedModel, ModelRegistry};
 
@@ -109,6 +109,8 @@ pub struct WorkerService {
     device_description: String,
     counters: Arc<Counters>,
     started: Instant,
+    /// Turned true to end the sessions between their requests ([`SessionCloser`]).
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 type Stream<T> = Pin<Box<dyn futures::Stream<Item = std::result::Result<T, Status>> + Send + 'static>>;
@@ -118,7 +120,8 @@ impl WorkerService {
     /// error when its own device cannot be used.
     pub fn new(registry: Arc<ModelRegistry>, config: WorkerConfig) -> Result<Self> {
         let device_description = config.settings.describe()?;
-        Ok(WorkerService { registry, config, device_description, counters: Default::default(), started: Instant::now() })
+        let closing = Arc::new(tokio::sync::watch::Sender::new(false));
+        Ok(WorkerService { registry, config, device_description, counters: Default::default(), started: Instant::now(), closing })
     }
 
     fn authorize(&self, metadata: &MetadataMap) -> std::result::Result<(), Status> {
@@ -216,6 +219,8 @@ impl WorkerService {
             failed_requests: admission.failed,
             refused_queue_full: admission.refused_queue_full,
             refused_queue_timeout: admission.refused_queue_timeout,
+            sessions: admission.sessions,
+            refused_sessions: admission.refused_sessions,
             latency_buckets: admission.latency_buckets,
             latency_seconds_sum: admission.latency_seconds_sum,
             joined_batches: self.counters.joined_batches.load(Ordering::Relaxed),
@@ -245,9 +250,9 @@ impl WorkerService {
         })
     }
 
-    /// Reads an exchange's call, checks it and its first schema, and returns the reply stream:
-    /// every input batch explained, in order.
-    async fn start_exchange(&self, mut input: Streaming<FlightData>, growth: Growth) -> std::result::Result<StatusStream<FlightData>, Status> {
+    /// Reads an exchange's call from its first message, checks it and the schema that message
+    /// may carry, and builds the explainer; returns them with that first message.
+    async fn open_exchange(&self, input: &mut Streaming<FlightData>) -> std::result::Result<(Opened, FlightData), Status> {
         let first = input
             .message()
             .await?
@@ -261,15 +266,17 @@ impl WorkerService {
         let input_schema = if first.data_header.is_empty() { None } else { Schema::try_from(&first).ok() };
         let explainer = self.exchange_explainer(&call, settings, input_schema).await?;
         let schema = output_schema(explainer.model(), call.output);
-        let (counters, admission, output) = (self.counters.clone(), self.config.admission.clone(), call.output);
+        Ok((Opened { explainer, schema, output: call.output }, first))
+    }
 
-        // Clients may send the descriptor alone first (pyarrow does), or metadata-only messages:
-        // neither carries IPC data for the decoder.
+    /// Reads an exchange's call, checks it and its first schema, and returns the reply stream:
+    /// every input batch explained, in order.
+    async fn start_exchange(&self, mut input: Streaming<FlightData>, growth: Growth) -> std::result::Result<StatusStream<FlightData>, Status> {
+        let (opened, first) = self.open_exchange(&mut input).await?;
+        let (counters, admission) = (self.counters.clone(), self.config.admission.clone());
         let (max_rows, max_bytes) = (self.config.admission.limits().max_rows, self.config.admission.limits().max_bytes);
         let mut bytes = 0u64;
-        let data = stream::once(async { Ok(first) })
-            .chain(input)
-            .try_filter(|m| std::future::ready(!m.data_header.is_empty()))
+        let data = ipc_messages(first, input)
             .and_then(move |m| {
                 bytes += (m.data_header.len() + m.data_body.len()) as u64;
                 let (too_many, grows) = (bytes > max_bytes, bytes > SMALL_REQUEST_BYTES);
@@ -288,56 +295,289 @@ impl WorkerService {
                 }
             })
             .map_err(FlightError::from);
+        let Opened { explainer, schema, output } = opened;
         let reply_schema = schema.clone();
-        let batches = FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
-            FlightError::Tonic(status) => FlightError::Tonic(status),
-            other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
-        });
         let mut rows_seen = 0u64;
-        let results = batches.and_then(move |batch| {
-            let (counters, admission, explainer, schema) = (counters.clone(), admission.clone(), explainer.clone(), reply_schema.clone());
+        let results = decoded(data).and_then(move |batch| {
             rows_seen += batch.num_rows() as u64;
-            let too_many = rows_seen > max_rows;
+            // Nothing is computed for a batch past the bound.
+            let explained = (rows_seen <= max_rows).then(|| explain_on_pool(&counters, &explainer, batch, output, &reply_schema));
+            let admission = admission.clone();
             async move {
-                if too_many {
+                let Some(explained) = explained else {
                     return Err(FlightError::Tonic(Box::new(Status::out_of_range(format!(
                         "this exchange sent more than {max_rows} rows, the most one request may send; split the rows over several requests"
                     )))));
-                }
-                let rows = batch.num_rows();
-                let timing = counters.clone();
-                let computing = counters.computing();
-                // On the compute pool, off the async threads; the reply comes back by a channel
-                // (a job that panicked drops its sender unsent).
-                // Small batches waiting together are computed in one engine call, each with the
-                // bits of a call of its own (`Explainer::spawn_output`).
-                let (reply, replied) = futures::channel::oneshot::channel();
-                explainer.spawn_output(batch, output, move |columns, report| {
-                    let _computing = computing;
-                    timing.compute_nanos.fetch_add(report.compute_time().as_nanos() as u64, Ordering::Relaxed);
-                    if report.joined() > 1 {
-                        timing.joined_batches.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let batch = columns.and_then(|c| RecordBatch::try_new(schema, c).map_err(|e| Error::arrow("assembling the reply batch", e)));
-                    // The exchange may have ended meanwhile: nobody is left to tell.
-                    let _ = reply.send(batch);
-                });
-                let result = replied
-                    .await
-                    .map_err(|_| FlightError::Tonic(Box::new(Status::internal("a compute task panicked"))))?
-                    .map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e))));
+                };
+                let (rows, result) = explained.await;
                 if result.is_ok() {
                     admission.add_rows(rows as u64);
                 }
                 result
             }
         });
-        let encoded = FlightDataEncoderBuilder::new()
+        Ok(encoded(schema, results))
+    }
+
+    /// A session's reply stream ([`SESSION_HEADER`]): every input batch a request of its own,
+    /// taking a slot when its first message arrives (a small one when it is small and the full
+    /// ones are taken, as an exchange would) and giving it back once answered, held to the rows,
+    /// bytes and time of one request, and answered as soon as it is computed. Between requests
+    /// the session holds no slot; once the worker stops, it ends there with `Unavailable`.
+    async fn start_session(
+        &self,
+        mut input: Streaming<FlightData>,
+        client: String,
+        session: SessionGuard,
+    ) -> std::result::Result<StatusStream<FlightData>, Status> {
+        let (opened, first) = self.open_exchange(&mut input).await?;
+        let (counters, admission) = (self.counters.clone(), self.config.admission.clone());
+        let limits = admission.limits().clone();
+        let request: Arc<std::sync::Mutex<Option<SessionRequest>>> = Default::default();
+        let between_requests = until_closed(input, self.closing.subscribe(), request.clone());
+        let (held, gate) = (request.clone(), admission.clone());
+        let data = ipc_messages(first, between_requests)
+            .and_then(move |m| {
+                let (request, admission, client) = (held.clone(), gate.clone(), client.clone());
+                async move {
+                    // A schema is not a request: a client may send it before its first rows.
+                    if is_schema(&m) {
+                        return Ok(m);
+                    }
+                    let len = (m.data_header.len() + m.data_body.len()) as u64;
+                    let current = lock(&request).as_mut().map(|r| {
+                        r.bytes += len;
+                        (r.bytes, r.growth.clone())
+                    });
+                    let (bytes, growth) = match current {
+                        Some(current) => current,
+                        None => {
+                            let permit = if len > SMALL_REQUEST_BYTES {
+                                admission.admit(&client).await?
+                            } else {
+                                admission.admit_small_or_full(&client).await?
+                            };
+                            let growth = permit.growth(&admission, &client);
+                            *lock(&request) = Some(SessionRequest { permit, growth: growth.clone(), bytes: len });
+                            (len, growth)
+                        }
+                    };
+                    if bytes > admission.limits().max_bytes {
+                        fail_request(&request);
+                        return Err(Status::out_of_range(format!(
+                            "a request of this session sent more than {} bytes, the most one request may send; send fewer rows per batch",
+                            admission.limits().max_bytes
+                        )));
+                    }
+                    if bytes > SMALL_REQUEST_BYTES {
+                        growth.full_slot().await.inspect_err(|_| fail_request(&request))?;
+                    }
+                    Ok(m)
+                }
+            })
+            .map_err(FlightError::from);
+        let Opened { explainer, schema, output } = opened;
+        let reply_schema = schema.clone();
+        let results = decoded(data).and_then(move |batch| {
+            // Nothing is computed for a batch past the bound.
+            let (max_rows, deadline, deadline_flag) = (limits.max_rows, limits.deadline, admission.names().deadline.clone());
+            let explained = (batch.num_rows() as u64 <= max_rows).then(|| explain_on_pool(&counters, &explainer, batch, output, &reply_schema));
+            let (request, admission) = (request.clone(), admission.clone());
+            async move {
+                let (rows, result) = match explained {
+                    None => {
+                        let status = Status::out_of_range(format!(
+                            "a request of this session sent more than {max_rows} rows, the most one request may send; send fewer rows per batch"
+                        ));
+                        (0, Err(FlightError::Tonic(Box::new(status))))
+                    }
+                    Some(explained) => tokio::time::timeout(deadline, explained).await.unwrap_or_else(|_| {
+                        let status = Status::deadline_exceeded(format!(
+                            "a request of this session ran longer than this server's limit of {}s ({deadline_flag} raises it); send fewer rows per batch",
+                            deadline.as_secs()
+                        ));
+                        (0, Err(FlightError::Tonic(Box::new(status))))
+                    }),
+                };
+                // The request's slot is given back before its answer goes out.
+                if result.is_err() {
+                    fail_request(&request);
+                }
+                drop(lock(&request).take());
+                if result.is_ok() {
+                    admission.add_rows(rows as u64);
+                }
+                result
+            }
+        });
+        // The session's place among the open sessions is held until its reply stream ends.
+        Ok(Box::pin(encoded(schema, results).map(move |m| {
+            let _open = &session;
+            m
+        })))
+    }
+
+    /// The handle that ends this worker's sessions between their requests, for a server that
+    /// stops: a session's client may keep it open for hours, and a stopping server waits for
+    /// its open calls.
+    pub fn session_closer(&self) -> SessionCloser {
+        SessionCloser(self.closing.clone())
+    }
+}
+
+/// Ends a worker's open sessions between their requests ([`WorkerService::session_closer`]).
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SessionCloser(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl SessionCloser {
+    /// Ends every session of the worker, now and from now on, once its request in progress (if
+    /// any) is answered: its client gets `Unavailable` and opens a new one elsewhere.
+    pub fn close(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// What an exchange computes, from its first message.
+struct Opened {
+    explainer: Explainer,
+    schema: SchemaRef,
+    output: OutputKind,
+}
+
+/// The request of a session now being received or computed: its slot and the bytes it sent.
+struct SessionRequest {
+    permit: Permit,
+    growth: Growth,
+    bytes: u64,
+}
+
+fn lock(request: &std::sync::Mutex<Option<SessionRequest>>) -> std::sync::MutexGuard<'_, Option<SessionRequest>> {
+    request.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts a session's request in progress as failed (when its permit drops).
+fn fail_request(request: &std::sync::Mutex<Option<SessionRequest>>) {
+    if let Some(r) = lock(request).as_mut() {
+        r.permit.fail();
+    }
+}
+
+/// A session's input: its messages, ended with `Unavailable` when `closing` turns true while
+/// no request is in progress (a request's own messages are still read, so it is answered).
+fn until_closed(
+    input: Streaming<FlightData>,
+    closing: tokio::sync::watch::Receiver<bool>,
+    request: Arc<std::sync::Mutex<Option<SessionRequest>>>,
+) -> impl futures::Stream<Item = std::result::Result<FlightData, Status>> + Send {
+    stream::unfold(Some((input, closing)), move |state| {
+        let request = request.clone();
+        async move {
+            let (mut input, mut closing) = state?;
+            let next = if lock(&request).is_some() {
+                input.message().await
+            } else {
+                tokio::select! {
+                    m = input.message() => m,
+                    closed = async { closing.wait_for(|closed| *closed).await.is_ok() } => {
+                        if !closed {
+                            // The worker is gone without closing: nothing will end the session.
+                            std::future::pending::<()>().await;
+                        }
+                        let status = Status::unavailable("this worker is stopping: the session ended between requests; open a new one");
+                        return Some((Err(status), None));
+                    }
+                }
+            };
+            match next {
+                Ok(Some(m)) => Some((Ok(m), Some((input, closing)))),
+                Ok(None) => None,
+                Err(status) => Some((Err(status), None)),
+            }
+        }
+    })
+}
+
+/// Whether a Flight message carries an IPC schema (not a request's rows).
+fn is_schema(m: &FlightData) -> bool {
+    arrow::ipc::root_as_message(&m.data_header).is_ok_and(|h| h.header_type() == arrow::ipc::MessageHeader::Schema)
+}
+
+/// An exchange's messages from the first on, those that carry IPC data only: clients may send
+/// the descriptor alone first (pyarrow does), or metadata-only messages, neither of which is
+/// for the decoder.
+fn ipc_messages(
+    first: FlightData,
+    rest: impl futures::Stream<Item = std::result::Result<FlightData, Status>> + Send + 'static,
+) -> impl futures::Stream<Item = std::result::Result<FlightData, Status>> + Send + 'static {
+    stream::once(async { Ok(first) }).chain(rest).try_filter(|m| std::future::ready(!m.data_header.is_empty()))
+}
+
+/// The record batches of an exchange's messages; what does not decode is the client's error.
+fn decoded(
+    data: impl futures::Stream<Item = std::result::Result<FlightData, FlightError>> + Send + 'static,
+) -> impl futures::Stream<Item = std::result::Result<RecordBatch, FlightError>> + Send + 'static {
+    FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
+        FlightError::Tonic(status) => FlightError::Tonic(status),
+        other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
+    })
+}
+
+/// One input batch explained on the compute pool, off the async threads; the reply comes back
+/// by a channel (a job that panicked drops its sender unsent). Small batches waiting together
+/// are computed in one engine call, each with the bits of a call of its own
+/// (`Explainer::spawn_output`). Returns the batch's rows with its reply batch.
+fn explain_on_pool(
+    counters: &Arc<Counters>,
+    explainer: &Explainer,
+    batch: RecordBatch,
+    output: OutputKind,
+    schema: &SchemaRef,
+) -> impl std::future::Future<Output = (usize, std::result::Result<RecordBatch, FlightError>)> + Send + 'static {
+    let (rows, timing, schema) = (batch.num_rows(), counters.clone(), schema.clone());
+    let computing = counters.computing();
+    let (reply, replied) = futures::channel::oneshot::channel();
+    explainer.spawn_output(batch, output, move |columns, report| {
+        let _computing = computing;
+        timing.compute_nanos.fetch_add(report.compute_time().as_nanos() as u64, Ordering::Relaxed);
+        if report.joined() > 1 {
+            timing.joined_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        let batch = columns.and_then(|c| RecordBatch::try_new(schema, c).map_err(|e| Error::arrow("assembling the reply batch", e)));
+        // The exchange may have ended meanwhile: nobody is left to tell.
+        let _ = reply.send(batch);
+    });
+    async move {
+        let result = match replied.await {
+            Err(_) => Err(FlightError::Tonic(Box::new(Status::internal("a compute task panicked")))),
+            Ok(batch) => batch.map_err(|e| FlightError::Tonic(Box::new(status_from_error(&e)))),
+        };
+        (rows, result)
+    }
+}
+
+/// The reply batches as Flight messages of the reply's size.
+fn encoded(
+    schema: SchemaRef,
+    results: impl futures::Stream<Item = std::result::Result<RecordBatch, FlightError>> + Send + 'static,
+) -> StatusStream<FlightData> {
+    Box::pin(
+        FlightDataEncoderBuilder::new()
             .with_schema(schema)
             .with_max_flight_data_size(super::protocol::REPLY_MESSAGE_BYTES)
             .build(results)
-            .map_err(Status::from);
-        Ok(Box::pin(encoded))
+            .map_err(Status::from),
+    )
+}
+
+/// Whether a call's metadata opens a session ([`SESSION_HEADER`]); a value other than `1`,
+/// `true`, `0` or `false` is refused rather than read as either.
+fn opens_session(metadata: &MetadataMap) -> std::result::Result<bool, Status> {
+    let Some(value) = metadata.get(SESSION_HEADER) else { return Ok(false) };
+    match value.to_str().map(str::to_ascii_lowercase).as_deref() {
+        Ok("1" | "true") => Ok(true),
+        Ok("0" | "false") => Ok(false),
+        _ => Err(Status::invalid_argument(format!("the {SESSION_HEADER} header must be 1 or true (open a session), or 0 or false; got {value:?}"))),
     }
 }
 
@@ -411,6 +651,10 @@ impl FlightService for WorkerService {
         // it takes more than a few rows (`Growth`), so one-row requests need not queue behind
         // each other, and those that reach the compute threads together are computed together.
         let client = request.remote_addr().map_or_else(|| "unknown-peer".to_string(), |a| a.to_string());
+        if opens_session(request.metadata())? {
+            let session = self.config.admission.open_session()?;
+            return Ok(Response::new(self.start_session(request.into_inner(), client, session).await?));
+        }
         let says_large = request
             .metadata()
             .get(REQUEST_BYTES_HEADER)

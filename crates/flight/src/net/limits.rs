@@ -14,6 +14,11 @@
 //! together are computed together, while the memory that large requests hold stays bounded by
 //! `max_concurrent`.
 //!
+//! A *session* (an exchange opened as one, [`Admission::open_session`]) is a stream of requests
+//! rather than one: it holds no slot while it waits for its client, and each batch it sends
+//! takes a slot of its own as an exchange would, held until that batch is answered. At most
+//! [`RequestLimits::max_sessions`] are open at once.
+//!
 //! [`Admission`] also keeps what an operator watches: requests running and queued, requests and
 //! rows served, refusals by cause, and the latency of every request (queue wait included).
 
@@ -48,6 +53,9 @@ pub struct RequestLimits {
     /// 0 turns them off. Each holds a few KiB, and at most one message more (up to the
     /// transport's message size) while it waits to grow into a full slot.
     pub max_small: usize,
+    /// Sessions open at once ([`Admission::open_session`]): exchanges that stay open for many
+    /// requests, holding no slot between them; more are refused as busy.
+    pub max_sessions: usize,
 }
 
 /// The most Arrow data (message headers and bodies) a request sends while in a small slot: 16
@@ -66,6 +74,7 @@ impl Default for RequestLimits {
             max_bytes: 16 << 30,
             // Enough for eight one-row clients on two cores to wait for the engine together.
             max_small: (4 * cores).max(8),
+            max_sessions: 256,
         }
     }
 }
@@ -80,11 +89,18 @@ pub struct LimitNames {
     pub queue_timeout: String,
     /// Names [`RequestLimits::deadline`].
     pub deadline: String,
+    /// Names [`RequestLimits::max_sessions`].
+    pub max_sessions: String,
 }
 
 impl Default for LimitNames {
     fn default() -> Self {
-        LimitNames { max_queued: "max_queued".into(), queue_timeout: "queue_timeout".into(), deadline: "deadline".into() }
+        LimitNames {
+            max_queued: "max_queued".into(),
+            queue_timeout: "queue_timeout".into(),
+            deadline: "deadline".into(),
+            max_sessions: "max_sessions".into(),
+        }
     }
 }
 
@@ -111,6 +127,12 @@ pub struct AdmissionStats {
     pub refused_queue_full: u64,
     /// Requests refused because their wait passed the queue's deadline.
     pub refused_queue_timeout: u64,
+    /// Sessions open now ([`Admission::open_session`]).
+    #[serde(default)]
+    pub sessions: usize,
+    /// Sessions refused because [`RequestLimits::max_sessions`] were open.
+    #[serde(default)]
+    pub refused_sessions: u64,
     /// Per bucket of [`LATENCY_BUCKETS`] (then +Inf), finished requests whose latency (arrival
     /// to the end of the reply, queue wait included) was at most its bound: cumulative, as
     /// Prometheus counts them.
@@ -137,6 +159,7 @@ struct Inner {
     rows: AtomicU64,
     refused_queue_full: AtomicU64,
     refused_queue_timeout: AtomicU64,
+    refused_sessions: AtomicU64,
     /// Per bucket (not cumulative; the last is +Inf), and the sum in microseconds.
     latency: Mutex<(Vec<u64>, f64)>,
 }
@@ -149,6 +172,8 @@ struct Queue {
     /// Requests in small slots (`max_small`).
     running_small: usize,
     queued: usize,
+    /// Sessions open.
+    sessions: usize,
     next_id: u64,
     /// Waiting requests per connection, in arrival order.
     waiting: HashMap<String, VecDeque<(u64, oneshot::Sender<()>)>>,
@@ -296,6 +321,18 @@ impl Drop for Permit {
     }
 }
 
+/// A session's place among [`RequestLimits::max_sessions`], given back when dropped.
+#[derive(Debug)]
+pub struct SessionGuard {
+    inner: Arc<Inner>,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).sessions -= 1;
+    }
+}
+
 /// A request waiting in the queue; leaves it when dropped (its client went away) and passes on
 /// a slot it was handed meanwhile.
 struct Waiting<'a> {
@@ -349,6 +386,11 @@ impl Admission {
         &self.limits
     }
 
+    /// How refusals name the bounds.
+    pub fn names(&self) -> &LimitNames {
+        &self.names
+    }
+
     /// A full slot for one request from `client` (its connection), held until the permit drops:
     /// at once when one is free, else after waiting its turn. `ResourceExhausted` when the
     /// queue is full or the wait passes the queue's deadline, naming which.
@@ -373,6 +415,23 @@ impl Admission {
         }
         self.full_slot(client).await?;
         Ok(self.permit(arrived, false))
+    }
+
+    /// Opens a session: an exchange that stays open for many requests, each of which takes its
+    /// own slot ([`Admission::admit`], [`Admission::admit_small_or_full`]) while it runs; the
+    /// session itself holds none, only its place among [`RequestLimits::max_sessions`] until the
+    /// returned guard drops. `ResourceExhausted` (busy) when that many are open.
+    pub fn open_session(&self) -> Result<SessionGuard, Status> {
+        let mut queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if queue.sessions >= self.limits.max_sessions {
+            self.inner.refused_sessions.fetch_add(1, Ordering::Relaxed);
+            return Err(busy(format!(
+                "busy: {} sessions are open, the most this server keeps ({} raises it); close one, or send requests without a session",
+                queue.sessions, self.names.max_sessions
+            )));
+        }
+        queue.sessions += 1;
+        Ok(SessionGuard { inner: self.inner.clone() })
     }
 
     fn permit(&self, arrived: Instant, small: bool) -> Permit {
@@ -435,9 +494,9 @@ impl Admission {
 
     /// What this admission has seen.
     pub fn stats(&self) -> AdmissionStats {
-        let (running, running_small, queued) = {
+        let (running, running_small, queued, sessions) = {
             let queue = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            (queue.running + queue.running_small, queue.running_small, queue.queued)
+            (queue.running + queue.running_small, queue.running_small, queue.queued, queue.sessions)
         };
         let (buckets, sum) = self.inner.latency.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let latency_buckets = buckets
@@ -457,6 +516,8 @@ impl Admission {
             rows: load(&self.inner.rows),
             refused_queue_full: load(&self.inner.refused_queue_full),
             refused_queue_timeout: load(&self.inner.refused_queue_timeout),
+            sessions,
+            refused_sessions: load(&self.inner.refused_sessions),
             latency_buckets,
             latency_seconds_sum: sum,
         }
@@ -641,6 +702,25 @@ mod tests {
         let admission = Admission::new(RequestLimits { max_small: 0, ..limits(1, 8, Duration::from_secs(10)) });
         let _full = admission.admit_small_or_full("a").await.unwrap();
         assert!(futures::poll!(Box::pin(admission.admit_small_or_full("b"))).is_pending());
+    }
+
+    #[tokio::test]
+    async fn sessions_are_bounded_by_name_and_hold_no_slot_of_their_own() {
+        let admission = Admission::new(RequestLimits { max_sessions: 2, ..limits(1, 8, Duration::from_secs(10)) })
+            .with_names(LimitNames { max_sessions: "--max-sessions".into(), ..Default::default() });
+        let (a, b) = (admission.open_session().unwrap(), admission.open_session().unwrap());
+        let e = admission.open_session().unwrap_err();
+        assert!(is_busy(&e), "{e:?}");
+        assert!(e.message().contains("2 sessions are open") && e.message().contains("--max-sessions"), "{}", e.message());
+        // Two open sessions take no slot: a request is admitted at once.
+        let stats = admission.stats();
+        assert_eq!((stats.sessions, stats.refused_sessions, stats.running), (2, 1, 0));
+        drop(admission.admit("x").await.unwrap());
+        drop(a);
+        assert_eq!(admission.stats().sessions, 1);
+        let _c = admission.open_session().unwrap();
+        drop(b);
+        assert_eq!(admission.stats().sessions, 1);
     }
 
     #[tokio::test]

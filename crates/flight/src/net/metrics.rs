@@ -57,7 +57,17 @@ impl Exposition {
             &format!("{prefix}_refused_total"),
             "counter",
             &format!("{what} refused, by cause."),
-            &[("cause=\"queue_full\"", s.refused_queue_full as f64), ("cause=\"queue_timeout\"", s.refused_queue_timeout as f64)],
+            &[
+                ("cause=\"queue_full\"", s.refused_queue_full as f64),
+                ("cause=\"queue_timeout\"", s.refused_queue_timeout as f64),
+                ("cause=\"sessions_full\"", s.refused_sessions as f64),
+            ],
+        );
+        self.metric(
+            &format!("{prefix}_sessions_open"),
+            "gauge",
+            "Sessions open now: exchanges kept open for many requests, each request admitted on its own.",
+            &[("", s.sessions as f64)],
         );
         self.metric(&format!("{prefix}_rows_total"), "counter", "Rows served.", &[("", s.rows as f64)]);
         let name = format!("{prefix}_latency_seconds");
@@ -155,6 +165,8 @@ mod tests {
             rows: 500,
             refused_queue_full: 4,
             refused_queue_timeout: 0,
+            sessions: 5,
+            refused_sessions: 2,
             latency_buckets: (1..=LATENCY_BUCKETS.len() as u64 + 1).map(|i| i.min(10)).collect(),
             latency_seconds_sum: 1.5,
         };
@@ -165,6 +177,8 @@ mod tests {
             "# TYPE shapfusion_worker_requests_in_flight gauge",
             "shapfusion_worker_requests_small_in_flight 1",
             "shapfusion_worker_requests_queued 3",
+            "shapfusion_worker_requests_sessions_open 5",
+            "shapfusion_worker_requests_refused_total{cause=\"sessions_full\"} 2",
             "shapfusion_worker_requests_served_total{outcome=\"ok\"} 9",
             "shapfusion_worker_requests_refused_total{cause=\"queue_full\"} 4",
             "shapfusion_worker_requests_rows_total 500",

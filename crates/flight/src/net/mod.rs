@@ -10,7 +10,7 @@ pub mod limits;
 pub mod metrics;
 pub mod transport;
 
-pub use limits::{Admission, AdmissionStats, Growth, LimitNames, Permit, RequestLimits, SMALL_REQUEST_BYTES};
+pub use limits::{Admission, AdmissionStats, Growth, LimitNames, Permit, RequestLimits, SessionGuard, SMALL_REQUEST_BYTES};
 
 /// `DoAction` type every server answers without a token: is it serving? (Load balancers and
 /// compose health checks need no secret.)
