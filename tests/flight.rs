@@ -1025,3 +1025,93 @@ async fn refusal(call: Result<OpenExchange, tonic::Status>) -> tonic::Status {
 async fn stats_once_sessions_closed(url: &str) -> WorkerStats {
     worker_stats_once(url, |stats| stats.in_flight == 0 && stats.sessions == 0).await
 }
+
+/// An Arrow IPC schema message the Arrow crate panics on rather than refuses (a float of a
+/// precision it does not know): the `ARROW:schema` of a file the fuzzer found
+/// (`fuzz/regressions/input_rows/`), without its length prefix.
+fn undecodable_schema_message() -> Bytes {
+    use base64::Engine;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/input_rows/arrow_schema_unknown_float_precision.parquet");
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let metadata = reader.metadata().file_metadata().key_value_metadata().unwrap();
+    let encoded = metadata.iter().find(|kv| kv.key == "ARROW:schema").and_then(|kv| kv.value.clone()).unwrap();
+    let message = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+    // The encapsulation: a continuation marker and the flatbuffer's length, then the flatbuffer.
+    assert_eq!(message[..4], [0xff; 4]);
+    let len = u32::from_le_bytes(message[4..8].try_into().unwrap()) as usize;
+    Bytes::copy_from_slice(&message[8..8 + len])
+}
+
+/// Checks that a Flight call (its reply read to the end) was refused with `InvalidArgument`
+/// saying its message does not decode.
+async fn assert_undecodable<T: std::fmt::Debug>(
+    call: Result<impl futures::Stream<Item = Result<T, arrow_flight::error::FlightError>>, arrow_flight::error::FlightError>,
+    what: &str,
+) {
+    let result = match call {
+        Ok(replies) => replies.try_collect::<Vec<_>>().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let status = match result {
+        Err(arrow_flight::error::FlightError::Tonic(status)) => *status,
+        other => panic!("{what}: expected a refusal, got {other:?}"),
+    };
+    assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+    assert!(status.message().contains("Arrow IPC reader failed"), "{what}: {}", status.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_arrow_reader_panics_on_is_refused_and_the_worker_keeps_serving() {
+    let w = worker(&[]);
+    let (model, _, rows) = payments(1);
+    let want = local(&model, &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet"), OutputKind::Shap);
+    let schema = undecodable_schema_message();
+    let descriptor = Some(FlightDescriptor::new_cmd(cmd("fraud", "shap")));
+    // In the first message (read before the exchange starts) and in a later one (read by the
+    // decoder), in a call and in a session.
+    let first = arrow_flight::FlightData { flight_descriptor: descriptor.clone(), data_header: schema.clone(), ..Default::default() };
+    let later = [
+        arrow_flight::FlightData { flight_descriptor: descriptor, ..Default::default() },
+        arrow_flight::FlightData { data_header: schema, ..Default::default() },
+    ];
+    for (messages, what) in [(vec![first.clone()], "the first message"), (later.to_vec(), "a later message")] {
+        for session in [false, true] {
+            let mut c = client(&w.url, None).await;
+            if session {
+                c.add_header(SESSION_HEADER, "1").unwrap();
+            }
+            let call = c.do_exchange(futures::stream::iter(messages.clone().into_iter().map(Ok))).await;
+            assert_undecodable(call, &format!("{what} (session: {session})")).await;
+        }
+    }
+    answered_alone(&w.url, &rows, &want, 0, "a request after the undecodable messages").await;
+    let stats = stats_once_sessions_closed(&w.url).await;
+    assert_eq!((stats.in_flight, stats.sessions), (0, 0), "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_parameters_the_arrow_reader_panics_on_and_keeps_serving() {
+    use arrow_flight::sql::{
+        ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, CommandPreparedStatementQuery, ProstMessageExt,
+    };
+    use prost::Message;
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet");
+    let serve = Server::start(&["serve", "--table", &format!("payments={}", data.display())]);
+    // A prepared statement of this client's session, then parameters whose schema the Arrow
+    // crate panics on, bound the raw Flight SQL way (a DoPut of the statement's handle).
+    let mut c = client(&serve.url, None).await;
+    let request = ActionCreatePreparedStatementRequest { query: "SELECT count(*) AS n FROM payments WHERE id < ?".into(), transaction_id: None };
+    let reply: Vec<Bytes> =
+        c.do_action(Action::new("CreatePreparedStatement", request.as_any().encode_to_vec())).await.unwrap().try_collect().await.unwrap();
+    let created: ActionCreatePreparedStatementResult = Any::decode(reply[0].clone()).unwrap().unpack().unwrap().unwrap();
+    let command = CommandPreparedStatementQuery { prepared_statement_handle: created.prepared_statement_handle };
+    let message = arrow_flight::FlightData {
+        flight_descriptor: Some(FlightDescriptor::new_cmd(command.as_any().encode_to_vec())),
+        data_header: undecodable_schema_message(),
+        ..Default::default()
+    };
+    assert_undecodable(c.do_put(futures::stream::iter([Ok(message)])).await, "parameters bound by DoPut").await;
+    let n = sql_result(&mut sql_client(&serve.url).await, "SELECT count(*) AS n FROM payments").await.unwrap();
+    assert_eq!(n.column(0).as_any().downcast_ref::<arrow::array::Int64Array>().unwrap().value(0), 10_000);
+}

@@ -1,11 +1,17 @@
 //! The wire contract between Flight clients, the pool and workers: the `DoExchange` descriptor
-//! (a [`PinnedCall`] as JSON), the action names, what `ListFlights` and `stats` return, and how
-//! our errors become gRPC statuses.
+//! (a [`PinnedCall`] as JSON), the action names and headers, what `ListFlights` and `stats`
+//! return, how our errors become gRPC statuses, and how a client's Arrow IPC messages are decoded
+//! ([`decode_guarded`]).
 
 use std::time::Duration;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::FlightData;
 use arrow_flight::FlightDescriptor;
+use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tonic::Status;
 
@@ -55,6 +61,40 @@ pub fn call_from_descriptor(d: &FlightDescriptor) -> Result<PinnedCall, Status> 
         ));
     }
     PinnedCall::from_json(&d.cmd).map_err(|e| status_from_error(&e))
+}
+
+/// What the client hears when the Arrow IPC reader panicked on its message.
+pub(crate) const UNDECODABLE: &str = "the Arrow IPC reader failed on it (its metadata contradicts itself or names what Arrow does not know)";
+
+/// A stream of decoded batches whose panic while polled becomes an `InvalidArgument` that ends
+/// it: the Arrow IPC crate asserts some invariants of the messages it decodes (a schema's float
+/// precision, say) instead of returning an error, and a client's bytes must not panic the task
+/// serving it (the client would get a reset and no reason).
+struct PanicsAsErrors<S>(Option<S>);
+
+/// The record batches of a client's Flight messages, as arrow-flight decodes them, with a panic
+/// of the decoder turned into an `InvalidArgument` that ends the stream ([`PanicsAsErrors`]).
+pub(crate) fn decode_guarded(
+    data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
+) -> impl Stream<Item = Result<RecordBatch, FlightError>> + Send + 'static {
+    PanicsAsErrors(Some(FlightRecordBatchStream::new_from_flight_data(data)))
+}
+
+impl<S: Stream<Item = Result<RecordBatch, FlightError>> + Unpin> Stream for PanicsAsErrors<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        let Some(inner) = self.0.as_mut() else { return std::task::Poll::Ready(None) };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll_next_unpin(cx))) {
+            Ok(poll) => poll,
+            Err(_) => {
+                // The decoder's state is unknown after a panic: nothing more is read from it.
+                self.0 = None;
+                let status = Status::invalid_argument(format!("an input message does not decode: {UNDECODABLE}"));
+                std::task::Poll::Ready(Some(Err(FlightError::Tonic(Box::new(status)))))
+            }
+        }
+    }
 }
 
 /// The schema of a reply: the `explain` layout for `output`.

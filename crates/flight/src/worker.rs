@@ -11,7 +11,6 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -26,8 +25,8 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::protocol::{
-    call_from_descriptor, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS, ACTION_VERSION,
-    PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER,
+    call_from_descriptor, decode_guarded, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS,
+    ACTION_VERSION, PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER, UNDECODABLE,
 };
 use crate::net::auth;
 use crate::net::limits::{Admission, Growth, Permit, SessionGuard, StatusStream, SMALL_REQUEST_BYTES};
@@ -263,7 +262,15 @@ impl WorkerService {
         let call = call_from_descriptor(descriptor)?;
         let settings = call.settings_on(&self.config.settings, HERE).map_err(|e| status_from_error(&e))?;
         // A schema in the first message lets us refuse missing columns before any data moves.
-        let input_schema = if first.data_header.is_empty() { None } else { Schema::try_from(&first).ok() };
+        let input_schema = if first.data_header.is_empty() {
+            None
+        } else {
+            // The Arrow IPC crate asserts some invariants of a schema rather than returning an
+            // error (a float of unknown precision, say): a client's bytes must not panic a task.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Schema::try_from(&first)))
+                .map_err(|_| Status::invalid_argument(format!("the schema in the first message does not decode: {UNDECODABLE}")))?
+                .ok()
+        };
         let explainer = self.exchange_explainer(&call, settings, input_schema).await?;
         let schema = output_schema(explainer.model(), call.output);
         Ok((Opened { explainer, schema, output: call.output }, first))
@@ -513,11 +520,12 @@ fn ipc_messages(
     stream::once(async { Ok(first) }).chain(rest).try_filter(|m| std::future::ready(!m.data_header.is_empty()))
 }
 
-/// The record batches of an exchange's messages; what does not decode is the client's error.
+/// The record batches of an exchange's messages; what does not decode is the client's error,
+/// a panic of the decoder included ([`decode_guarded`]).
 fn decoded(
     data: impl futures::Stream<Item = std::result::Result<FlightData, FlightError>> + Send + 'static,
 ) -> impl futures::Stream<Item = std::result::Result<RecordBatch, FlightError>> + Send + 'static {
-    FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
+    decode_guarded(data).map_err(|e| match e {
         FlightError::Tonic(status) => FlightError::Tonic(status),
         other => FlightError::Tonic(Box::new(Status::invalid_argument(format!("cannot decode the input batches: {other}")))),
     })

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, SchemaRef};
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -405,7 +404,7 @@ async fn read_parameters(stream: PeekableFlightDataStream) -> std::result::Resul
             }
         })
         .map_err(FlightError::from);
-    FlightRecordBatchStream::new_from_flight_data(data).try_collect().await.map_err(|e| match e {
+    crate::protocol::decode_guarded(data).try_collect().await.map_err(|e| match e {
         FlightError::Tonic(status) => *status,
         other => Status::invalid_argument(format!("cannot decode the bound parameters: {other}")),
     })
