@@ -286,20 +286,8 @@ impl WorkerService {
         let data = ipc_messages(first, input)
             .and_then(move |m| {
                 bytes += (m.data_header.len() + m.data_body.len()) as u64;
-                let (too_many, grows) = (bytes > max_bytes, bytes > SMALL_REQUEST_BYTES);
-                let growth = growth.clone();
-                async move {
-                    if too_many {
-                        return Err(Status::out_of_range(format!(
-                            "this exchange sent more than {max_bytes} bytes, the most one request may send; split the rows over several requests"
-                        )));
-                    }
-                    // Past a small slot's bytes, nothing more is decoded before a full slot.
-                    if grows {
-                        growth.full_slot().await?;
-                    }
-                    Ok(m)
-                }
+                let (sent, growth) = (bytes, growth.clone());
+                async move { within_bytes(sent, max_bytes, &growth, EXCHANGE).await.map(|()| m) }
             })
             .map_err(FlightError::from);
         let Opened { explainer, schema, output } = opened;
@@ -311,11 +299,7 @@ impl WorkerService {
             let explained = (rows_seen <= max_rows).then(|| explain_on_pool(&counters, &explainer, batch, output, &reply_schema));
             let admission = admission.clone();
             async move {
-                let Some(explained) = explained else {
-                    return Err(FlightError::Tonic(Box::new(Status::out_of_range(format!(
-                        "this exchange sent more than {max_rows} rows, the most one request may send; split the rows over several requests"
-                    )))));
-                };
+                let Some(explained) = explained else { return Err(too_many_rows(max_rows, EXCHANGE)) };
                 let (rows, result) = explained.await;
                 if result.is_ok() {
                     admission.add_rows(rows as u64);
@@ -369,35 +353,22 @@ impl WorkerService {
                             (len, growth)
                         }
                     };
-                    if bytes > admission.limits().max_bytes {
-                        fail_request(&request);
-                        return Err(Status::out_of_range(format!(
-                            "a request of this session sent more than {} bytes, the most one request may send; send fewer rows per batch",
-                            admission.limits().max_bytes
-                        )));
-                    }
-                    if bytes > SMALL_REQUEST_BYTES {
-                        growth.full_slot().await.inspect_err(|_| fail_request(&request))?;
-                    }
+                    within_bytes(bytes, admission.limits().max_bytes, &growth, SESSION_REQUEST).await.inspect_err(|_| fail_request(&request))?;
                     Ok(m)
                 }
             })
             .map_err(FlightError::from);
         let Opened { explainer, schema, output } = opened;
         let reply_schema = schema.clone();
+        let deadline_flag: Arc<str> = admission.names().deadline.as_str().into();
         let results = decoded(data).and_then(move |batch| {
             // Nothing is computed for a batch past the bound.
-            let (max_rows, deadline, deadline_flag) = (limits.max_rows, limits.deadline, admission.names().deadline.clone());
+            let (max_rows, deadline, deadline_flag) = (limits.max_rows, limits.deadline, deadline_flag.clone());
             let explained = (batch.num_rows() as u64 <= max_rows).then(|| explain_on_pool(&counters, &explainer, batch, output, &reply_schema));
             let (request, admission) = (request.clone(), admission.clone());
             async move {
                 let (rows, result) = match explained {
-                    None => {
-                        let status = Status::out_of_range(format!(
-                            "a request of this session sent more than {max_rows} rows, the most one request may send; send fewer rows per batch"
-                        ));
-                        (0, Err(FlightError::Tonic(Box::new(status))))
-                    }
+                    None => (0, Err(too_many_rows(max_rows, SESSION_REQUEST))),
                     Some(explained) => tokio::time::timeout(deadline, explained).await.unwrap_or_else(|_| {
                         let status = Status::deadline_exceeded(format!(
                             "a request of this session ran longer than this server's limit of {}s ({deadline_flag} raises it); send fewer rows per batch",
@@ -443,6 +414,28 @@ impl SessionCloser {
     pub fn close(&self) {
         self.0.send_replace(true);
     }
+}
+
+/// How refusals name an exchange's input, and what its client can do about it.
+const EXCHANGE: (&str, &str) = ("this exchange", "split the rows over several requests");
+/// How refusals name one request of a session, and what its client can do about it.
+const SESSION_REQUEST: (&str, &str) = ("a request of this session", "send fewer rows per batch");
+
+/// Holds a request ([`EXCHANGE`] or [`SESSION_REQUEST`]) that has sent `bytes` of Arrow data to
+/// `max_bytes`; past a small slot's bytes, it waits for a full slot before more of it is decoded.
+async fn within_bytes(bytes: u64, max_bytes: u64, growth: &Growth, (request, remedy): (&str, &str)) -> std::result::Result<(), Status> {
+    if bytes > max_bytes {
+        return Err(Status::out_of_range(format!("{request} sent more than {max_bytes} bytes, the most one request may send; {remedy}")));
+    }
+    if bytes > SMALL_REQUEST_BYTES {
+        growth.full_slot().await?;
+    }
+    Ok(())
+}
+
+/// The refusal of a request ([`EXCHANGE`] or [`SESSION_REQUEST`]) past `max_rows` rows.
+fn too_many_rows(max_rows: u64, (request, remedy): (&str, &str)) -> FlightError {
+    FlightError::Tonic(Box::new(Status::out_of_range(format!("{request} sent more than {max_rows} rows, the most one request may send; {remedy}"))))
 }
 
 /// What an exchange computes, from its first message.
