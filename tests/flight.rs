@@ -1026,23 +1026,6 @@ async fn stats_once_sessions_closed(url: &str) -> WorkerStats {
     worker_stats_once(url, |stats| stats.in_flight == 0 && stats.sessions == 0).await
 }
 
-/// An Arrow IPC schema message the Arrow crate panics on rather than refuses (a float of a
-/// precision it does not know): the `ARROW:schema` of a file the fuzzer found
-/// (`fuzz/regressions/input_rows/`), without its length prefix.
-fn undecodable_schema_message() -> Bytes {
-    use base64::Engine;
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/input_rows/arrow_schema_unknown_float_precision.parquet");
-    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
-    let metadata = reader.metadata().file_metadata().key_value_metadata().unwrap();
-    let encoded = metadata.iter().find(|kv| kv.key == "ARROW:schema").and_then(|kv| kv.value.clone()).unwrap();
-    let message = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
-    // The encapsulation: a continuation marker and the flatbuffer's length, then the flatbuffer.
-    assert_eq!(message[..4], [0xff; 4]);
-    let len = u32::from_le_bytes(message[4..8].try_into().unwrap()) as usize;
-    Bytes::copy_from_slice(&message[8..8 + len])
-}
-
 /// Checks that a Flight call (its reply read to the end) was refused with `InvalidArgument`
 /// saying its message does not decode.
 async fn assert_undecodable<T: std::fmt::Debug>(
@@ -1066,7 +1049,7 @@ async fn a_message_the_arrow_reader_panics_on_is_refused_and_the_worker_keeps_se
     let w = worker(&[]);
     let (model, _, rows) = payments(1);
     let want = local(&model, &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/payments.parquet"), OutputKind::Shap);
-    let schema = undecodable_schema_message();
+    let schema = Bytes::from(common::undecodable_schema_message());
     let descriptor = Some(FlightDescriptor::new_cmd(cmd("fraud", "shap")));
     // In the first message (read before the exchange starts) and in a later one (read by the
     // decoder), in a call and in a session.
@@ -1108,7 +1091,7 @@ async fn serve_refuses_parameters_the_arrow_reader_panics_on_and_keeps_serving()
     let command = CommandPreparedStatementQuery { prepared_statement_handle: created.prepared_statement_handle };
     let message = arrow_flight::FlightData {
         flight_descriptor: Some(FlightDescriptor::new_cmd(command.as_any().encode_to_vec())),
-        data_header: undecodable_schema_message(),
+        data_header: Bytes::from(common::undecodable_schema_message()),
         ..Default::default()
     };
     assert_undecodable(c.do_put(futures::stream::iter([Ok(message)])).await, "parameters bound by DoPut").await;

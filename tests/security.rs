@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -252,8 +253,15 @@ async fn crafted_models_are_refused_by_workers_and_serve_which_keep_serving() {
 
 type BoxStream<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-/// A Flight service that answers every call with an internal error (a worker with a bug).
-struct Broken;
+/// A Flight service with a bug, whose health probes succeed: it looks alive.
+#[derive(Clone, Default)]
+struct Broken {
+    /// Answers with a message the Arrow crate panics on (a reply and a `FlightInfo` schema
+    /// naming a float precision Arrow does not know) instead of an internal error.
+    garbled: bool,
+    /// The exchanges it was sent.
+    exchanges: Arc<AtomicUsize>,
+}
 
 #[tonic::async_trait]
 impl FlightService for Broken {
@@ -272,7 +280,14 @@ impl FlightService for Broken {
         Err(Status::internal("broken"))
     }
     async fn get_flight_info(&self, _: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
-        Err(Status::internal("broken"))
+        if !self.garbled {
+            return Err(Status::internal("broken"));
+        }
+        // The encapsulated form a FlightInfo's schema takes: a continuation marker and the length.
+        let message = common::undecodable_schema_message();
+        let schema = [&[0xff; 4][..], &(message.len() as u32).to_le_bytes(), &message].concat();
+        let about = r#"{"model": "fraud", "url": "fraud.json", "version": "1", "features": [], "output_groups": 1}"#;
+        Ok(Response::new(FlightInfo { schema: schema.into(), app_metadata: about.into(), ..FlightInfo::default() }))
     }
     async fn poll_flight_info(&self, _: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
         Err(Status::internal("broken"))
@@ -287,7 +302,12 @@ impl FlightService for Broken {
         Err(Status::internal("broken"))
     }
     async fn do_exchange(&self, _: Request<Streaming<FlightData>>) -> Result<Response<Self::DoExchangeStream>, Status> {
-        Err(Status::internal("an internal bug in this worker"))
+        self.exchanges.fetch_add(1, Ordering::SeqCst);
+        if !self.garbled {
+            return Err(Status::internal("an internal bug in this worker"));
+        }
+        let reply = FlightData { data_header: common::undecodable_schema_message().into(), ..FlightData::default() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(reply)]))))
     }
     async fn do_action(&self, _: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
         // Health probes succeed: the worker looks alive, which is what kept the old pool
@@ -299,12 +319,12 @@ impl FlightService for Broken {
     }
 }
 
-async fn broken_worker() -> String {
+async fn broken_worker(service: Broken) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(FlightServiceServer::new(Broken))
+            .add_service(FlightServiceServer::new(service))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     format!("http://{addr}")
@@ -312,10 +332,10 @@ async fn broken_worker() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn internal_errors_are_not_replayed_across_the_fleet() {
-    let urls = vec![broken_worker().await, broken_worker().await];
+    let urls = vec![broken_worker(Broken::default()).await, broken_worker(Broken::default()).await];
     // A deadline the query must beat by far: it fails after one try on each worker.
     let options = PoolOptions { deadline: Duration::from_secs(10), retry_for: Duration::from_secs(5), ..Default::default() };
-    let pool = WorkerPool::new(&urls, options).unwrap();
+    let pool = WorkerPool::new(&urls, options.clone()).unwrap();
     let model = Model::load(example_model()).unwrap();
     let input = feature_batch(&payments().slice(0, 100), model.feature_names()).unwrap();
     let began = Instant::now();
@@ -325,6 +345,41 @@ async fn internal_errors_are_not_replayed_across_the_fleet() {
     for u in &urls {
         assert!(e.contains(u.as_str()), "{u} not named: {e}");
     }
+    // One worker: tried once, the error saying there was no other.
+    let broken = Broken::default();
+    let pool = WorkerPool::new(&[broken_worker(broken.clone()).await], options).unwrap();
+    let input = feature_batch(&payments().slice(0, 10), model.feature_names()).unwrap();
+    let e = pool.explain("fraud", None, OutputKind::Shap, input).await.unwrap_err().to_string();
+    assert!(e.contains("no other worker to try") && e.contains("an internal bug"), "{e}");
+    assert_eq!(broken.exchanges.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_reply_the_arrow_reader_panics_on_goes_to_another_worker_and_loses_no_rows() {
+    let model = Model::load(example_model()).unwrap();
+    let input = feature_batch(&payments().slice(0, 100), model.feature_names()).unwrap();
+    // Ten chunks of ten rows over both workers: the garbled one is sent some of them.
+    let options = || PoolOptions { min_chunk_rows: 10, max_chunk_rows: 10, retry_for: Duration::from_secs(5), ..Default::default() };
+    let w = Server::start(&["worker", "--device", "cpu", "--threads", "1", "--model", &format!("fraud={}", example_model().display())]);
+    let alone = WorkerPool::new(std::slice::from_ref(&w.url), options()).unwrap();
+    let expected = alone.explain("fraud", None, OutputKind::Shap, input.clone()).await.unwrap();
+
+    let garbled = Broken { garbled: true, ..Broken::default() };
+    let urls = [broken_worker(garbled.clone()).await, w.url.clone()];
+    let pool = WorkerPool::new(&urls, options()).unwrap();
+    let got = pool.explain("fraud", None, OutputKind::Shap, input.clone()).await.unwrap();
+    assert!(garbled.exchanges.load(Ordering::SeqCst) > 0, "the garbled worker was never tried");
+    assert_eq!(got, expected, "the rows the garbled worker answered, explained elsewhere, bit for bit");
+
+    // Garbled everywhere: a clear error naming both workers, after one try on each.
+    let urls = [broken_worker(garbled.clone()).await, broken_worker(garbled.clone()).await];
+    let pool = WorkerPool::new(&urls, options()).unwrap();
+    let e = pool.explain("fraud", None, OutputKind::Shap, input).await.unwrap_err().to_string();
+    assert!(e.contains("internal error on two workers") && e.contains("a reply message does not decode"), "{e}");
+    assert!(urls.iter().all(|u| e.contains(u.as_str())), "{e}");
+    // And the schema of its FlightInfo.
+    let e = pool.model_info("fraud", OutputKind::Shap).await.unwrap_err().to_string();
+    assert!(e.contains("unreadable schema") && e.contains("Arrow IPC reader failed"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

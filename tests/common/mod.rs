@@ -222,3 +222,21 @@ pub fn path_dependent_game(tree: &shapfusion::model::Tree, x: &[f64], in_s: &dyn
         cl * path_dependent_game(tree, x, in_s, l) + cr * path_dependent_game(tree, x, in_s, r)
     }
 }
+
+/// An Arrow IPC schema message the Arrow crate panics on rather than refuses (a float of a
+/// precision it does not know), as a Flight message's `data_header` holds it: the
+/// `ARROW:schema` of a file the fuzzer found (`fuzz/regressions/input_rows/`), without the
+/// encapsulation's prefix.
+pub fn undecodable_schema_message() -> Vec<u8> {
+    use base64::Engine;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/input_rows/arrow_schema_unknown_float_precision.parquet");
+    let reader = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+    let metadata = reader.metadata().file_metadata().key_value_metadata().unwrap();
+    let encoded = metadata.iter().find(|kv| kv.key == "ARROW:schema").and_then(|kv| kv.value.clone()).unwrap();
+    let message = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+    // The encapsulation: a continuation marker and the flatbuffer's length, then the flatbuffer.
+    assert_eq!(message[..4], [0xff; 4]);
+    let len = u32::from_le_bytes(message[4..8].try_into().unwrap()) as usize;
+    message[8..8 + len].to_vec()
+}

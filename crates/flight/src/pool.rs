@@ -27,7 +27,10 @@ use tokio::sync::Notify;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use super::protocol::{descriptor, human_duration, kind_of_status, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES, REQUEST_BYTES_HEADER};
+use super::protocol::{
+    descriptor, human_duration, kind_of_status, replies_guarded, schema_guarded, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES, REQUEST_BYTES_HEADER,
+    UNDECODABLE,
+};
 use crate::net::limits::is_busy;
 use crate::net::transport::{self, ConnectOptions};
 use shapfusion_core::error::{Error, ErrorKind, Result};
@@ -225,14 +228,15 @@ impl WorkerPool {
     }
 
     /// Takes a slot on the least-loaded worker that is up, probing workers whose backoff has
-    /// passed; waits while all are busy; `None` when none is up by `deadline`.
-    async fn acquire(&self, avoid: Option<usize>, deadline: Instant) -> Option<Slot<'_>> {
+    /// passed, `avoid` last and `never` not at all; waits while all are busy; `None` when none
+    /// is up by `deadline`.
+    async fn acquire(&self, avoid: Option<usize>, never: Option<usize>, deadline: Instant) -> Option<Slot<'_>> {
         loop {
             let released = self.released.notified();
             let now = Instant::now();
             let mut candidates: Vec<(usize, bool, usize)> = Vec::new(); // (index, needs probe, load)
             let mut next_probe: Option<Instant> = None;
-            for (i, w) in self.workers.iter().enumerate() {
+            for (i, w) in self.workers.iter().enumerate().filter(|&(i, _)| Some(i) != never) {
                 let h = w.health.lock().expect("health");
                 let load = w.in_flight.load(Ordering::SeqCst);
                 match h.down_until {
@@ -289,7 +293,7 @@ impl WorkerPool {
             .with_max_flight_data_size(REPLY_MESSAGE_BYTES)
             .build(stream::iter([Ok(chunk)]));
         let classify = |e: FlightError| classify(url, e);
-        let mut replies = client.do_exchange(input).await.map_err(classify)?;
+        let mut replies = replies_guarded(client.do_exchange(input).await.map_err(classify)?);
         let mut batches = Vec::new();
         while let Some(b) = replies.next().await {
             batches.push(b.map_err(classify)?);
@@ -308,7 +312,9 @@ impl WorkerPool {
         let began = Instant::now();
         let mut errors: Vec<String> = Vec::new();
         let mut avoid = None;
-        let mut internal: Option<String> = None;
+        // The worker that answered with an internal error, and what it said: the attempt goes
+        // to another worker, never back to it.
+        let mut internal: Option<(usize, String)> = None;
         // Busy answers in a row: the backoff grows with them.
         let mut busy = 0u32;
         for tries in 0u32.. {
@@ -317,7 +323,8 @@ impl WorkerPool {
             if began.elapsed() >= self.options.retry_for && tries > 0 && busy == 0 {
                 break;
             }
-            let Some(slot) = self.acquire(avoid, began + self.options.retry_for).await else { break };
+            let never = internal.as_ref().map(|(i, _)| *i);
+            let Some(slot) = self.acquire(avoid, never, began + self.options.retry_for).await else { break };
             let i = slot.index;
             let outcome = match tokio::time::timeout(self.options.request_timeout, attempt(i)).await {
                 Ok(r) => r,
@@ -332,16 +339,17 @@ impl WorkerPool {
                 Err(Failure::Fatal(e)) => return Err(e),
                 Err(Failure::Internal(message)) => {
                     let here = format!("{}: {message}", self.workers[i].url);
-                    if let Some(first) = internal {
-                        return Err(Error::Remote {
-                            worker: self.workers[i].url.clone(),
-                            message: format!("{}: internal error on two workers, not retried further: {first}; {here}", what()),
-                            kind: ErrorKind::Internal,
-                        });
+                    let refused = |why: String| Error::Remote { worker: self.workers[i].url.clone(), message: why, kind: ErrorKind::Internal };
+                    if let Some((_, first)) = internal {
+                        return Err(refused(format!("{}: internal error on two workers, not retried further: {first}; {here}", what())));
+                    }
+                    if self.workers.len() == 1 {
+                        return Err(refused(format!("{}: internal error, and the pool has no other worker to try: {here}", what())));
                     }
                     // The worker answered, so it is not down; the chunk goes elsewhere once.
                     tracing::warn!("internal error from {here}; trying one other worker");
-                    internal = Some(here);
+                    errors.push(here.clone());
+                    internal = Some((i, here));
                     avoid = Some(i);
                 }
                 Err(Failure::Busy(message)) => {
@@ -476,7 +484,9 @@ impl WorkerPool {
                     Failure::Fatal(Error::Remote { worker: url.clone(), message: format!("unreadable {what}: {e}"), kind: ErrorKind::Internal })
                 };
                 let meta: ModelInfo = serde_json::from_slice(&info.app_metadata).map_err(|e| unreadable("model info", e.to_string()))?;
-                let schema = info.try_decode_schema().map_err(|e| unreadable("schema", e.to_string()))?;
+                let schema = schema_guarded(|| info.try_decode_schema())
+                    .ok_or_else(|| unreadable("schema", UNDECODABLE.to_string()))?
+                    .map_err(|e| unreadable("schema", e.to_string()))?;
                 Ok((meta, Arc::new(schema)))
             }
         });
@@ -522,6 +532,9 @@ fn classify(url: &str, e: FlightError) -> Failure {
             _ if is_busy(&status) => Failure::Busy(status.message().to_string()),
             code => Failure::Retry(format!("{} ({code:?})", status.message())),
         },
+        // The worker's reply itself is wrong (it does not decode, or comes out of order): as an
+        // internal error, tried on one other worker, not replayed across the fleet.
+        FlightError::DecodeError(message) | FlightError::ProtocolError(message) => Failure::Internal(message),
         other => Failure::Retry(other.to_string()),
     }
 }
@@ -565,5 +578,10 @@ mod tests {
         assert!(matches!(retry, Failure::Retry(_)));
         let internal = classify("w", FlightError::Tonic(Box::new(tonic::Status::internal("boom"))));
         assert!(matches!(internal, Failure::Internal(_)));
+        // A reply that does not decode is the worker's fault, not the transport's.
+        let garbled = classify("w", FlightError::DecodeError("Error decoding ipc RecordBatch".into()));
+        assert!(matches!(garbled, Failure::Internal(m) if m.contains("decoding")));
+        let out_of_order = classify("w", FlightError::protocol("Unexpected message: Tensor"));
+        assert!(matches!(out_of_order, Failure::Internal(_)));
     }
 }

@@ -66,32 +66,57 @@ pub fn call_from_descriptor(d: &FlightDescriptor) -> Result<PinnedCall, Status> 
 /// What the client hears when the Arrow IPC reader panicked on its message.
 pub(crate) const UNDECODABLE: &str = "the Arrow IPC reader failed on it (its metadata contradicts itself or names what Arrow does not know)";
 
-/// A stream of decoded batches whose panic while polled becomes an `InvalidArgument` that ends
-/// it: the Arrow IPC crate asserts some invariants of the messages it decodes (a schema's float
-/// precision, say) instead of returning an error, and a client's bytes must not panic the task
-/// serving it (the client would get a reset and no reason).
-struct PanicsAsErrors<S>(Option<S>);
-
-/// The record batches of a client's Flight messages, as arrow-flight decodes them, with a panic
-/// of the decoder turned into an `InvalidArgument` that ends the stream ([`PanicsAsErrors`]).
-pub(crate) fn decode_guarded(
-    data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
-) -> impl Stream<Item = Result<RecordBatch, FlightError>> + Send + 'static {
-    PanicsAsErrors(Some(FlightRecordBatchStream::new_from_flight_data(data)))
+/// Record batches decoded from Flight messages by arrow-flight, with a panic of the decoder
+/// turned into an error that ends the stream: the Arrow IPC crate asserts some invariants of the
+/// messages it decodes (a schema's float precision, say) instead of returning an error, and
+/// bytes from the other end of a call must not panic the task reading them (a worker's client
+/// would get a reset and no reason; the pool would lose its query instead of the worker).
+pub(crate) struct GuardedBatches {
+    /// `None` once the decoder panicked: its state is unknown, so nothing more is read from it.
+    decoder: Option<FlightRecordBatchStream>,
+    /// The error a panic becomes, which says whose message it was.
+    on_panic: fn() -> FlightError,
 }
 
-impl<S: Stream<Item = Result<RecordBatch, FlightError>> + Unpin> Stream for PanicsAsErrors<S> {
-    type Item = S::Item;
+impl GuardedBatches {
+    /// The schema of the stream, once its first message is decoded.
+    pub(crate) fn schema(&self) -> Option<&SchemaRef> {
+        self.decoder.as_ref().and_then(FlightRecordBatchStream::schema)
+    }
+}
+
+/// The record batches of a client's Flight messages, a panic of the decoder being an
+/// `InvalidArgument` that ends them ([`GuardedBatches`]).
+pub(crate) fn decode_guarded(data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static) -> GuardedBatches {
+    let on_panic = || FlightError::Tonic(Box::new(Status::invalid_argument(format!("an input message does not decode: {UNDECODABLE}"))));
+    GuardedBatches { decoder: Some(FlightRecordBatchStream::new_from_flight_data(data)), on_panic }
+}
+
+/// The record batches of a worker's reply, a panic of the decoder being a
+/// [`FlightError::DecodeError`] that ends them ([`GuardedBatches`]): the worker's fault, not the
+/// request's.
+pub(crate) fn replies_guarded(replies: FlightRecordBatchStream) -> GuardedBatches {
+    let on_panic = || FlightError::DecodeError(format!("a reply message does not decode: {UNDECODABLE}"));
+    GuardedBatches { decoder: Some(replies), on_panic }
+}
+
+/// `decode` run on bytes from the other end of a call (a client's first schema, a worker's
+/// `FlightInfo`), `None` when the Arrow IPC crate panicked on them ([`GuardedBatches`] says why
+/// that must not reach the task).
+pub(crate) fn schema_guarded<T>(decode: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).ok()
+}
+
+impl Stream for GuardedBatches {
+    type Item = Result<RecordBatch, FlightError>;
 
     fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
-        let Some(inner) = self.0.as_mut() else { return std::task::Poll::Ready(None) };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll_next_unpin(cx))) {
+        let Some(decoder) = self.decoder.as_mut() else { return std::task::Poll::Ready(None) };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.poll_next_unpin(cx))) {
             Ok(poll) => poll,
             Err(_) => {
-                // The decoder's state is unknown after a panic: nothing more is read from it.
-                self.0 = None;
-                let status = Status::invalid_argument(format!("an input message does not decode: {UNDECODABLE}"));
-                std::task::Poll::Ready(Some(Err(FlightError::Tonic(Box::new(status)))))
+                self.decoder = None;
+                std::task::Poll::Ready(Some(Err((self.on_panic)())))
             }
         }
     }

@@ -25,8 +25,8 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::protocol::{
-    call_from_descriptor, decode_guarded, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS,
-    ACTION_VERSION, PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER, UNDECODABLE,
+    call_from_descriptor, decode_guarded, descriptor, output_schema, schema_guarded, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH,
+    ACTION_STATS, ACTION_VERSION, PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER, UNDECODABLE,
 };
 use crate::net::auth;
 use crate::net::limits::{Admission, Growth, Permit, SessionGuard, StatusStream, SMALL_REQUEST_BYTES};
@@ -265,10 +265,8 @@ impl WorkerService {
         let input_schema = if first.data_header.is_empty() {
             None
         } else {
-            // The Arrow IPC crate asserts some invariants of a schema rather than returning an
-            // error (a float of unknown precision, say): a client's bytes must not panic a task.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Schema::try_from(&first)))
-                .map_err(|_| Status::invalid_argument(format!("the schema in the first message does not decode: {UNDECODABLE}")))?
+            schema_guarded(|| Schema::try_from(&first))
+                .ok_or_else(|| Status::invalid_argument(format!("the schema in the first message does not decode: {UNDECODABLE}")))?
                 .ok()
         };
         let explainer = self.exchange_explainer(&call, settings, input_schema).await?;
