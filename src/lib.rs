@@ -27,8 +27,8 @@
 #![warn(missing_docs)]
 
 pub use shapfusion_core::{
-    engine, error, features, model, output_fields, Algorithm, ComputeSettings, Device, Error, ErrorKind, Explainer, ExplainerBuilder, Model,
-    OutputKind, OutputTransform, Result,
+    engine, error, expected_panic, features, model, output_fields, Algorithm, ComputeSettings, Device, Error, ErrorKind, Explainer, ExplainerBuilder,
+    Model, OutputKind, OutputTransform, Result,
 };
 
 /// The CUDA engine (`shapfusion-core`'s `gpu` module).

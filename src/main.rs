@@ -18,6 +18,9 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .init();
+    // A decoder's panic on a corrupt file or message is refused with an error naming it; the
+    // standard hook would print it first as if the process had crashed.
+    shapfusion::expected_panic::quiet_hook();
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

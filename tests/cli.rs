@@ -341,6 +341,23 @@ fn missing_model_file() {
     assert!(err.contains("/nonexistent/model.json"), "{err}");
 }
 
+/// The files that once made the Parquet and Arrow IPC readers allocate gigabytes, spin or panic
+/// (`fuzz/regressions/input_rows/`): each a bad-data error naming it, and, where the reader
+/// panicked before the error, no panic message on stderr (the panic is expected and caught).
+#[test]
+fn corrupt_input_files_fail_cleanly_without_a_panic_message() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (model, dir) = (root.join("examples/models/fraud.json"), tmp());
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(root.join("fuzz/regressions/input_rows")).unwrap().map(|e| e.unwrap().path()).collect();
+    inputs.sort();
+    assert!(inputs.iter().any(|p| p.ends_with("arrow_schema_unknown_float_precision.parquet")), "{inputs:?}");
+    for input in &inputs {
+        // `failed` refuses a "panicked" on stderr.
+        let e = explain_fails(BAD_DATA, &model, input, &dir.path().join("out.parquet"), &[]);
+        assert!(e.contains(input.file_name().unwrap().to_str().unwrap()), "{e}");
+    }
+}
+
 #[test]
 fn truncated_and_corrupt_models() {
     let dir = tmp();

@@ -182,6 +182,7 @@ async fn corrupt_table_files_are_refused_by_sql_and_serve_which_keep_serving() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(65), "{name}: {stderr}");
         assert!(stderr.contains(&format!("file check error: file://{}: ", copy.display())) && stderr.contains(needle), "{name}: {stderr}");
+        assert!(!stderr.contains("panicked"), "a caught decoder panic printed: {stderr}");
         if name.starts_with("arrow_schema") {
             // Its footer is refused, so `serve` cannot make it a table: it says so and exits
             // before it listens (the others are refused when a query reads their pages, below).

@@ -16,6 +16,10 @@ use pyo3::prelude::*;
 /// The native module; see `shapfusion` for the documented API.
 #[pymodule]
 fn _shapfusion(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // A decoder's panic on a corrupt file is refused with an exception naming it; the standard
+    // hook would print it to stderr first. The hook is this extension's own (it links its own
+    // standard library), so Python and other extensions are untouched.
+    shapfusion_core::expected_panic::quiet_hook();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("HAS_DATAFUSION", cfg!(feature = "datafusion"))?;
     m.add_class::<explainer::NativeExplainer>()?;

@@ -43,6 +43,7 @@ mod compute_pool;
 mod device;
 pub mod engine;
 pub mod error;
+pub mod expected_panic;
 mod explainer;
 pub mod features;
 #[cfg(feature = "gpu")]

@@ -264,7 +264,7 @@ fn check_ipc_footer<R: Read + std::io::Seek>(source: &mut R) -> Result<(), Strin
 // The closure is what the fuzz targets' hook looks for on the stack, so it stays.
 #[allow(clippy::redundant_closure)]
 pub(crate) fn catch_decoder_panic<T>(decode: impl FnOnce() -> T) -> Option<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode())).ok()
+    shapfusion_core::expected_panic::catch(|| decode())
 }
 
 /// What a caller says when [`catch_decoder_panic`] caught a panic of the `format` reader.

@@ -28,12 +28,12 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
 use super::protocol::{
-    descriptor, human_duration, kind_of_status, replies_guarded, schema_guarded, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES, REQUEST_BYTES_HEADER,
-    UNDECODABLE,
+    descriptor, human_duration, kind_of_status, replies_guarded, ModelInfo, ACTION_HEALTH, REPLY_MESSAGE_BYTES, REQUEST_BYTES_HEADER, UNDECODABLE,
 };
 use crate::net::limits::is_busy;
 use crate::net::transport::{self, ConnectOptions};
 use shapfusion_core::error::{Error, ErrorKind, Result};
+use shapfusion_core::expected_panic;
 use shapfusion_core::OutputKind;
 use shapfusion_sql::call::PinnedCall;
 
@@ -484,7 +484,7 @@ impl WorkerPool {
                     Failure::Fatal(Error::Remote { worker: url.clone(), message: format!("unreadable {what}: {e}"), kind: ErrorKind::Internal })
                 };
                 let meta: ModelInfo = serde_json::from_slice(&info.app_metadata).map_err(|e| unreadable("model info", e.to_string()))?;
-                let schema = schema_guarded(|| info.try_decode_schema())
+                let schema = expected_panic::catch(|| info.try_decode_schema())
                     .ok_or_else(|| unreadable("schema", UNDECODABLE.to_string()))?
                     .map_err(|e| unreadable("schema", e.to_string()))?;
                 Ok((meta, Arc::new(schema)))

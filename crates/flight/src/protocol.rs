@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use tonic::Status;
 
 use shapfusion_core::error::{Error, ErrorKind};
+use shapfusion_core::expected_panic;
 use shapfusion_core::model::Model;
 use shapfusion_core::{output_fields, OutputKind};
 use shapfusion_sql::call::{PinnedCall, CALL_VERSION};
@@ -100,21 +101,14 @@ pub(crate) fn replies_guarded(replies: FlightRecordBatchStream) -> GuardedBatche
     GuardedBatches { decoder: Some(replies), on_panic }
 }
 
-/// `decode` run on bytes from the other end of a call (a client's first schema, a worker's
-/// `FlightInfo`), `None` when the Arrow IPC crate panicked on them ([`GuardedBatches`] says why
-/// that must not reach the task).
-pub(crate) fn schema_guarded<T>(decode: impl FnOnce() -> T) -> Option<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).ok()
-}
-
 impl Stream for GuardedBatches {
     type Item = Result<RecordBatch, FlightError>;
 
     fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
         let Some(decoder) = self.decoder.as_mut() else { return std::task::Poll::Ready(None) };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.poll_next_unpin(cx))) {
-            Ok(poll) => poll,
-            Err(_) => {
+        match expected_panic::catch(|| decoder.poll_next_unpin(cx)) {
+            Some(poll) => poll,
+            None => {
                 self.decoder = None;
                 std::task::Poll::Ready(Some(Err((self.on_panic)())))
             }

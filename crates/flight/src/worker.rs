@@ -25,13 +25,14 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::protocol::{
-    call_from_descriptor, decode_guarded, descriptor, output_schema, schema_guarded, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH,
-    ACTION_STATS, ACTION_VERSION, PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER, UNDECODABLE,
+    call_from_descriptor, decode_guarded, descriptor, output_schema, status_from_error, ModelInfo, WorkerStats, ACTION_HEALTH, ACTION_STATS,
+    ACTION_VERSION, PROTOCOL_VERSION, REQUEST_BYTES_HEADER, SESSION_HEADER, UNDECODABLE,
 };
 use crate::net::auth;
 use crate::net::limits::{Admission, Growth, Permit, SessionGuard, StatusStream, SMALL_REQUEST_BYTES};
 use crate::net::metrics::{Exposition, Render};
 use shapfusion_core::error::{Error, Result};
+use shapfusion_core::expected_panic;
 use shapfusion_core::features::FeatureColumns;
 use shapfusion_core::ComputeSettings;
 use shapfusion_core::{Explainer, OutputKind};
@@ -265,7 +266,8 @@ impl WorkerService {
         let input_schema = if first.data_header.is_empty() {
             None
         } else {
-            schema_guarded(|| Schema::try_from(&first))
+            // A client's bytes must not panic the task (see `protocol::GuardedBatches`).
+            expected_panic::catch(|| Schema::try_from(&first))
                 .ok_or_else(|| Status::invalid_argument(format!("the schema in the first message does not decode: {UNDECODABLE}")))?
                 .ok()
         };
