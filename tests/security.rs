@@ -284,9 +284,7 @@ impl FlightService for Broken {
         if !self.garbled {
             return Err(Status::internal("broken"));
         }
-        // The encapsulated form a FlightInfo's schema takes: a continuation marker and the length.
-        let message = common::undecodable_schema_message();
-        let schema = [&[0xff; 4][..], &(message.len() as u32).to_le_bytes(), &message].concat();
+        let schema = common::undecodable_schema_ipc();
         let about = r#"{"model": "fraud", "url": "fraud.json", "version": "1", "features": [], "output_groups": 1}"#;
         Ok(Response::new(FlightInfo { schema: schema.into(), app_metadata: about.into(), ..FlightInfo::default() }))
     }

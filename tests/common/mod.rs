@@ -224,10 +224,10 @@ pub fn path_dependent_game(tree: &shapfusion::model::Tree, x: &[f64], in_s: &dyn
 }
 
 /// An Arrow IPC schema message the Arrow crate panics on rather than refuses (a float of a
-/// precision it does not know), as a Flight message's `data_header` holds it: the
-/// `ARROW:schema` of a file the fuzzer found (`fuzz/regressions/input_rows/`), without the
-/// encapsulation's prefix.
-pub fn undecodable_schema_message() -> Vec<u8> {
+/// precision it does not know), encapsulated as a file's `ARROW:schema` and a `FlightInfo`'s
+/// schema hold it (a continuation marker, the flatbuffer's length, the flatbuffer): the schema of
+/// a file the fuzzer found (`fuzz/regressions/input_rows/`).
+pub fn undecodable_schema_ipc() -> Vec<u8> {
     use base64::Engine;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/input_rows/arrow_schema_unknown_float_precision.parquet");
@@ -235,8 +235,13 @@ pub fn undecodable_schema_message() -> Vec<u8> {
     let metadata = reader.metadata().file_metadata().key_value_metadata().unwrap();
     let encoded = metadata.iter().find(|kv| kv.key == "ARROW:schema").and_then(|kv| kv.value.clone()).unwrap();
     let message = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
-    // The encapsulation: a continuation marker and the flatbuffer's length, then the flatbuffer.
-    assert_eq!(message[..4], [0xff; 4]);
+    assert_eq!(message[..4], [0xff; 4], "the file's schema is not an encapsulated IPC message");
+    message
+}
+
+/// [`undecodable_schema_ipc`]'s flatbuffer alone, as a Flight message's `data_header` holds it.
+pub fn undecodable_schema_message() -> Vec<u8> {
+    let message = undecodable_schema_ipc();
     let len = u32::from_le_bytes(message[4..8].try_into().unwrap()) as usize;
     message[8..8 + len].to_vec()
 }
