@@ -8,8 +8,7 @@
 #                                  # and the models (xz), the rows, the shapfusion wheel (with the
 #                                  # GPU engine) and the peers' wheels (XGBoost CPU, WOODELF)
 #   GPU_MODELS= bash benchmarks/gpu.sh build   # the binaries only (what CI builds, so the carry
-#                                  # cannot break unseen); RELEASE_TARGET_DIR=DIR builds the
-#                                  # release binaries there (default: CARGO_TARGET_DIR's)
+#                                  # cannot break unseen)
 #   bash benchmarks/gpu.sh         # on the GPU host (no Rust needed; device tool: carry
 #                                  # target/gpu-carry): every step, table last
 #
@@ -43,13 +42,10 @@ if [[ "${1:-run}" == build ]]; then
   # The release builds (the bench, the wheel) without the lints that `.ci/run` wraps its dev
   # builds in (RUSTC_WORKSPACE_WRAPPER is part of what cargo keys a crate's build by): so the
   # bench's build and the wheel's, which CI starts before it sets the wrapper, share the engines.
-  # They go to RELEASE_TARGET_DIR where it is set (CI keeps its release builds apart from the
-  # directory its dev builds and tests use, so that neither waits for the other's lock).
-  release_target="${RELEASE_TARGET_DIR:-${CARGO_TARGET_DIR:-target}}"
-  release_build=(env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS CARGO_TARGET_DIR="$release_target")
+  without_lints=(env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS)
   # gpu_bench lives in shapfusion-files: its release build is the engines, the GPU code and
   # Parquet only, every crate of it shared with the wheel's release build.
-  "${release_build[@]}" cargo build --release --locked -p shapfusion-files --features gpu --example gpu_bench
+  "${without_lints[@]}" cargo build --release --locked -p shapfusion-files --features gpu --example gpu_bench
   # gpu_paths: the test binary of `cargo test` (default features, gpu among them; the dev
   # profile, in which the engines are optimised): no build of its own, and a release build would
   # compile the root crate's dev-dependencies (DataFusion among them) once more.
@@ -57,7 +53,7 @@ if [[ "${1:-run}" == build ]]; then
     | python3 -c 'import json,sys; print([m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and "gpu_paths" in m["executable"]][0])')
   rm -rf "$carry"
   mkdir -p "$carry"
-  cp "$release_target/release/examples/gpu_bench" "$carry/gpu_bench"
+  cp "${CARGO_TARGET_DIR:-target}/release/examples/gpu_bench" "$carry/gpu_bench"
   cp "$test_bin" "$carry/gpu_paths"
   strip "$carry/gpu_bench" "$carry/gpu_paths"
   if [[ -n "${GPU_BASE_KERNEL:-}" ]]; then
@@ -67,8 +63,8 @@ if [[ "${1:-run}" == build ]]; then
     cp kernels/treeshap.cu "$saved"
     trap 'cp "$saved" kernels/treeshap.cu' EXIT
     cp "$GPU_BASE_KERNEL" kernels/treeshap.cu
-    "${release_build[@]}" cargo build --release --locked -p shapfusion-files --features gpu --example gpu_bench
-    cp "$release_target/release/examples/gpu_bench" "$carry/gpu_bench_base"
+    "${without_lints[@]}" cargo build --release --locked -p shapfusion-files --features gpu --example gpu_bench
+    cp "${CARGO_TARGET_DIR:-target}/release/examples/gpu_bench" "$carry/gpu_bench_base"
     strip "$carry/gpu_bench_base"
     cp "$saved" kernels/treeshap.cu
     trap - EXIT
@@ -88,7 +84,7 @@ if [[ "${1:-run}" == build ]]; then
     # The wheel, with the GPU engine (its default features; maturin as pinned in
     # python/requirements-test.txt, in .venv), and the peers' wheels for the host's Python 3.12
     # (XGBoost's CPU build, WOODELF and the treelite it parses models with), as pinned elsewhere.
-    "${release_build[@]}" .venv/bin/maturin build --release --locked --manifest-path python/Cargo.toml --out "$carry/wheels"
+    "${without_lints[@]}" .venv/bin/maturin build --release --locked --manifest-path python/Cargo.toml --out "$carry/wheels"
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
       -d "$carry/wheels" xgboost-cpu==3.4.1 woodelf-explainer==0.4.8 treelite==4.8.1
