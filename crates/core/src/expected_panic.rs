@@ -41,15 +41,14 @@ pub fn quiet_hook() {
     ONCE.call_once(|| {
         let before = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
-            let in_dependency = info.location().is_none_or(|at| raised_in_dependency(at.file()));
-            if expected() && in_dependency {
-                tracing::debug!("a decoder panicked on input that is refused: {info}");
-            } else {
-                if expected() {
-                    tracing::error!("shapfusion's own code panicked while decoding input, which is refused (a bug, please report it): {info}");
+            if expected() {
+                if info.location().is_none_or(|at| raised_in_dependency(at.file())) {
+                    tracing::debug!("a decoder panicked on input that is refused: {info}");
+                    return;
                 }
-                before(info);
+                tracing::error!("shapfusion's own code panicked while decoding input, which is refused (a bug, please report it): {info}");
             }
+            before(info);
         }));
     });
 }
