@@ -384,6 +384,17 @@ fn a_page_header_read_past_the_end_of_a_spark_ml_file_is_refused_there() {
     assert!(e.starts_with("replay") && e.contains("read past the end of the Parquet file"), "{e}");
 }
 
+/// A page header that runs past the end of its column chunk into the next one, where an unknown
+/// field holds a map of 442 million booleans (no byte each to the Parquet crate): the crate reads
+/// a header on past its chunk, and skipped the map for 8 s (a fuzzer's timeout); the page
+/// headers are walked as far as the crate reads them, and the map refused.
+#[test]
+fn a_page_header_past_its_column_chunk_is_walked_as_far_as_the_crate_reads_it() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/spark_ml/page_header_past_its_chunk");
+    let e = spark_ml_regression(&std::fs::read(path).unwrap()).unwrap_err().to_string();
+    assert!(e.starts_with("replay") && e.contains("row group 0, column 0, page header at byte 4: a map of 442277877 booleans in"), "{e}");
+}
+
 /// A footer whose unknown field is a map of 442 million booleans to booleans, which the Parquet
 /// crate skips without reading a byte (seconds, a fuzzer's timeout): the footer is walked first
 /// and the map refused, naming the file.

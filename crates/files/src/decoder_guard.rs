@@ -14,9 +14,10 @@
 //! - it skips a list of booleans in an unknown field of the footer or a page header without
 //!   reading anything (each boolean takes no byte to it), so a list that claims two billion
 //!   of them loops for seconds however short the file: [`check_thrift`] walks the footer and
-//!   every page header first, in time linear in their bytes, and refuses a list or map of
-//!   booleans longer than the bytes left (a writer that follows Thrift's compact protocol spends
-//!   a byte on each);
+//!   every page header first (as far as the crate reads it, past its column chunk too), in time
+//!   linear in their bytes, and refuses a list or map of booleans longer than the bytes left, or
+//!   collections of more booleans in all than the struct's bytes (a writer that follows Thrift's
+//!   compact protocol spends a byte on each);
 //! - it sizes a dictionary by its page header's count of values, filling that many entries
 //!   before decoding one, so a header of a few bytes that claims four hundred million values
 //!   of a 30-row file allocates gigabytes: [`check_thrift`] refuses a dictionary page whose
@@ -295,7 +296,8 @@ fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) 
         for (c, column) in group.columns().iter().enumerate() {
             // Within the file, as `check_column_chunks` found before this walk.
             let (start, len) = column.byte_range();
-            let read = |at: u64, len: u64| source.get_bytes(at, len as usize).ok();
+            // At most to the end of the file (a read past it is an error, not fewer bytes).
+            let read = |at: u64, len: u64| source.get_bytes(at, len.min(source.len().saturating_sub(at)) as usize).ok();
             // A header that runs past its chunk is left to the crate, whose reads past the end
             // of the file fail here (`EofIsAnError`).
             walk_pages(read, start, len, false, column.column_descr()).map_err(|e| format!("row group {g}, column {c}, {e}"))?;
@@ -319,7 +321,11 @@ fn walk_pages(
     // A header is read through a window that grows while the header runs past it.
     let mut window = PAGE_HEADER_WINDOW;
     while left > 0 {
-        let Some(bytes) = read(at, window.min(left)) else { break };
+        // Where a header may run past its chunk, the crate goes on reading it from the bytes
+        // after the chunk (it fails only at the end of the file), so the walk reads them too:
+        // a header walked only to its chunk's end let lists of booleans after it through
+        // (a fuzzed 7 KiB Spark ML node file held the crate in its skip for 8 s that way).
+        let Some(bytes) = read(at, if past_end_refused { window.min(left) } else { window }) else { break };
         match walk_struct(&bytes) {
             Ok(Walked::Whole { len, header: PageHeader { compressed_page_size: Some(data), uncompressed_page_size, dictionary_values } })
                 if data >= 0 =>
@@ -333,7 +339,7 @@ fn walk_pages(
                 }
                 (at, left, window) = (at + page, left - page, PAGE_HEADER_WINDOW);
             }
-            Ok(Walked::Truncated) if window < left && (bytes.len() as u64) >= window => window = window.saturating_mul(4),
+            Ok(Walked::Truncated) if (window < left || !past_end_refused) && (bytes.len() as u64) >= window => window = window.saturating_mul(4),
             Ok(Walked::Truncated) if past_end_refused && (bytes.len() as u64) >= left => {
                 return Err(format!("page header at byte {at}: runs past the end of its column chunk"));
             }
@@ -416,11 +422,25 @@ enum Frame {
 
 /// Walks one Thrift compact-protocol struct from the start of `buf`, with an explicit stack,
 /// as the crate parses or skips it (a boolean in a list or map takes no byte, as the crate
-/// reads it); refuses a collection of booleans longer than the bytes left. Every step reads a
-/// byte or ends a value, and the collections of booleans are bounded by the bytes, so the walk
-/// is linear in `buf`.
+/// reads it); refuses a collection of booleans longer than the bytes left, and collections whose
+/// booleans together outnumber `buf`'s bytes. Every step reads a byte or ends a value, and the
+/// booleans of all collections together are bounded by the bytes, so the walk is linear in
+/// `buf`.
 fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
     let mut pos = 0usize;
+    // The booleans of every collection walked so far. Bounding each collection alone by the
+    // bytes left is not enough: a list of lists (a byte a header) whose every list claims as
+    // many booleans as bytes are left makes the square of the bytes, and a fuzzed 7 KiB Spark
+    // ML node file held the crate in its skip for 8 s that way. A writer spends a byte on each
+    // boolean, so all of them together fit the bytes.
+    let mut booleans = 0u64;
+    let mut count_booleans = |count: u64| -> Result<(), String> {
+        booleans = booleans.saturating_add(count);
+        if booleans > buf.len() as u64 {
+            return Err(format!("collections of {booleans} booleans in all in {} bytes", buf.len()));
+        }
+        Ok(())
+    };
     let mut stack = vec![Frame::Struct { last_id: 0 }];
     let mut page = PageHeader::default();
     macro_rules! byte {
@@ -520,8 +540,11 @@ fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
                     n => u64::from(n),
                 };
                 let remaining = (buf.len() - pos) as u64;
-                if matches!(element, 1 | 2) && count > remaining {
-                    return Err(format!("a list of {count} booleans in {remaining} bytes"));
+                if matches!(element, 1 | 2) {
+                    if count > remaining {
+                        return Err(format!("a list of {count} booleans in {remaining} bytes"));
+                    }
+                    count_booleans(count)?;
                 }
                 stack.push(Frame::Repeat { types: [element, element], arity: 1, left: count });
             }
@@ -531,8 +554,11 @@ fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
                     let kv = byte!();
                     let (key, value) = (kv >> 4, kv & 0x0f);
                     let remaining = (buf.len() - pos) as u64;
-                    if matches!(key, 1 | 2) && matches!(value, 1 | 2) && count > remaining {
-                        return Err(format!("a map of {count} booleans in {remaining} bytes"));
+                    if matches!(key, 1 | 2) && matches!(value, 1 | 2) {
+                        if count > remaining {
+                            return Err(format!("a map of {count} booleans in {remaining} bytes"));
+                        }
+                        count_booleans(count)?;
                     }
                     stack.push(Frame::Repeat { types: [value, key], arity: 2, left: count.saturating_mul(2) });
                 }
@@ -594,6 +620,17 @@ mod tests {
         assert!(walk_struct(&map).unwrap_err().contains("a map of 1048576 booleans"));
         // A map of booleans to i32s reads a byte an entry: walked, to the end of its bytes.
         assert_eq!(walk_struct(&[field(2, 11), 0x80, 0x80, 0x40, 0x15, 0]), Ok(Walked::Truncated));
+        // A list of 100 lists (a byte a header), each of 14 booleans, fewer than the bytes left
+        // after it: 1,400 booleans in all in 104 bytes (the square of the bytes, at scale).
+        let mut nested = vec![field(5, 9), 0xf9, 100];
+        nested.extend([0xe1; 100]);
+        nested.push(0);
+        let e = walk_struct(&nested).unwrap_err();
+        assert!(e.contains("booleans in all in 104 bytes"), "{e}");
+        // As many booleans in all as the bytes hold: walked.
+        let mut fits = vec![field(5, 9), 0x29, 0x11, 0x11, 0];
+        fits.extend([0; 2]);
+        assert_eq!(walk_struct(&fits), Ok(Walked::Whole { len: 5, header: PageHeader::default() }));
     }
 
     #[test]
