@@ -298,8 +298,8 @@ fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) 
             let (start, len) = column.byte_range();
             // At most to the end of the file (a read past it is an error, not fewer bytes).
             let read = |at: u64, len: u64| source.get_bytes(at, len.min(source.len().saturating_sub(at)) as usize).ok();
-            // A header that runs past its chunk is left to the crate, whose reads past the end
-            // of the file fail here (`EofIsAnError`).
+            // A header that runs past its chunk is walked on as the crate reads it, up to the end
+            // of the file, where the crate's reads fail (`EofIsAnError`).
             walk_pages(read, start, len, false, column.column_descr()).map_err(|e| format!("row group {g}, column {c}, {e}"))?;
         }
     }
@@ -430,9 +430,9 @@ fn walk_struct(buf: &[u8]) -> Result<Walked, String> {
     let mut pos = 0usize;
     // The booleans of every collection walked so far. Bounding each collection alone by the
     // bytes left is not enough: a list of lists (a byte a header) whose every list claims as
-    // many booleans as bytes are left makes the square of the bytes, and a fuzzed 7 KiB Spark
-    // ML node file held the crate in its skip for 8 s that way. A writer spends a byte on each
-    // boolean, so all of them together fit the bytes.
+    // many booleans as bytes are left makes the square of the bytes (seen reading this walk,
+    // not yet by a fuzzer). A writer spends a byte on each boolean, so all of them together fit
+    // the bytes.
     let mut booleans = 0u64;
     let mut count_booleans = |count: u64| -> Result<(), String> {
         booleans = booleans.saturating_add(count);
