@@ -309,8 +309,9 @@ fn check_thrift<R: ChunkReader>(source: &R, metadata: Option<&ParquetMetaData>) 
 /// Walks the page headers of `left` bytes of a column chunk of `column` from byte `at`, one page
 /// after the other as the crate reads them, reading each header through `read(at, len)` (which
 /// may return fewer bytes; `None`: nothing more to read), and checks each dictionary page. A
-/// header that runs past the `left` bytes is refused where `past_end_refused` says so, else left
-/// to the caller. What the walk cannot parse it leaves to the crate.
+/// header that runs past the `left` bytes is refused where `past_end_refused` says so, else
+/// walked on through `read` past them, as far as `read` gives bytes. What the walk cannot parse
+/// it leaves to the crate.
 fn walk_pages(
     mut read: impl FnMut(u64, u64) -> Option<Bytes>,
     mut at: u64,
