@@ -20,7 +20,6 @@ repeats after a warm-up; executors and workers are started once per configuratio
 """
 import argparse
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -32,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import machine  # noqa: E402  (the machine line of every table)
 from ballista_check import make_data  # noqa: E402
 from suite import timed, write_results_section  # noqa: E402
 
@@ -135,7 +135,7 @@ def main():
     body = (
         "## Distributed SQL: Ballista vs the Flight pool vs in-process\n\n"
         f"Command: `python benchmarks/ballista.py --rows {args.rows} --files {args.files} --repeats {args.repeats} --bin {shown_bin}`. "
-        f"Machine: {platform.machine()}, {cores} cores; every process (scheduler, executors, workers, client) on the same cores, over loopback. "
+        f"Machine: {machine.describe()}; every process (scheduler, executors, workers, client) on the same cores, over loopback. "
         f"{args.rows:,} rows (copies of the example payments) in {args.files} Parquet files; the example fraud model; "
         f"query `{SHAP_QUERY.replace(FEATURES, '…')}` (every row's attributions, one result row); whole-command wall time, median of {args.repeats} after a warm-up. "
         f"\"scan only\" is `{SCAN_QUERY}`: the job's fixed cost.\n\n"

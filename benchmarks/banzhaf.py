@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import machine  # noqa: E402  (the machine line of every table)
 import suite  # noqa: E402  (model training and data)
 from interventional import rate, run_measured, write_parquet, write_results_block  # noqa: E402
 
@@ -190,12 +190,12 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         results.append(row)
     (OUT / "banzhaf.json").write_text(json.dumps(results, indent=1))
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    host = machine.describe()
     lines = [
         f"Command: `.venv/bin/python benchmarks/banzhaf.py --bench target/release/examples/bench --rows {args.rows} "
         f"--interaction-rows {args.interaction_rows} --background {args.background} --threads {args.threads} "
         f"--repeats {args.repeats} --peer-repeats {args.peer_repeats} --settle {args.settle:g} --write`, "
-        f"{machine}, {date.today().isoformat()}. Model: XGBoost, 100 trees of depth 6 on 127 features "
+        f"{host}, {date.today().isoformat()}. Model: XGBoost, 100 trees of depth 6 on 127 features "
         f"(WOODELF's README task, scaled down to fit this machine: {note}).",
         "",
         "| output | rows | background rows | shapfusion rows/s | set-up s | WOODELF rows/s | vs WOODELF | vs WOODELF incl. set-up | max difference |",

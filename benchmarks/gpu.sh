@@ -139,6 +139,7 @@ for spec in "${specs[@]}"; do
 done
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv || true
+  echo "host: $(python3 benchmarks/machine.py 2>/dev/null || echo unknown)"
   echo "cores: $(nproc); NVRTC: $(ldconfig -p | grep -o 'libnvrtc.so[.0-9]*' | head -1) LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
   if [[ $steps == *" tests "* ]]; then
     echo "== GPU tests: every fixture, SHAP and interactions, GPU vs exact engine (1e-9 of max|phi|)"

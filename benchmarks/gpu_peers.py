@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+import machine  # benchmarks/machine.py, same directory: the host in the JSON
 import numpy as np
 
 CHECK_ROWS = 500
@@ -185,7 +186,7 @@ def main():
                 results.append(row)
                 if args.out:  # after each measurement: a run cut at its limit keeps what it measured
                     with open(args.out, "w") as f:
-                        json.dump({"cpu_count": os.cpu_count(), "results": results}, f, indent=1)
+                        json.dump({"host": machine.describe(), "cpu_count": os.cpu_count(), "results": results}, f, indent=1)
     print("\n| model | output | method | rows | rows/s | first call s | max error vs shapfusion CPU (of max|φ|) | status |")
     print("|---|---|---|---:|---:|---:|---:|---|")
     for r in results:

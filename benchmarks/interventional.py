@@ -35,6 +35,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import machine  # noqa: E402  (the machine line of every table)
 import suite  # noqa: E402  (the model specs, data and training)
 
 OUT = HERE / "out"
@@ -230,7 +231,7 @@ def main() -> None:
 def write_results(results: list[dict], argv: str) -> None:
     lines = [
         f"Command: `bash benchmarks/run.sh --interventional` (`benchmarks/interventional.py {argv}`), "
-        f"{os.cpu_count()} cores; shapfusion and WOODELF with {results[0]['threads']} threads, shap on one "
+        f"{machine.describe()}; shapfusion and WOODELF with {results[0]['threads']} threads, shap on one "
         "(its interventional path has no thread setting). Errors: max over the first 20 rows of "
         "max|φ − φ_oracle| / max|φ_oracle|, the oracle being shapfusion's reference engine (the definition, "
         "background row by background row) up to 1,000 background rows, and the aggregated engine beyond.",

@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import machine  # noqa: E402  (the machine line of every table)
 import suite  # noqa: E402  (RESULTS.md's sections)
 
 
@@ -124,7 +124,7 @@ def main() -> None:
     lines = [
         f"Command: `python benchmarks/limits.py --results {args.results} --models {args.models}` "
         f"(operation counts from the model files, rows/s from `benchmarks/out/{args.results}.json`). "
-        f"Machine: {platform.machine()}; {peak_note}.",
+        f"Machine: {machine.describe()}; {peak_note}.",
         "",
         "| model | splits | points per split | flops per row | `linear` rows/s, 1 core | GFLOP/s per core | of peak |",
         "|---|---:|---:|---:|---:|---:|---:|",

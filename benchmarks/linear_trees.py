@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from datetime import date
@@ -39,6 +38,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import machine  # noqa: E402  (the machine line of every table)
 from interventional import rate, rel_error, shapfusion, write_parquet, write_results_block  # noqa: E402
 
 OUT = HERE / "out"
@@ -126,8 +126,8 @@ def main() -> None:
 def write_results(r: dict, argv: str) -> None:
     first = r["sizes"][0]
     lines = [
-        f"Command: `python benchmarks/linear_trees.py {argv}` (release harness). Machine: {platform.machine()}, "
-        f"{platform.platform()}, {os.cpu_count()} cores; {date.today().isoformat()}; LightGBM {r['versions']['lightgbm']}, "
+        f"Command: `python benchmarks/linear_trees.py {argv}` (release harness). Machine: "
+        f"{machine.describe()}; {date.today().isoformat()}; LightGBM {r['versions']['lightgbm']}, "
         f"shap {r['versions']['shap']}. A LightGBM regressor with `linear_tree=True`: {r['features']} features, "
         f"{r['trees']} trees of {r['leaves']} leaves; {r['rows']:,} rows explained ({r['peer_rows']} by shap); {r['threads']} threads.",
         "",

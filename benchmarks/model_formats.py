@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402  (the machine line of every table)
 
 import shapfusion  # noqa: E402
 from python_wheel import median_seconds  # noqa: E402
@@ -127,7 +128,7 @@ def main() -> None:
         "## scikit-learn and CatBoost models (benchmarks/model_formats.py)",
         "",
         f"Command: `python benchmarks/model_formats.py --threads {args.threads} --rows {args.rows}` (release wheel, `pip install ./python`). "
-        f"Machine: {platform.machine()}, {platform.platform()}; Python {platform.python_version()}; scikit-learn {sklearn.__version__}, "
+        f"Machine: {machine.describe()}; Python {platform.python_version()}; scikit-learn {sklearn.__version__}, "
         f"shap {shap.__version__}, catboost {catboost.__version__}, shapfusion {shapfusion.__version__}. Training data 20,000 rows × 20 features; "
         f"{n} rows explained; computation only, median of {args.repeats} runs (shap's: 1 run). shap's TreeExplainer has no thread "
         "setting and runs on one thread, so its same-threads ratio is against shapfusion on one thread; CatBoost runs with the "

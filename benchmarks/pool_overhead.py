@@ -13,13 +13,13 @@ workers are started once per configuration and are warm (the model loaded) befor
 """
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 
+import machine  # benchmarks/machine.py, same directory
 from suite import OUT, SPECS, build_model, make_data, timed, write_results_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def main():
     body = (
         "## Flight pool overhead: `explain --workers` vs in-process\n\n"
         f"Command: `python benchmarks/pool_overhead.py --spec {args.spec} --rows {args.rows} --repeats {args.repeats} --bin {os.path.relpath(args.bin, ROOT)}`. "
-        f"Machine: {platform.machine()}, {cores} cores; workers on loopback, all processes on the same cores. "
+        f"Machine: {machine.describe()}; workers on loopback, all processes on the same cores. "
         f"Model `{spec.name}` ({spec.trees} trees, depth {spec.depth}, {spec.features} features), {args.rows:,} rows; "
         f"whole-command wall time, median of {args.repeats} after a warm-up.\n\n"
         "| path | median s | rows/s | vs in-process | runs (s) |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from suite import OUT, ROOT, SPECS, write_results_section  # noqa: E402
+import machine  # noqa: E402  (the machine line of every table)
+from suite import OUT, SPECS, write_results_section  # noqa: E402
 
 import shapfusion  # noqa: E402
 
@@ -142,8 +143,8 @@ def write_report(rows, overheads, args):
     versions = f"shapfusion {shapfusion.__version__} (release wheel), xgboost {xgboost.__version__}, shap {shap.__version__}, numpy {np.__version__}"
     body = "## Python package (`shapfusion.Explainer`) in-process\n\n"
     body += (
-        f"Command: `bash benchmarks/run.sh --python --threads {args.threads}` ({time.strftime('%Y-%m-%d')}). Machine: {platform.machine()}, "
-        f"{platform.platform()}; Python {platform.python_version()}. Versions: {versions}.\n"
+        f"Command: `bash benchmarks/run.sh --python --threads {args.threads}` ({time.strftime('%Y-%m-%d')}). Machine: "
+        f"{machine.describe()}; Python {platform.python_version()}. Versions: {versions}.\n"
         f"One Python process: `explainer.shap_values(X)` (X a float64 NumPy array: the suite's rows repeated to {args.rows:,} "
         f"(small-8f: its 20,000), {args.threads} threads), "
         f"`booster.predict(DMatrix(X), pred_contribs=True)` (nthread={args.threads}) and shap's `TreeExplainer` "

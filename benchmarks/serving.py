@@ -34,7 +34,6 @@ import functools
 import importlib.util
 import json
 import os
-import platform
 import re
 import shlex
 import subprocess
@@ -46,6 +45,8 @@ from datetime import date
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
+
+import machine  # benchmarks/machine.py, same directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -467,7 +468,7 @@ def main():
         with open(path) as f:
             results = f.read()
         command = " ".join(["python benchmarks/serving.py", *map(shlex.quote, sys.argv[1:])])
-        when = f"{date.today().isoformat()}, {platform.machine()} {platform.platform()}, {cores} cores"
+        when = f"{date.today().isoformat()}, {machine.describe()}"
         block = f"{LATEST_BEGIN}\nCommand: `{command}` ({when}).\n\n{text}\n{LATEST_END}"
         results = with_latest_run(results, block)
         with open(path, "w") as f:

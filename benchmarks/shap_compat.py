@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402  (the machine line of every table)
 
 import shapfusion  # noqa: E402
 from python_wheel import median_seconds  # noqa: E402
@@ -175,7 +176,7 @@ def main() -> None:
         "## Coming from shap: shapfusion.TreeExplainer against shap.TreeExplainer (benchmarks/shap_compat.py)",
         "",
         f"Command: `python benchmarks/shap_compat.py --threads {T} --repeats {args.repeats}` (release wheel), {time.strftime('%Y-%m-%d')}. "
-        f"Machine: {platform.machine()}, {platform.platform()}; Python {platform.python_version()}; shap {shap.__version__}, "
+        f"Machine: {machine.describe()}; Python {platform.python_version()}; shap {shap.__version__}, "
         f"xgboost {xgboost.__version__}, lightgbm {lightgbm.__version__}, catboost {catboost.__version__}, shapfusion {shapfusion.__version__}. "
         "Each model is measured in its own process. "
         "The same call on both explainers (`shap_values(X)`), computation only. For XGBoost, LightGBM and CatBoost "

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402  (the machine line of every table)
 
 from python_wheel import median_seconds as timed  # noqa: E402  (a warm-up, then the median)
 from suite import write_results_section  # noqa: E402
@@ -183,7 +184,7 @@ def machine_line(args):
     import shapfusion
 
     return (
-        f"Machine: {platform.machine()}, {platform.platform()}, {os.cpu_count()} cores; local Spark `local[{SPARK_CORES}]`, "
+        f"Machine: {machine.describe()}; local Spark `local[{SPARK_CORES}]`, "
         f"{args.partitions} partitions; Python {platform.python_version()}; pyspark {pyspark.__version__}, "
         f"xgboost {xgboost.__version__}, shapfusion {shapfusion.__version__}; {date.today().isoformat()}."
     )
@@ -390,7 +391,7 @@ def recipes(spark, args):
         "## Spark: shapfusion.spark.explain against the usual recipes (benchmarks/spark.py)",
         "",
         f"Command: `python benchmarks/spark.py --rows {args.rows} --peer-rows {args.peer_rows} --shap-rows {args.shap_rows} --repeats {args.repeats} --peer-repeats {args.peer_repeats}` "
-        f"(release wheel). Machine: {platform.machine()}, {platform.platform()}, {os.cpu_count()} cores; local Spark `local[{SPARK_CORES}]`, "
+        f"(release wheel). Machine: {machine.describe()}; local Spark `local[{SPARK_CORES}]`, "
         f"{args.partitions} partitions; Python {platform.python_version()}; pyspark {pyspark.__version__}, shap {shap.__version__}, "
         f"xgboost {xgboost.__version__}, scikit-learn {sklearn.__version__}, shapfusion {shapfusion.__version__}. "
         f"{FEATURES} features; XGBoost: 100 trees, depth 6, trained by `xgboost.spark.SparkXGBClassifier`; forest: 100 trees, depth 10. "

@@ -9,12 +9,12 @@ and write Parquet; the wall time of each whole command is measured (median of th
 """
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+import machine  # benchmarks/machine.py, same directory
 from suite import timed, write_results_section  # benchmarks/suite.py, same directory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def main():
     body = (
         f"## SQL overhead: `SELECT shap(...)` vs `explain`\n\n"
         f"Command: `.venv/bin/python benchmarks/sql_overhead.py --rows {args.rows} --repeats {args.repeats} --bin {os.path.relpath(args.bin, ROOT)}`. "
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores. Model `examples/models/fraud.json` (100 trees, depth 6), "
+        f"Machine: {machine.describe()}. Model `examples/models/fraud.json` (100 trees, depth 6), "
         f"{args.rows:,} rows; both write Parquet; whole-command wall time, median of {args.repeats}.\n\n"
         f"| path | median s | rows/s | runs (s) |\n|---|---|---|---|\n"
         f"| `shapfusion explain` | {e:.2f} | {args.rows / e:,.0f} | {', '.join(f'{t:.2f}' for t in times['explain'])} |\n"

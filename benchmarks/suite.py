@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import platform
 import shlex
 import subprocess
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+import machine  # benchmarks/machine.py, same directory
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out"
@@ -311,8 +312,7 @@ def write_report(results, args):
     if args.section != "SUITE":
         command = f"`python benchmarks/suite.py {shlex.join(sys.argv[1:])}` (results in `benchmarks/out/{args.results}.json`)"
     lines.append(f"Command: {command}. "
-                 f"Machine: {platform.machine()}, "
-                 f"{os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}.")
+                 f"Machine: {machine.describe()}; Python {platform.python_version()}.")
     from importlib.metadata import version
     peers = ", ".join(f"{n} {version(n)}" for n in ("xgboost", "lightgbm", "shap", "fasttreeshap-fixed", "woodelf-explainer"))
     xgb34 = subprocess.run([str(PY312), "-c", "import xgboost; print(xgboost.__version__)"], capture_output=True, text=True).stdout.strip() if PY312.exists() else "absent"
