@@ -1298,7 +1298,7 @@ impl Linear {
     /// leave a thread idle or waiting on the other), the model has several chunks, and their
     /// sums fit [`MAX_CHUNK_SUMS_BYTES`]. Either way a row gets the same bits.
     fn split_by_trees<const N: usize>(&self, lane_groups: usize, pairs: bool) -> bool {
-        let threads = rayon::current_num_threads();
+        let threads = super::drivers::planned_threads();
         let (f, groups) = (self.prepared.model.num_features(), self.prepared.model.num_groups());
         let per_lane_group = groups.saturating_mul(f).saturating_mul(if pairs { f + 1 } else { 1 });
         let bytes = self.chunks().saturating_mul(lane_groups).saturating_mul(per_lane_group).saturating_mul(size_of::<Lanes<N>>());
