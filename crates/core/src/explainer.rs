@@ -621,11 +621,15 @@ mod tests {
         // (one task or several, a lane group, a flat walk).
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
         let batch = shuffled_rows(&model, 2 * JOINABLE_ROWS + 3);
-        for explainer in [&one, &two] {
+        let engines: Vec<Explainer> = Algorithm::NAMES
+            .iter()
+            .map(|name| Explainer::builder(model.clone()).algorithm(name.parse().unwrap()).device(Device::Cpu).threads(1).build().unwrap())
+            .collect();
+        for explainer in engines.iter().chain([&two]) {
             for rows in [1, 2, 3, quick_rows, quick_rows + 1, JOINABLE_ROWS, JOINABLE_ROWS + 1, 2 * JOINABLE_ROWS + 3] {
                 let block = model.feature_block(&batch.slice(0, rows)).unwrap();
                 let engine = explainer.engine.as_ref();
-                let what = format!("{} thread(s), {rows} rows", explainer.threads());
+                let what = format!("{}, {} thread(s), {rows} rows", engine.name(), explainer.threads());
                 assert_eq!(
                     bits(&explainer.shap_values(&block).unwrap().values),
                     bits(&explainer.pool.install(|| engine.shap(&block)).unwrap().values),
