@@ -127,16 +127,13 @@ impl Explainer {
     /// takes only calls [`is_quick`](Self::is_quick) says it may), in place, on the lane's one
     /// thread; else on the compute pool.
     pub(crate) fn output_columns_on(&self, lane: Lane, batch: &RecordBatch, output: OutputKind) -> Result<Vec<ArrayRef>> {
+        debug_assert!(lane == Lane::Pool || self.is_quick(batch.num_rows(), output), "a call too large for the quick lane");
+        let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
+        let call = || explain_batch(self.engine.as_ref(), &features, batch, output);
         match lane {
-            Lane::Quick => {
-                debug_assert!(self.is_quick(batch.num_rows(), output), "a call too large for the quick lane");
-                let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
-                explain_batch(self.engine.as_ref(), &features, batch, output)
-            }
-            Lane::Pool => {
-                let features = FeatureColumns::resolve(batch.schema_ref(), self.model())?;
-                self.pool.install(|| explain_batch(self.engine.as_ref(), &features, batch, output))
-            }
+            Lane::Quick => call(),
+            // The lane is chosen already (`small_calls` gives the quick lane the calls that fit it).
+            Lane::Pool => self.pool.install(call),
         }
     }
 
