@@ -44,10 +44,11 @@ def median_seconds(call, repeats: int) -> float:
     return statistics.median(times)
 
 
-def latency_us(call, calls: int) -> tuple[float, float]:
-    """Median and 99th percentile wall time of one call, in microseconds."""
+def latency_us(call, calls: int, warmup: int = 1) -> tuple[float, float]:
+    """Median and 99th percentile wall time of one call, in microseconds, after `warmup` calls."""
     time.sleep(1.0)
-    call()
+    for _ in range(warmup):
+        call()
     times = []
     for _ in range(calls):
         start = time.perf_counter()
