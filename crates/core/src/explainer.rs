@@ -18,7 +18,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 use crate::batch::{explain_batch, explain_block};
 use crate::compute_pool::compute_pool;
 use crate::device::{engine_on, interventional_on, prepare_gpu, Device};
-use crate::engine::drivers::in_place;
+use crate::engine::drivers::{in_place, joined};
 use crate::engine::{
     covers_counted_from, transformed_interactions_unavailable, Algorithm, Attributions, Engine, FeatureBlock, Index, Interactions, OutputTransform,
     Predictions, Saabas,
@@ -39,14 +39,30 @@ pub struct Explainer {
     /// Saabas values' node expectations, made by the first call that asks.
     saabas: Arc<OnceLock<Saabas>>,
     pool: Arc<rayon::ThreadPool>,
+    /// The threads that help a small call on the calling thread ([`CallLane::Joined`]): a pool
+    /// of one thread fewer than `pool`, on the CPU's path-dependent engines with several
+    /// threads; else none.
+    helpers: Option<Arc<rayon::ThreadPool>>,
     output: OutputKind,
     schema: SchemaRef,
     settings: ComputeSettings,
     /// Small requests of [`spawn_output`](Self::spawn_output) waiting for the compute threads.
     small_calls: Arc<SmallCalls>,
     /// Splits a row walks over all trees, where the engine's cost follows them (the CPU's
-    /// path-dependent engines), for the [`QuickLane`]'s choice; `None` for the others.
+    /// path-dependent engines), for the [`QuickLane`](crate::small_calls::QuickLane)'s choice;
+    /// `None` for the others.
     splits_a_row: Option<usize>,
+}
+
+/// Where an [`Explainer`]'s synchronous call runs ([`Explainer::lane_of`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CallLane<'a> {
+    /// On the calling thread alone ([`in_place`]).
+    InPlace,
+    /// On the calling thread, with these helpers' threads taking tasks ([`joined`]).
+    Joined(&'a Arc<rayon::ThreadPool>),
+    /// Handed to the compute pool.
+    Pool,
 }
 
 /// Settings of an [`Explainer`], each with the default every front end uses.
@@ -96,31 +112,41 @@ impl Explainer {
         self.run(batch.num_rows(), output, || explain_batch(self.engine.as_ref(), &features, batch, output))
     }
 
-    /// Runs `call`, a call of `rows` rows of `output`: a small one [in place](in_place) on the
-    /// calling thread ([`runs_in_place`](Self::runs_in_place)), any other on the compute pool.
+    /// Runs `call`, a call of `rows` rows of `output`, where [`lane_of`](Self::lane_of) says.
     fn run<T: Send>(&self, rows: usize, output: OutputKind, call: impl FnOnce() -> T + Send) -> T {
-        if self.runs_in_place(rows, output) {
-            in_place(call)
-        } else {
-            self.pool.install(call)
+        match self.lane_of(rows, output) {
+            CallLane::InPlace => in_place(call),
+            CallLane::Joined(helpers) => joined(helpers, call),
+            CallLane::Pool => self.pool.install(call),
         }
     }
 
-    /// Whether a call of `rows` rows of `output` runs on the calling thread instead of the
-    /// compute pool: on the CPU's path-dependent engines, a call the [`QuickLane`] would take
-    /// (within [`QUICK_SPLITS`] splits walked), or any call of at most [`JOINABLE_ROWS`] rows
-    /// when the pool has one thread (which could only do the same work, after a hand-off).
+    /// Where a call of `rows` rows of `output` runs. On the CPU's path-dependent engines, a call
+    /// the [`QuickLane`](crate::small_calls::QuickLane) would take (within [`QUICK_SPLITS`]
+    /// splits walked) runs [in place](in_place) on the calling thread, and so does any call of
+    /// at most [`JOINABLE_ROWS`] rows when the pool has one thread (which could only do the
+    /// same work, after a hand-off); with several threads such a call runs [joined]: on the
+    /// calling thread, the helpers' threads (one fewer than the pool's) taking its tasks as
+    /// they wake. Every other call runs on the compute pool.
     ///
     /// Why: the caller waits for a call on the pool asleep, and wakes when it is done. Measured
     /// on a 2-core virtual machine (`examples/bench`, 3,000 calls of one row, medians): a model
     /// of 100 trees of depth 6 (4,947 splits) took 147-153 µs through a pool of one thread and
     /// 78-93 µs through two sharing its trees, against 62-68 µs in place; one of 100 trees of
     /// depth 8 (25,500 splits) 466-498 µs through a pool of one, 310-346 µs in place, and
-    /// 262 µs through two, which it still takes. So small calls from several threads run side
-    /// by side on their own threads rather than queue for the pool's. The values have the same
-    /// bits either way.
-    pub(crate) fn runs_in_place(&self, rows: usize, output: OutputKind) -> bool {
-        self.splits_a_row.is_some() && (self.is_quick(rows, output) || (rows <= JOINABLE_ROWS && self.threads() == 1))
+    /// 262 µs through two (and, through the wheel on another day, 382-396 µs through two
+    /// against 382-401 µs in place on one). So small calls from several threads run side by
+    /// side on their own threads rather than queue for the pool's. A quick call runs alone even
+    /// with several threads: it would be over before a helper woke, and then wait for it. The
+    /// values have the same bits on every lane.
+    pub(crate) fn lane_of(&self, rows: usize, output: OutputKind) -> CallLane<'_> {
+        if self.splits_a_row.is_none() || (rows > JOINABLE_ROWS && !self.is_quick(rows, output)) {
+            CallLane::Pool
+        } else if let Some(helpers) = self.helpers.as_ref().filter(|_| !self.is_quick(rows, output)) {
+            CallLane::Joined(helpers)
+        } else {
+            CallLane::InPlace
+        }
     }
 
     /// [`output_columns`](Self::output_columns) for a job on `lane`: on the quick lane (which
@@ -137,8 +163,9 @@ impl Explainer {
         }
     }
 
-    /// Whether a call of `rows` rows of `output` is small enough for the [`QuickLane`]: within
-    /// [`QUICK_SPLITS`] splits walked, on an engine whose cost follows them.
+    /// Whether a call of `rows` rows of `output` is small enough for the
+    /// [`QuickLane`](crate::small_calls::QuickLane): within [`QUICK_SPLITS`] splits walked, on an
+    /// engine whose cost follows them.
     pub(crate) fn is_quick(&self, rows: usize, output: OutputKind) -> bool {
         self.splits_a_row.is_some_and(|splits| call_splits(splits, rows, output, self.model.num_features()) <= QUICK_SPLITS)
     }
@@ -405,11 +432,16 @@ impl ExplainerBuilder {
         // background's too, and the GPU's cost is its launches).
         let splits_a_row = (self.background.is_none() && engine.name() != "gpu")
             .then(|| model.trees().iter().map(|tree| tree.nodes.iter().filter(|node| !node.is_leaf()).count()).sum());
+        let helpers = match pool.current_num_threads() {
+            threads if threads > 1 && splits_a_row.is_some() => Some(compute_pool(threads - 1)?),
+            _ => None,
+        };
         Ok(Explainer {
             engine,
             model,
             saabas: Arc::new(OnceLock::new()),
             pool,
+            helpers,
             output: self.output,
             schema,
             settings: self.settings,
@@ -602,27 +634,45 @@ mod tests {
         assert!((1..JOINABLE_ROWS).contains(&quick_rows), "the fixture's {splits} splits: {quick_rows} rows fit the quick lane's size");
         let two = Explainer::builder(model.clone()).threads(2).build().unwrap();
         let one = Explainer::builder(model.clone()).threads(1).build().unwrap();
+        // (The lanes by name: a joined lane's helpers are one thread fewer than the explainer's.)
+        let lane = |e: &Explainer, rows, output| match e.lane_of(rows, output) {
+            CallLane::Joined(helpers) => {
+                assert_eq!(helpers.current_num_threads() + 1, e.threads());
+                "joined"
+            }
+            CallLane::InPlace => "in place",
+            CallLane::Pool => "pool",
+        };
         if crate::settings::available_cores() > 1 {
-            // Two threads: only what the quick lane would take; past it, the pool's threads share the call.
-            assert!(two.runs_in_place(quick_rows, OutputKind::Shap) && !two.runs_in_place(quick_rows + 1, OutputKind::Shap));
+            // Two threads: what the quick lane would take alone; past it, up to a lane group's
+            // rows joined by a helper's thread; larger calls on the pool.
+            assert_eq!(lane(&two, quick_rows, OutputKind::Shap), "in place");
+            assert_eq!(lane(&two, quick_rows + 1, OutputKind::Shap), "joined");
+            assert_eq!(lane(&two, JOINABLE_ROWS, OutputKind::Interactions), "joined");
+            assert_eq!(lane(&two, JOINABLE_ROWS + 1, OutputKind::Shap), "pool");
         }
         // One thread: up to a lane group's rows, whatever the model's size.
-        assert!(one.runs_in_place(JOINABLE_ROWS, OutputKind::Shap) && !one.runs_in_place(JOINABLE_ROWS + 1, OutputKind::Shap));
-        assert!(one.runs_in_place(JOINABLE_ROWS, OutputKind::Interactions));
+        assert_eq!(lane(&one, JOINABLE_ROWS, OutputKind::Shap), "in place");
+        assert_eq!(lane(&one, JOINABLE_ROWS + 1, OutputKind::Shap), "pool");
+        assert_eq!(lane(&one, JOINABLE_ROWS, OutputKind::Interactions), "in place");
         // Engines whose cost is not a row's splits (a background's) stay on the pool.
         let background = shuffled_rows(&model, 30).project(&(1..=model.num_features()).collect::<Vec<_>>()).unwrap();
-        let interventional = Explainer::builder(model.clone()).threads(1).background(background).build().unwrap();
-        assert!(!interventional.runs_in_place(1, OutputKind::Shap));
+        let interventional = Explainer::builder(model.clone()).threads(2).background(background).build().unwrap();
+        assert_eq!(lane(&interventional, 1, OutputKind::Shap), "pool");
 
         // In place or on the pool, every output has the pool's bits, in blocks of every small size
         // (one task or several, a lane group, a flat walk).
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
         let batch = shuffled_rows(&model, 2 * JOINABLE_ROWS + 3);
+        // Every engine on one thread (in place) and on two (joined, where there are two cores).
         let engines: Vec<Explainer> = Algorithm::NAMES
             .iter()
-            .map(|name| Explainer::builder(model.clone()).algorithm(name.parse().unwrap()).device(Device::Cpu).threads(1).build().unwrap())
+            .flat_map(|name| [1, 2].map(|threads| (name, threads)))
+            .map(|(name, threads)| {
+                Explainer::builder(model.clone()).algorithm(name.parse().unwrap()).device(Device::Cpu).threads(threads).build().unwrap()
+            })
             .collect();
-        for explainer in engines.iter().chain([&two]) {
+        for explainer in &engines {
             for rows in [1, 2, 3, quick_rows, quick_rows + 1, JOINABLE_ROWS, JOINABLE_ROWS + 1, 2 * JOINABLE_ROWS + 3] {
                 let block = model.feature_block(&batch.slice(0, rows)).unwrap();
                 let engine = explainer.engine.as_ref();

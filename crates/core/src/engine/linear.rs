@@ -72,8 +72,6 @@
 
 use std::sync::{Arc, OnceLock};
 
-use rayon::prelude::*;
-
 mod row;
 mod tree_lanes;
 
@@ -1475,17 +1473,13 @@ impl Linear {
         // Every chunk a job of its own: rayon otherwise walks runs of chunks (an eighth of
         // them, with two threads) that no idle thread can take a part of, and a thread that
         // finishes first waits on the other's last run.
-        let sums: Vec<(Sums<N>, Sums<SMALL_LANES>)> = (0..self.chunks())
-            .into_par_iter()
-            .with_max_len(1)
-            .map_init(loaded, |ts, chunk| {
-                self.run_chunk::<PAIRS, N>(chunk, ts);
-                (
-                    (std::mem::take(&mut ts.wide.phi), std::mem::take(&mut ts.wide.pairs)),
-                    (std::mem::take(&mut ts.tail.phi), std::mem::take(&mut ts.tail.pairs)),
-                )
-            })
-            .collect();
+        let sums: Vec<(Sums<N>, Sums<SMALL_LANES>)> = super::drivers::map_each_job(self.chunks(), loaded, |ts, chunk| {
+            self.run_chunk::<PAIRS, N>(chunk, ts);
+            (
+                (std::mem::take(&mut ts.wide.phi), std::mem::take(&mut ts.wide.pairs)),
+                (std::mem::take(&mut ts.tail.phi), std::mem::take(&mut ts.tail.pairs)),
+            )
+        });
         let mut total = TaskScratch::<N>::default();
         (total.wide_rows, total.tail_rows) = narrow_tail::<N>(block.rows());
         self.zero_task_totals::<PAIRS, N>(&mut total);
